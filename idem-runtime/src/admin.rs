@@ -1,0 +1,131 @@
+//! What an operator does with records: list, show, resolve, purge, count. These are blocking
+//! calls, for the `idem` command and for scripts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::exec::block_on;
+use crate::key::Key;
+use crate::record::{now_ms, Record, Status};
+use crate::store::Store;
+
+/// Which records [`list`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only records with this status.
+    pub status: Option<Status>,
+    /// Only records of this tool.
+    pub tool: Option<String>,
+}
+
+/// How an operator settles an in-doubt record.
+#[derive(Clone, Debug)]
+pub enum Resolution {
+    /// The effect did not land: delete the record, so that the next call runs the body.
+    Release,
+    /// The effect landed: record this result, which later calls replay.
+    Done(serde_json::Value),
+}
+
+/// Which finished records [`purge`] removes.
+#[derive(Clone, Copy, Debug)]
+pub enum Purge {
+    /// Those whose `ttl` has passed.
+    Expired,
+    /// Those finished longer ago than this.
+    OlderThan(Duration),
+}
+
+/// Counts by status and tool, and the store's size on disk.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Records per status name (`in-flight`, `done`, `in-doubt`).
+    pub by_status: BTreeMap<String, u64>,
+    /// Records per tool.
+    pub by_tool: BTreeMap<String, u64>,
+    /// Bytes on disk, when the store can tell.
+    pub size_on_disk: Option<u64>,
+}
+
+fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
+    Error::store(key, "-", source)
+}
+
+/// Records matching `filter`, newest first.
+pub fn list(store: &dyn Store, filter: &Filter) -> Result<Vec<Record>, Error> {
+    let mut records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+    records.retain(|r| {
+        filter.status.is_none_or(|s| r.status == s) && filter.tool.as_deref().is_none_or(|t| r.tool == t)
+    });
+    records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
+    Ok(records)
+}
+
+/// The record under `key`.
+pub fn show(store: &dyn Store, key: &Key) -> Result<Record, Error> {
+    block_on(store.get(key.as_str()))
+        .map_err(|e| store_error(Some(key.as_str()), e))?
+        .ok_or_else(|| Error::NotFound { key: key.to_string() })
+}
+
+/// Settles an in-doubt record (or an in-flight one whose owner is gone); anything else is
+/// refused with [`Error::NotResolvable`]. Returns the record as it now stands (`None` when
+/// released).
+pub fn resolve(store: &dyn Store, key: &Key, resolution: Resolution) -> Result<Option<Record>, Error> {
+    let current = show(store, key)?;
+    let settleable = match current.status {
+        Status::InDoubt => true,
+        Status::InFlight => !store.owner_alive(&current),
+        Status::Done => false,
+    };
+    if !settleable {
+        return Err(Error::NotResolvable { key: key.to_string(), tool: current.tool, status: current.status });
+    }
+    let new = match resolution {
+        Resolution::Release => None,
+        Resolution::Done(result) => Some(current.done(result, now_ms(), None)),
+    };
+    let swapped = block_on(store.replace(&current, new.as_ref())).map_err(|e| store_error(Some(key.as_str()), e))?;
+    if !swapped {
+        return Err(Error::store(
+            Some(key.as_str()),
+            &current.tool,
+            crate::StoreError::new("the record changed while it was being resolved; look at it again with `idem show`"),
+        ));
+    }
+    tracing::info!(key = %key, tool = %current.tool, "idem: resolved by an operator");
+    Ok(new)
+}
+
+/// Removes finished records as `which` says; never an in-flight or in-doubt one. Returns how
+/// many were removed.
+pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
+    let now = now_ms();
+    let records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+    let mut removed = 0;
+    for record in records.iter().filter(|r| r.status == Status::Done) {
+        let remove = match which {
+            Purge::Expired => record.is_expired(now),
+            Purge::OlderThan(age) => {
+                let finished = record.completed_at.unwrap_or(record.updated_at);
+                now.saturating_sub(finished) > age.as_millis() as u64
+            }
+        };
+        if remove && block_on(store.replace(record, None)).map_err(|e| store_error(Some(&record.key), e))? {
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Counts records by status and by tool.
+pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
+    let records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+    let mut stats = Stats { size_on_disk: store.size_on_disk(), ..Stats::default() };
+    for record in &records {
+        *stats.by_status.entry(record.status.to_string()).or_default() += 1;
+        *stats.by_tool.entry(record.tool.clone()).or_default() += 1;
+    }
+    Ok(stats)
+}

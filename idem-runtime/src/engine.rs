@@ -1,0 +1,464 @@
+//! The engine that every idempotent call goes through: derive, reserve, replay or wait, run once,
+//! record. Generated code calls it through the facade's hidden module; it is usable directly as
+//! [`Call`].
+
+use std::cell::RefCell;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::canonical::{canonical_json_for, fingerprint};
+use crate::error::Error;
+use crate::exec::block_on;
+use crate::failpoint::failpoint;
+use crate::key::Key;
+use crate::record::{now_ms, Record, Status};
+use crate::store::Store;
+
+/// What a call does when it finds its key in doubt (or left in flight by a dead owner).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InDoubtPolicy {
+    /// Return [`Error::InDoubt`] and run nothing: an operator decides (the default).
+    #[default]
+    Fail,
+    /// Take the record over and run the body again with the same key. Safe only where the
+    /// target system deduplicates that key (push it with [`current_key`]).
+    Rerun,
+}
+
+tokio::task_local! {
+    static ASYNC_KEY: Key;
+}
+
+thread_local! {
+    static SYNC_KEY: RefCell<Vec<Key>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The key of the idempotent call whose body is running, if any.
+pub fn try_current_key() -> Option<Key> {
+    ASYNC_KEY
+        .try_with(Key::clone)
+        .ok()
+        .or_else(|| SYNC_KEY.with(|keys| keys.borrow().last().cloned()))
+}
+
+/// The key of the idempotent call whose body is running: send it to the vendor as its
+/// idempotency key, so that a rerun after a crash is deduplicated there too.
+///
+/// # Panics
+///
+/// Outside the body of an idempotent call (there is no key there); use [`try_current_key`] to
+/// ask without panicking. A task spawned from the body does not inherit the key: read it first
+/// and move it in.
+pub fn current_key() -> Key {
+    try_current_key().expect(
+        "idem::current_key() called outside an idempotent call: call it inside the body of an \
+         #[idempotent] function or Call::run, or use idem::try_current_key()",
+    )
+}
+
+struct SyncKeyScope;
+
+impl SyncKeyScope {
+    fn enter(key: &Key) -> SyncKeyScope {
+        SYNC_KEY.with(|keys| keys.borrow_mut().push(key.clone()));
+        SyncKeyScope
+    }
+}
+
+impl Drop for SyncKeyScope {
+    fn drop(&mut self) {
+        SYNC_KEY.with(|keys| keys.borrow_mut().pop());
+    }
+}
+
+/// Builds the canonical arguments of a call one parameter at a time, so that generated code
+/// needs no struct of its own (and works for generic parameters).
+#[derive(Debug)]
+pub struct Args {
+    tool: String,
+    fields: Vec<(&'static str, String)>,
+}
+
+impl Args {
+    /// Arguments of `tool`, none yet.
+    pub fn new(tool: &str) -> Args {
+        Args { tool: tool.to_owned(), fields: Vec::new() }
+    }
+
+    /// Adds parameter `name` (an identifier: it needs no escaping).
+    pub fn arg<V: Serialize + ?Sized>(mut self, name: &'static str, value: &V) -> Result<Args, Error> {
+        let text = canonical_json_for(&self.tool, value).map_err(|e| match e {
+            Error::Key { tool, reason } => Error::Key { tool, reason: format!("parameter `{name}`: {reason}") },
+            other => other,
+        })?;
+        self.fields.push((name, text));
+        Ok(self)
+    }
+
+    /// The canonical JSON object of all parameters, keys sorted.
+    pub fn canonical(mut self) -> String {
+        self.fields.sort_by(|a, b| a.0.cmp(b.0));
+        let mut out = String::from("{");
+        for (i, (name, text)) in self.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push('"');
+            out.push_str(name);
+            out.push_str("\":");
+            out.push_str(text);
+        }
+        out.push('}');
+        out
+    }
+}
+
+/// One idempotent call: its key and the policy it runs under.
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// use std::sync::Arc;
+/// use idem_runtime::{Call, SledStore, Store};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path())?);
+/// let mut runs = 0;
+/// for _ in 0..3 {
+///     let charge: Result<String, idem_runtime::Error> =
+///         Call::new("charge_card", "order-17", &serde_json::json!({"amount": 4200}))?
+///             .store(store.clone())
+///             .run(|| { runs += 1; Ok("ch_1".to_string()) });
+///     assert_eq!(charge?, "ch_1");
+/// }
+/// assert_eq!(runs, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Call {
+    tool: String,
+    scope: String,
+    key: Key,
+    fingerprint: String,
+    store: Option<Arc<dyn Store>>,
+    wait: Option<Duration>,
+    ttl: Option<Duration>,
+    in_doubt: InDoubtPolicy,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("tool", &self.tool)
+            .field("scope", &self.scope)
+            .field("key", &self.key)
+            .field("wait", &self.wait)
+            .field("ttl", &self.ttl)
+            .field("in_doubt", &self.in_doubt)
+            .finish_non_exhaustive()
+    }
+}
+
+static CALL_SEQ: AtomicU64 = AtomicU64::new(0);
+
+enum Acquired<T> {
+    Replay(T),
+    Owned(Owned),
+}
+
+/// The reservation a call holds while its body runs. Dropped unsettled, it marks the record in
+/// doubt once the body has started (a panic or a dropped future), or releases it before.
+struct Owned {
+    store: Arc<dyn Store>,
+    record: Record,
+    started: bool,
+    settled: bool,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        if self.started {
+            tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
+            self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())));
+        } else {
+            self.store.replace_detached(&self.record, None);
+        }
+    }
+}
+
+impl Call {
+    /// A call of `tool` in `scope` with `args` (any `Serialize` value; a struct or map of the
+    /// tool's parameters by name). Fails with [`Error::Key`] when the arguments cannot be put in
+    /// canonical JSON (NaN, a failing `Serialize`).
+    pub fn new(tool: &str, scope: impl Display, args: &(impl Serialize + ?Sized)) -> Result<Call, Error> {
+        let canonical = canonical_json_for(tool, args)?;
+        Ok(Call::from_canonical(tool, scope, &canonical))
+    }
+
+    /// A call whose arguments are already canonical JSON (see [`Args`]).
+    pub fn from_canonical(tool: &str, scope: impl Display, canonical: &str) -> Call {
+        let scope = scope.to_string();
+        Call {
+            key: Key::derive_canonical(tool, &scope, canonical),
+            fingerprint: fingerprint(canonical),
+            tool: tool.to_owned(),
+            scope,
+            store: None,
+            wait: None,
+            ttl: None,
+            in_doubt: InDoubtPolicy::Fail,
+        }
+    }
+
+    /// The store to use instead of the process default.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Call {
+        self.store = Some(store);
+        self
+    }
+
+    /// How long to wait for a concurrent owner of the key (the store's default otherwise).
+    pub fn wait(mut self, wait: Duration) -> Call {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long a finished record is replayed; kept until purged otherwise.
+    pub fn ttl(mut self, ttl: Duration) -> Call {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// What to do when the key is in doubt.
+    pub fn in_doubt(mut self, policy: InDoubtPolicy) -> Call {
+        self.in_doubt = policy;
+        self
+    }
+
+    /// The call's idempotency key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    fn resolve_store(&self) -> Result<Arc<dyn Store>, Error> {
+        match &self.store {
+            Some(store) => Ok(Arc::clone(store)),
+            None => crate::default::default_store().map_err(|e| match e {
+                Error::Store { source, .. } => Error::store(Some(self.key.as_str()), &self.tool, source),
+                other => other,
+            }),
+        }
+    }
+
+    fn store_error(&self, source: crate::StoreError) -> Error {
+        Error::store(Some(self.key.as_str()), &self.tool, source)
+    }
+
+    fn fresh_record(&self, store: &dyn Store) -> Record {
+        let owner = format!("{}#{}", store.owner_id(), CALL_SEQ.fetch_add(1, Ordering::Relaxed));
+        Record::reserve(self.key.as_str(), &self.tool, &self.scope, &owner, &self.fingerprint, now_ms())
+    }
+
+    fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
+        let value = record.result.clone().unwrap_or(serde_json::Value::Null);
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
+        serde_json::from_value(value).map_err(|source| Error::Replay {
+            key: self.key.to_string(),
+            tool: self.tool.clone(),
+            source,
+        })
+    }
+
+    /// Reserves the key, or finds its result, or waits for its owner.
+    async fn acquire<T: DeserializeOwned>(&self, store: &Arc<dyn Store>) -> Result<Acquired<T>, Error> {
+        let wait = self.wait.unwrap_or_else(|| store.default_wait());
+        let deadline = Instant::now() + wait;
+        'reserve: loop {
+            let mine = self.fresh_record(store.as_ref());
+            let mut pending = Owned { store: Arc::clone(store), record: mine, started: false, settled: false };
+            let found = store.reserve(&pending.record).await;
+            let mut existing = match found {
+                Ok(None) => {
+                    tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
+                    return Ok(Acquired::Owned(pending));
+                }
+                Ok(Some(existing)) => {
+                    pending.settled = true;
+                    existing
+                }
+                Err(e) => {
+                    // The insert may or may not have happened: undo it if it did.
+                    return Err(self.store_error(e));
+                }
+            };
+            loop {
+                let takeover = match existing.status {
+                    Status::Done if !existing.is_expired(now_ms()) => {
+                        return self.replay(&existing).map(Acquired::Replay)
+                    }
+                    Status::Done => Some(self.fresh_record(store.as_ref())),
+                    Status::InFlight if store.owner_alive(&existing) => {
+                        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
+                        match store.changed(self.key.as_str(), &existing, deadline).await {
+                            Err(e) => return Err(self.store_error(e)),
+                            Ok(None) => continue 'reserve,
+                            Ok(Some(now)) if crate::store::same_state(&now, &existing) => {
+                                if Instant::now() >= deadline {
+                                    return Err(Error::InFlight {
+                                        key: self.key.to_string(),
+                                        tool: self.tool.clone(),
+                                        since_ms: existing.created_at,
+                                    });
+                                }
+                                existing = now;
+                            }
+                            Ok(Some(now)) => existing = now,
+                        }
+                        None
+                    }
+                    Status::InFlight | Status::InDoubt => match self.in_doubt {
+                        InDoubtPolicy::Fail => {
+                            tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: not running");
+                            return Err(Error::InDoubt {
+                                key: self.key.to_string(),
+                                tool: self.tool.clone(),
+                                since_ms: existing.updated_at,
+                            });
+                        }
+                        InDoubtPolicy::Rerun => {
+                            let mine = self.fresh_record(store.as_ref());
+                            Some(existing.taken_over(&mine.owner, now_ms()))
+                        }
+                    },
+                };
+                if let Some(mine) = takeover {
+                    match store.replace(&existing, Some(&mine)).await {
+                        Ok(true) => {
+                            tracing::info!(key = %self.key, tool = %self.tool, attempts = mine.attempts, "idem: took over");
+                            return Ok(Acquired::Owned(Owned {
+                                store: Arc::clone(store),
+                                record: mine,
+                                started: false,
+                                settled: false,
+                            }));
+                        }
+                        Ok(false) => match store.get(self.key.as_str()).await {
+                            Ok(Some(now)) => existing = now,
+                            Ok(None) => continue 'reserve,
+                            Err(e) => return Err(self.store_error(e)),
+                        },
+                        Err(e) => return Err(self.store_error(e)),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
+    /// the record in doubt.
+    async fn complete<T: Serialize>(&self, mut owned: Owned, value: &T) -> Result<(), Error> {
+        let json = match serde_json::to_value(value) {
+            Ok(json) => json,
+            Err(e) => {
+                // Drop marks it in doubt.
+                drop(owned);
+                return Err(Error::Result { key: self.key.to_string(), tool: self.tool.clone(), reason: e.to_string() });
+            }
+        };
+        let done = owned.record.done(json, now_ms(), self.ttl);
+        match owned.store.replace(&owned.record, Some(&done)).await {
+            Ok(true) => {
+                owned.settled = true;
+                tracing::debug!(key = %self.key, tool = %self.tool, "idem: done");
+                Ok(())
+            }
+            Ok(false) => {
+                // Someone settled or took the record over while the body ran (an operator, or a
+                // fleet peer after our lease lapsed): their write stands, ours is refused.
+                owned.settled = true;
+                tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+                Ok(())
+            }
+            Err(e) => Err(self.store_error(e)),
+        }
+    }
+
+    async fn release(&self, mut owned: Owned) {
+        owned.settled = true;
+        match owned.store.replace(&owned.record, None).await {
+            Ok(_) => tracing::debug!(key = %self.key, tool = %self.tool, "idem: released after an error"),
+            Err(e) => {
+                tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot release the key after an error")
+            }
+        }
+    }
+
+    /// Runs a sync body at most once for this key; needs no async runtime.
+    pub fn run<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+    {
+        let store = self.resolve_store()?;
+        let mut owned = match block_on(self.acquire::<T>(&store))? {
+            Acquired::Replay(value) => return Ok(value),
+            Acquired::Owned(owned) => owned,
+        };
+        failpoint("after_reserve");
+        owned.started = true;
+        let outcome = {
+            let _scope = SyncKeyScope::enter(&self.key);
+            body()
+        };
+        match outcome {
+            Ok(value) => {
+                failpoint("after_body");
+                block_on(self.complete(owned, &value))?;
+                failpoint("after_complete");
+                Ok(value)
+            }
+            Err(e) => {
+                block_on(self.release(owned));
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs an async body at most once for this key. The future is `Send` when the body's is;
+    /// it never blocks the executor on a sync.
+    pub async fn run_async<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let store = self.resolve_store()?;
+        let mut owned = match self.acquire::<T>(&store).await? {
+            Acquired::Replay(value) => return Ok(value),
+            Acquired::Owned(owned) => owned,
+        };
+        failpoint("after_reserve");
+        owned.started = true;
+        let outcome = ASYNC_KEY.scope(self.key.clone(), body()).await;
+        match outcome {
+            Ok(value) => {
+                failpoint("after_body");
+                self.complete(owned, &value).await?;
+                failpoint("after_complete");
+                Ok(value)
+            }
+            Err(e) => {
+                self.release(owned).await;
+                Err(e)
+            }
+        }
+    }
+}

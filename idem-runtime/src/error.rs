@@ -1,0 +1,188 @@
+//! The one error type of idem: every message names the key and the tool and says what to do.
+
+use std::fmt;
+
+use crate::record::Status;
+
+/// A failure of the store backend, with its source. Backend-neutral: sled, PostgreSQL and any
+/// other store report through this type.
+#[derive(Debug)]
+pub struct StoreError {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl StoreError {
+    /// A store error with a message that says what went wrong and what to do.
+    pub fn new(message: impl Into<String>) -> Self {
+        StoreError { message: message.into(), source: None }
+    }
+
+    /// A store error caused by `source`.
+    pub fn with_source(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StoreError { message: message.into(), source: Some(Box::new(source)) }
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, ": {source}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Formats an optional key for messages.
+struct KeyText<'a>(&'a Option<String>);
+
+impl fmt::Display for KeyText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(key) => write!(f, "key {key}"),
+            None => f.write_str("no key"),
+        }
+    }
+}
+
+/// Everything that can go wrong around an idempotent call.
+///
+/// Tool functions return their own error type `E: From<idem::Error>`, so these travel inside it.
+/// Each message names the key and the tool and says what to do next.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The arguments could not be turned into canonical JSON, so no key exists; the body did not run.
+    #[error(
+        "tool `{tool}`: cannot derive an idempotency key: {reason}; \
+         change the argument or mark it #[idem(skip)] if it is not part of the intent"
+    )]
+    Key {
+        /// The tool whose arguments were refused.
+        tool: String,
+        /// What was wrong with them.
+        reason: String,
+    },
+
+    /// A finished record's result no longer deserializes into the tool's return type.
+    #[error(
+        "key {key} (tool `{tool}`): the stored result no longer fits the return type: {source}; \
+         the effect already ran, so it was not run again: fix the type, or settle the record \
+         with `idem resolve {key} --done JSON`"
+    )]
+    Replay {
+        /// The key of the record.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Why deserialization failed.
+        source: serde_json::Error,
+    },
+
+    /// The body returned `Ok` but its value cannot be stored as JSON. The effect may have
+    /// landed, so the record is left in doubt.
+    #[error(
+        "key {key} (tool `{tool}`): the result cannot be stored as JSON: {reason}; the effect \
+         may have landed, so the record is in doubt: check and settle it with `idem resolve`"
+    )]
+    Result {
+        /// The key of the record.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Why serialization failed.
+        reason: String,
+    },
+
+    /// Another caller owns the key and did not finish within the wait.
+    #[error(
+        "key {key} (tool `{tool}`): another call has been running it since {since_ms} ms after \
+         the epoch and did not finish within the wait; retry later, or raise `wait`"
+    )]
+    InFlight {
+        /// The key that is in flight.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// When the owner reserved it, in milliseconds since the Unix epoch.
+        since_ms: u64,
+    },
+
+    /// A crash or a panic left it unknown whether the effect landed.
+    #[error(
+        "key {key} (tool `{tool}`) is in doubt since {since_ms} ms after the epoch: an earlier \
+         attempt was interrupted and the effect may or may not have landed; check the target \
+         system, then settle it with `idem resolve {key} --release` (not landed) or \
+         `--done JSON` (landed), or use in_doubt = \"rerun\" where the vendor dedups the key"
+    )]
+    InDoubt {
+        /// The key in doubt.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// When it was last updated, in milliseconds since the Unix epoch.
+        since_ms: u64,
+    },
+
+    /// No record exists for this key (operator API).
+    #[error("key {key}: no record; check the key with `idem ls`")]
+    NotFound {
+        /// The key asked for.
+        key: String,
+    },
+
+    /// An operator asked to resolve a record that is not in doubt.
+    #[error(
+        "key {key} (tool `{tool}`) is {status} and cannot be resolved: only an in-doubt record, \
+         or an in-flight one whose owner is gone, can be settled"
+    )]
+    NotResolvable {
+        /// The key asked for.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Its current status.
+        status: Status,
+    },
+
+    /// The store failed.
+    #[error("{} (tool `{tool}`): the store failed: {source}", KeyText(key))]
+    Store {
+        /// The key being worked on, when there was one.
+        key: Option<String>,
+        /// The tool being called, or `-` outside a call.
+        tool: String,
+        /// The backend's error.
+        source: StoreError,
+    },
+}
+
+impl Error {
+    /// The key this error is about, when there is one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Error::Key { .. } => None,
+            Error::Replay { key, .. }
+            | Error::Result { key, .. }
+            | Error::InFlight { key, .. }
+            | Error::InDoubt { key, .. }
+            | Error::NotFound { key }
+            | Error::NotResolvable { key, .. } => Some(key),
+            Error::Store { key, .. } => key.as_deref(),
+        }
+    }
+
+    pub(crate) fn store(key: Option<&str>, tool: &str, source: StoreError) -> Self {
+        Error::Store { key: key.map(str::to_owned), tool: tool.to_owned(), source }
+    }
+}

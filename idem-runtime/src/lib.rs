@@ -1,0 +1,26 @@
+//! The runtime of [idem](https://docs.rs/idem): intent keys, canonical JSON, the [`Store`]
+//! interface with its sled implementation, and the engine that generated code calls.
+//!
+//! Users depend on the `idem` facade; this crate is its engine room.
+
+#![warn(missing_docs)]
+
+pub mod admin;
+mod canonical;
+mod default;
+mod engine;
+mod error;
+pub mod exec;
+mod failpoint;
+mod key;
+mod record;
+mod store;
+
+pub use canonical::{canonical_json, fingerprint};
+pub use default::{default_store, default_store_path, set_default_store};
+pub use engine::{current_key, try_current_key, Args, Call, InDoubtPolicy};
+pub use error::{Error, StoreError};
+pub use key::Key;
+pub use record::{now_ms, Record, Status};
+pub use store::sled::{SledStore, SledStoreBuilder};
+pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};

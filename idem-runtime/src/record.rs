@@ -1,0 +1,151 @@
+//! The record a store keeps per key.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Where a key stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Reserved by an owner that is running the body.
+    InFlight,
+    /// The body returned `Ok`; the result is stored and replayed.
+    Done,
+    /// An attempt was interrupted (crash, panic, dropped future): the effect may have landed.
+    InDoubt,
+}
+
+impl Status {
+    /// The name used by the `idem` command: `in-flight`, `done`, `in-doubt`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InFlight => "in-flight",
+            Status::Done => "done",
+            Status::InDoubt => "in-doubt",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "in-flight" | "in_flight" => Ok(Status::InFlight),
+            "done" => Ok(Status::Done),
+            "in-doubt" | "in_doubt" => Ok(Status::InDoubt),
+            other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
+        }
+    }
+}
+
+/// One key's record. Raw arguments are never stored, only their fingerprint, since they may hold
+/// personal data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The idempotency key (32 hex characters).
+    pub key: String,
+    /// Where the key stands.
+    pub status: Status,
+    /// The tool name that went into the key.
+    pub tool: String,
+    /// The scope text that went into the key.
+    pub scope: String,
+    /// The store instance that reserved (or last took over) the key.
+    pub owner: String,
+    /// How many times the body has been started for this key.
+    pub attempts: u32,
+    /// Milliseconds since the Unix epoch when the key was first reserved.
+    pub created_at: u64,
+    /// Milliseconds since the Unix epoch of the last change.
+    pub updated_at: u64,
+    /// When the body finished, for `Done` records.
+    pub completed_at: Option<u64>,
+    /// After this instant a `Done` record is no longer replayed (from `ttl`).
+    pub expires_at: Option<u64>,
+    /// For stores with leases: until when the owner's lease holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<u64>,
+    /// Hex sha256 of the canonical arguments.
+    pub args_fingerprint: String,
+    /// The body's result as JSON, when `Done`.
+    pub result: Option<serde_json::Value>,
+}
+
+impl Record {
+    /// A new `InFlight` record owned by `owner`.
+    pub fn reserve(
+        key: &str,
+        tool: &str,
+        scope: &str,
+        owner: &str,
+        args_fingerprint: &str,
+        now: u64,
+    ) -> Record {
+        Record {
+            key: key.to_owned(),
+            status: Status::InFlight,
+            tool: tool.to_owned(),
+            scope: scope.to_owned(),
+            owner: owner.to_owned(),
+            attempts: 1,
+            created_at: now,
+            updated_at: now,
+            completed_at: None,
+            expires_at: None,
+            lease_until: None,
+            args_fingerprint: args_fingerprint.to_owned(),
+            result: None,
+        }
+    }
+
+    /// Whether a `Done` record has outlived its `ttl` at `now`.
+    pub fn is_expired(&self, now: u64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+
+    /// This record taken over by `owner` for another attempt.
+    pub fn taken_over(&self, owner: &str, now: u64) -> Record {
+        Record {
+            status: Status::InFlight,
+            owner: owner.to_owned(),
+            attempts: self.attempts.saturating_add(1),
+            updated_at: now,
+            completed_at: None,
+            expires_at: None,
+            result: None,
+            ..self.clone()
+        }
+    }
+
+    /// This record finished with `result`.
+    pub fn done(&self, result: serde_json::Value, now: u64, ttl: Option<Duration>) -> Record {
+        Record {
+            status: Status::Done,
+            updated_at: now,
+            completed_at: Some(now),
+            expires_at: ttl.map(|ttl| now.saturating_add(ttl.as_millis() as u64)),
+            lease_until: None,
+            result: Some(result),
+            ..self.clone()
+        }
+    }
+
+    /// This record marked in doubt.
+    pub fn in_doubt(&self, now: u64) -> Record {
+        Record { status: Status::InDoubt, updated_at: now, lease_until: None, ..self.clone() }
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}

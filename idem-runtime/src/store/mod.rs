@@ -1,0 +1,89 @@
+//! The backend-neutral store interface, and the stores this crate ships.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use crate::error::StoreError;
+use crate::record::Record;
+
+pub(crate) mod sled;
+pub(crate) mod sync;
+
+/// The future a [`Store`] method returns: boxed, `Send`, and runnable on any executor (the sync
+/// engine drives it with a plain thread-parking loop, so a store must not need an ambient tokio
+/// runtime; a networked store runs its I/O on a runtime of its own).
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
+
+/// How far a store goes before it reports a write as done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every durable point reaches stable storage (survives a power loss).
+    #[default]
+    Fsync,
+    /// Writes reach the operating system (survive a process crash, not a power loss).
+    Flush,
+    /// Nothing is waited for: for tests and throwaway stores.
+    None,
+}
+
+/// A durable map from keys to [`Record`]s with the few atomic operations the engine needs.
+///
+/// Every method that changes a record returns only once the change is as durable as the store's
+/// [`Durability`] says. Implementations must be linearizable per key.
+pub trait Store: Send + Sync + 'static {
+    /// The identity this store instance writes into the records it reserves or takes over.
+    fn owner_id(&self) -> &str;
+
+    /// Inserts `record` under `record.key` if no record is there, durably. Returns `None` when
+    /// the insert happened, or the record already there.
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>>;
+
+    /// The record under `key`, if any.
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
+
+    /// Replaces `current` by `new` (or deletes it when `new` is `None`) only if the stored
+    /// record is still `current` (same status, owner and attempts), durably. Returns whether
+    /// the swap happened. This is the fence: a caller that lost its record cannot write.
+    fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>)
+        -> StoreFuture<'a, bool>;
+
+    /// Like [`Store::replace`], but does not wait: it is called from `Drop` (a panic or a
+    /// dropped future), where nothing can be awaited. Failures are logged.
+    fn replace_detached(&self, current: &Record, new: Option<Record>);
+
+    /// Resolves once the record under `key` differs from `seen` (returning it, or `None` when
+    /// it is gone), or at `deadline` (returning it unchanged). Must not poll in a loop.
+    fn changed<'a>(
+        &'a self,
+        key: &'a str,
+        seen: &'a Record,
+        deadline: Instant,
+    ) -> StoreFuture<'a, Option<Record>>;
+
+    /// Whether the owner of an `InFlight` record is still running it. A dead owner's record is
+    /// treated as in doubt.
+    fn owner_alive(&self, record: &Record) -> bool;
+
+    /// Every record, in no particular order (for the operator commands).
+    fn scan(&self) -> StoreFuture<'_, Vec<Record>>;
+
+    /// Bytes the store takes on disk, when the backend can tell.
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+
+    /// How long a caller waits for an in-flight owner when the call sets no `wait`.
+    fn default_wait(&self) -> Duration {
+        DEFAULT_WAIT
+    }
+}
+
+/// The wait used when neither the call nor the store sets one.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
+/// Two records stand for the same state when status, owner and attempts agree.
+pub(crate) fn same_state(a: &Record, b: &Record) -> bool {
+    a.status == b.status && a.owner == b.owner && a.attempts == b.attempts
+}

@@ -1,0 +1,402 @@
+//! The embedded store: sled 0.34, one process at a time.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::sync::{Syncer, Ticket};
+use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
+use crate::error::StoreError;
+use crate::record::{now_ms, Record, Status};
+
+const TREE: &str = "idem.records";
+
+/// The embedded store, on [sled](https://docs.rs/sled/0.34.7) 0.34 (its stable line).
+///
+/// sled takes an exclusive lock on its directory: one process at a time. When a store opens,
+/// every record still `InFlight` was left by a process that died mid-call, so it is marked
+/// `InDoubt` before anything else can read it.
+///
+/// With [`Durability::Fsync`] (the default) every durable point is sled's `flush()` followed by
+/// an `fdatasync` of sled's data file: sled 0.34's flush ends in `sync_file_range`, which does
+/// not flush the device's write cache. Concurrent calls share those syncs (group commit).
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = idem_runtime::SledStore::open(dir.path().join("idem.sled"))?;
+/// # drop(store);
+/// # Ok(()) }
+/// ```
+pub struct SledStore {
+    tree: sled::Tree,
+    db: sled::Db,
+    path: PathBuf,
+    owner: String,
+    durability: Durability,
+    default_wait: Duration,
+    syncer: Option<Syncer>,
+}
+
+/// Options for [`SledStore`]: durability, cache size and the default wait.
+#[derive(Clone, Debug)]
+pub struct SledStoreBuilder {
+    path: PathBuf,
+    durability: Durability,
+    cache_bytes: u64,
+    default_wait: Duration,
+    create: bool,
+}
+
+impl SledStoreBuilder {
+    /// How far a write goes before it is reported done; [`Durability::Fsync`] by default.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// sled's page cache, in bytes; 64 MiB by default (sled's own default is 1 GiB).
+    pub fn cache_capacity(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Whether to create the store when the directory holds none (true by default; the `idem`
+    /// command opens with `false`, so that a mistyped path is an error, not a new empty store).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Opens the store.
+    pub fn open(self) -> Result<SledStore, crate::Error> {
+        SledStore::open_with(self).map_err(|source| crate::Error::store(None, "-", source))
+    }
+}
+
+static INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+fn decode(key: &[u8], bytes: &[u8]) -> Result<Record, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        StoreError::with_source(
+            format!(
+                "the record under key {} is damaged; inspect it with `idem show`, or remove it \
+                 with `idem resolve --release` if it is in doubt",
+                String::from_utf8_lossy(key)
+            ),
+            e,
+        )
+    })
+}
+
+fn encode(record: &Record) -> Vec<u8> {
+    // A Record holds only strings, integers and a JSON value that was itself built by serde_json:
+    // serializing it cannot fail.
+    serde_json::to_vec(record).expect("a Record always serializes")
+}
+
+fn io_error(path: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::with_source(format!("{what} {}", path.display()), e)
+}
+
+impl SledStore {
+    /// Opens (or creates) the store in directory `path` with the default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::Error> {
+        SledStore::builder(path).open()
+    }
+
+    /// Options for opening the store in directory `path`.
+    pub fn builder(path: impl AsRef<Path>) -> SledStoreBuilder {
+        SledStoreBuilder {
+            path: path.as_ref().to_owned(),
+            durability: Durability::Fsync,
+            cache_bytes: 64 * 1024 * 1024,
+            default_wait: DEFAULT_WAIT,
+            create: true,
+        }
+    }
+
+    fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
+        let path = options.path.clone();
+        if !options.create && !path.join("conf").exists() {
+            return Err(StoreError::new(format!(
+                "no idem store at {}: check the path (or $IDEM_STORE); it is created by the \
+                 first idempotent call",
+                path.display()
+            )));
+        }
+        if path.exists() && !path.is_dir() {
+            return Err(StoreError::new(format!(
+                "{} is a file, not a store directory: point the store at a directory",
+                path.display()
+            )));
+        }
+        let config = sled::Config::new()
+            .path(&path)
+            .cache_capacity(options.cache_bytes)
+            .flush_every_ms(match options.durability {
+                // With no durable points of its own, let sled's background flusher write.
+                Durability::None => Some(500),
+                _ => None,
+            });
+        // sled 0.34 can panic on some damaged files instead of returning an error: never let
+        // that reach the caller as a panic.
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
+                return Err(StoreError::new(format!(
+                    "the store at {} is open in another process (sled takes an exclusive \
+                     lock): stop that process, or use the PostgreSQL store to share one store \
+                     between processes",
+                    path.display()
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(StoreError::with_source(
+                    format!(
+                        "cannot open the store at {}: it may be damaged or not an idem store; \
+                         move it aside and inspect it",
+                        path.display()
+                    ),
+                    e,
+                ))
+            }
+            Err(_) => {
+                return Err(StoreError::new(format!(
+                    "cannot open the store at {}: sled failed reading it, so it is likely \
+                     damaged; move it aside and inspect it",
+                    path.display()
+                )))
+            }
+        };
+        let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
+        let owner = format!(
+            "sled:{}:{}:{}",
+            std::process::id(),
+            now_ms(),
+            INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let syncer = match options.durability {
+            Durability::None => None,
+            durability => {
+                let db = db.clone();
+                let data_file = match durability {
+                    Durability::Fsync => Some(
+                        File::open(path.join("db"))
+                            .map_err(|e| io_error(&path, "cannot open the data file of", e))?,
+                    ),
+                    _ => None,
+                };
+                let sync = Box::new(move || {
+                    db.flush().map_err(|e| e.to_string())?;
+                    if let Some(file) = &data_file {
+                        file.sync_data().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                });
+                Some(
+                    Syncer::start("idem-sled-sync", sync)
+                        .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
+                )
+            }
+        };
+        let store = SledStore {
+            tree,
+            db,
+            path,
+            owner,
+            durability: options.durability,
+            default_wait: options.default_wait,
+            syncer,
+        };
+        store.mark_orphans_in_doubt()?;
+        Ok(store)
+    }
+
+    /// The directory this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The durability this store was opened with.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Any `InFlight` record found at open belongs to a process that died mid-call.
+    fn mark_orphans_in_doubt(&self) -> Result<(), StoreError> {
+        let mut marked = 0usize;
+        for entry in self.tree.iter() {
+            let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
+            let Ok(record) = decode(&key, &bytes) else { continue };
+            if record.status == Status::InFlight {
+                let doubt = record.in_doubt(now_ms());
+                tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
+                self.cas(&key, Some(&bytes), Some(&doubt))?;
+                marked += 1;
+            }
+        }
+        if marked > 0 {
+            self.durable_blocking()?;
+        }
+        Ok(())
+    }
+
+    fn durable_blocking(&self) -> Result<(), StoreError> {
+        match self.ticket() {
+            Some(ticket) => crate::exec::block_on(ticket),
+            None => Ok(()),
+        }
+    }
+
+    fn ticket(&self) -> Option<Ticket> {
+        self.syncer.as_ref().map(Syncer::request)
+    }
+
+    fn read(&self, key: &str) -> Result<Option<(sled::IVec, Record)>, StoreError> {
+        match self.tree.get(key.as_bytes()) {
+            Ok(Some(bytes)) => decode(key.as_bytes(), &bytes).map(|r| Some((bytes, r))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(io_error(&self.path, "cannot read", e)),
+        }
+    }
+
+    /// sled's compare-and-swap; `Ok(false)` when the stored bytes were not `old`.
+    fn cas(&self, key: &[u8], old: Option<&[u8]>, new: Option<&Record>) -> Result<bool, StoreError> {
+        let new = new.map(encode);
+        match self.tree.compare_and_swap(key, old, new) {
+            Ok(Ok(())) => Ok(true),
+            Ok(Err(_)) => Ok(false),
+            Err(e) => Err(io_error(&self.path, "cannot write to", e)),
+        }
+    }
+
+    fn replace_now(&self, current: &Record, new: Option<&Record>) -> Result<bool, StoreError> {
+        match self.read(&current.key)? {
+            Some((bytes, stored)) if same_state(&stored, current) => {
+                self.cas(current.key.as_bytes(), Some(&bytes), new)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+impl Store for SledStore {
+    fn owner_id(&self) -> &str {
+        &self.owner
+    }
+
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move {
+            let key = record.key.as_bytes();
+            let bytes = encode(record);
+            let existing = self
+                .tree
+                .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
+                .map_err(|e| io_error(&self.path, "cannot write to", e))?;
+            match existing {
+                Ok(()) => {
+                    if let Some(ticket) = self.ticket() {
+                        ticket.await?;
+                    }
+                    Ok(None)
+                }
+                Err(conflict) => match conflict.current {
+                    Some(bytes) => decode(key, &bytes).map(Some),
+                    // Cannot happen for an expected value of None, but a removal racing with
+                    // this call is harmless: report no record and let the engine retry.
+                    None => Ok(None),
+                },
+            }
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move { Ok(self.read(key)?.map(|(_, r)| r)) })
+    }
+
+    fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let swapped = self.replace_now(current, new)?;
+            if swapped {
+                if let Some(ticket) = self.ticket() {
+                    ticket.await?;
+                }
+            }
+            Ok(swapped)
+        })
+    }
+
+    fn replace_detached(&self, current: &Record, new: Option<Record>) {
+        match self.replace_now(current, new.as_ref()) {
+            Ok(true) => {
+                // Start a sync but do not wait for it: a crash before it lands leaves the record
+                // in flight, which the next open marks in doubt, the same outcome.
+                drop(self.ticket());
+            }
+            Ok(false) => {}
+            Err(e) => tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record"),
+        }
+    }
+
+    fn changed<'a>(
+        &'a self,
+        key: &'a str,
+        seen: &'a Record,
+        deadline: Instant,
+    ) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move {
+            // Subscribe before reading, so that a change between the read and the wait is seen.
+            let subscriber = self.tree.watch_prefix(key.as_bytes());
+            let current = self.read(key)?.map(|(_, r)| r);
+            match &current {
+                Some(record) if same_state(record, seen) => {}
+                _ => return Ok(current),
+            }
+            let _ = crate::exec::until(subscriber, deadline).await;
+            Ok(self.read(key)?.map(|(_, r)| r))
+        })
+    }
+
+    fn owner_alive(&self, record: &Record) -> bool {
+        // sled is single-process: only this instance can be running a body.
+        record.owner == self.owner
+    }
+
+    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+        Box::pin(async move {
+            let mut records = Vec::new();
+            for entry in self.tree.iter() {
+                let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
+                records.push(decode(&key, &bytes)?);
+            }
+            Ok(records)
+        })
+    }
+
+    fn size_on_disk(&self) -> Option<u64> {
+        self.db.size_on_disk().ok()
+    }
+
+    fn default_wait(&self) -> Duration {
+        self.default_wait
+    }
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.path)
+            .field("owner", &self.owner)
+            .field("durability", &self.durability)
+            .finish()
+    }
+}

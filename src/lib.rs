@@ -1,0 +1,22 @@
+//! # idem: tool calls that are safe to retry
+//!
+//! An agent retries its tools twice over: the orchestration loop on errors, and the model when
+//! it reads a timeout. A write that cannot tell it already ran then runs twice. `idem` gives every
+//! intended effect a stable key derived from the intent (tool, arguments, scope), reserves it
+//! atomically in a durable store, runs the effect once, records the result and replays it to
+//! every later attempt. Where a crash leaves it unknown whether an effect landed, the key is
+//! reported in doubt instead of guessed.
+
+pub use idem_macros::{idempotent, read, write};
+pub use idem_runtime::{
+    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    set_default_store, try_current_key, Args, Call, Durability, Error, InDoubtPolicy, Key, Record,
+    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
+};
+
+/// The only contract between the macros and the runtime: generated code names these items by
+/// absolute path. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use idem_runtime::*;
+}
