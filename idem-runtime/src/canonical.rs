@@ -67,6 +67,16 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
 /// The fingerprint of canonical arguments: the lower-case hex SHA-256 of the text, all 64
 /// digits. A record keeps it so that a later call under the same key with different arguments
 /// can be told apart.
+///
+/// # Examples
+///
+/// ```
+/// let canonical = idem_runtime::canonical_json(&serde_json::json!({})).unwrap();
+/// assert_eq!(
+///     idem_runtime::fingerprint(&canonical),
+///     "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+/// );
+/// ```
 pub fn fingerprint(canonical: &str) -> String {
     sha256_hex(&[canonical.as_bytes()])
 }
@@ -272,7 +282,9 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<Node> {
-        Ok(Node::Array(v.iter().map(|b| Node::Int(b.to_string())).collect()))
+        Ok(Node::Array(
+            v.iter().map(|b| Node::Int(b.to_string())).collect(),
+        ))
     }
 
     fn serialize_none(self) -> Result<Node> {
@@ -338,15 +350,24 @@ impl ser::Serializer for NodeSerializer {
         variant: &'static str,
         len: usize,
     ) -> Result<VariantBuilder<SeqBuilder>> {
-        Ok(VariantBuilder { variant, inner: SeqBuilder(Vec::with_capacity(len)) })
+        Ok(VariantBuilder {
+            variant,
+            inner: SeqBuilder(Vec::with_capacity(len)),
+        })
     }
 
     fn serialize_map(self, _len: Option<usize>) -> Result<MapBuilder> {
-        Ok(MapBuilder { entries: BTreeMap::new(), key: None })
+        Ok(MapBuilder {
+            entries: BTreeMap::new(),
+            key: None,
+        })
     }
 
     fn serialize_struct(self, name: &'static str, _len: usize) -> Result<StructBuilder> {
-        Ok(StructBuilder { name, entries: BTreeMap::new() })
+        Ok(StructBuilder {
+            name,
+            entries: BTreeMap::new(),
+        })
     }
 
     fn serialize_struct_variant(
@@ -356,7 +377,13 @@ impl ser::Serializer for NodeSerializer {
         variant: &'static str,
         _len: usize,
     ) -> Result<VariantBuilder<StructBuilder>> {
-        Ok(VariantBuilder { variant, inner: StructBuilder { name: "", entries: BTreeMap::new() } })
+        Ok(VariantBuilder {
+            variant,
+            inner: StructBuilder {
+                name: "",
+                entries: BTreeMap::new(),
+            },
+        })
     }
 }
 
@@ -451,7 +478,8 @@ impl ser::SerializeStruct for StructBuilder {
         key: &'static str,
         value: &T,
     ) -> Result<()> {
-        self.entries.insert(key.to_owned(), value.serialize(NodeSerializer)?);
+        self.entries
+            .insert(key.to_owned(), value.serialize(NodeSerializer)?);
         Ok(())
     }
 
@@ -464,7 +492,9 @@ impl ser::SerializeStruct for StructBuilder {
         match (self.entries.remove(token), self.entries.is_empty()) {
             (Some(Node::Str(text)), true) if token == NUMBER_TOKEN => number_from_text(&text),
             (Some(Node::Str(text)), true) => raw_value(&text),
-            _ => Err(Refusal(format!("serde_json's {token} did not hold its text"))),
+            _ => Err(Refusal(format!(
+                "serde_json's {token} did not hold its text"
+            ))),
         }
     }
 }

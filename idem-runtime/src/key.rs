@@ -119,11 +119,15 @@ impl Key {
     /// assert!(Key::parse("82e1e1a3").is_err());
     /// ```
     pub fn parse(s: &str) -> Result<Key, Error> {
-        let is_key = s.len() == KEY_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        let is_key =
+            s.len() == KEY_LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if is_key {
             Ok(Key(s.to_owned()))
         } else {
-            Err(Error::Key { tool: "-".into(), reason: not_a_key(s) })
+            Err(Error::Key {
+                tool: "-".into(),
+                reason: not_a_key(s),
+            })
         }
     }
 
