@@ -1,0 +1,112 @@
+//! The command line, as DESIGN.md lists it.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgGroup, Parser, Subcommand};
+use idem_runtime::Status;
+
+use crate::duration::parse_duration;
+
+/// Inspect, settle and purge the records of an idem store; compute the key of a call.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, about, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// The store: a sled directory, or a postgres:// URL [default: $IDEM_STORE, else ./idem.sled]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub(crate) store: Option<OsString>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Print the key the crate derives for a call (needs no store)
+    Key {
+        /// The tool name that goes into the key
+        #[arg(long, value_name = "T")]
+        tool: String,
+        /// The scope text that goes into the key
+        #[arg(long, value_name = "S", allow_hyphen_values = true)]
+        scope: String,
+        /// The arguments as a JSON object, e.g. '{"amount":4200}'
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
+        args: String,
+        /// Print an object with the key and the canonical JSON of the arguments
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// List records, newest first
+    Ls {
+        /// Only records with this status
+        #[arg(long, value_name = "STATUS", value_parser = parse_status)]
+        status: Option<Status>,
+        /// Only records of this tool
+        #[arg(long, value_name = "T")]
+        tool: Option<String>,
+        /// One JSON object per line instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Print one record with its result
+    Show {
+        /// The key, as `idem ls` prints it
+        key: String,
+        /// Print the record as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Settle an in-doubt record: --release if the effect did not land, --done JSON if it did
+    #[command(group(ArgGroup::new("resolution").required(true).args(["release", "done"])))]
+    Resolve {
+        /// The key, as `idem ls` prints it
+        key: String,
+        /// The effect did not land: delete the record so that the next call runs the body
+        #[arg(long)]
+        release: bool,
+        /// The effect landed with this result (JSON): later calls replay it
+        #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
+        done: Option<String>,
+    },
+
+    /// Remove finished records; never in-flight or in-doubt ones
+    #[command(group(ArgGroup::new("which").required(true).args(["older_than", "expired"])))]
+    Purge {
+        /// Remove done records finished longer ago than this (30d, 12h, 15m, 90s, 500ms)
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        older_than: Option<Duration>,
+        /// Remove done records whose ttl has passed
+        #[arg(long)]
+        expired: bool,
+    },
+
+    /// Count records by status and by tool, and give the store's size on disk
+    Stats,
+}
+
+/// Accepts only the names the command prints (`in_flight` and the like are the runtime's
+/// spellings, not this command's).
+fn parse_status(text: &str) -> Result<Status, String> {
+    match text {
+        "in-flight" => Ok(Status::InFlight),
+        "done" => Ok(Status::Done),
+        "in-doubt" => Ok(Status::InDoubt),
+        other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

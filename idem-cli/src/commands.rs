@@ -1,0 +1,222 @@
+//! One function per command. Usage is checked before the store is opened, so that a typo is
+//! reported as such even when the store is missing or held.
+
+use std::io::Write;
+use std::time::Duration;
+
+use idem_runtime::admin::{self, Filter, Purge, Resolution};
+use idem_runtime::{now_ms, Error, Key, Record, Status, Store};
+
+use crate::cli::{Cli, Command};
+use crate::failure::Failure;
+use crate::output::{age, cell, size, table, timestamp};
+use crate::{args, store};
+
+type Out<'a> = &'a mut dyn Write;
+
+pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
+    let location = cli.store.as_deref();
+    match cli.command {
+        Command::Key { tool, scope, args, json } => key(&tool, &scope, &args, json, out),
+        Command::Ls { status, tool, json } => {
+            let store = store::open(location)?;
+            ls(store.as_ref(), Filter { status, tool }, json, out)
+        }
+        Command::Show { key, json } => {
+            let key = Key::parse(&key)?;
+            let store = store::open(location)?;
+            show(store.as_ref(), &key, json, out)
+        }
+        Command::Resolve { key, release, done } => {
+            let key = Key::parse(&key)?;
+            let resolution = match (release, done) {
+                (true, None) => Resolution::Release,
+                (false, Some(result)) => Resolution::Done(
+                    serde_json::from_str(&result)
+                        .map_err(|e| Failure::usage(format!("--done is not valid JSON: {e}; quote a string result, as in --done '\"ch_1\"'")))?,
+                ),
+                _ => return Err(Failure::usage("give exactly one of --release and --done JSON")),
+            };
+            let store = store::open(location)?;
+            resolve(store.as_ref(), &key, resolution, out)
+        }
+        Command::Purge { older_than, expired } => {
+            let which = match (older_than, expired) {
+                (Some(age), false) => Purge::OlderThan(age),
+                (None, true) => Purge::Expired,
+                _ => return Err(Failure::usage("give exactly one of --older-than DURATION and --expired")),
+            };
+            let store = store::open(location)?;
+            purge(store.as_ref(), which, out)
+        }
+        Command::Stats => {
+            let store = store::open(location)?;
+            stats(store.as_ref(), out)
+        }
+    }
+}
+
+fn write_failed(e: std::io::Error) -> Failure {
+    Failure::failed(format!("cannot write the output: {e}"))
+}
+
+fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let args = args::parse_args(args).map_err(Failure::usage)?;
+    let canonical = idem_runtime::canonical_json(&args).map_err(|e| match e {
+        Error::Key { reason, .. } => Failure::usage(format!("--args has no canonical JSON: {reason}")),
+        other => other.into(),
+    })?;
+    let key = Key::derive_canonical(tool, scope, &canonical);
+    if json {
+        let line = serde_json::json!({
+            "key": key.as_str(),
+            "tool": tool,
+            "scope": scope,
+            "canonical": canonical,
+        });
+        writeln!(out, "{line}").map_err(write_failed)
+    } else {
+        writeln!(out, "{key}").map_err(write_failed)
+    }
+}
+
+fn ls(store: &dyn Store, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let records = admin::list(store, &filter)?;
+    if json {
+        for record in &records {
+            let line = serde_json::to_string(record).map_err(|e| Failure::failed(e.to_string()))?;
+            writeln!(out, "{line}").map_err(write_failed)?;
+        }
+        return Ok(());
+    }
+    if records.is_empty() {
+        return writeln!(out, "no records").map_err(write_failed);
+    }
+    let now = now_ms();
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.clone(),
+                cell(&r.tool),
+                cell(&r.scope),
+                r.status.to_string(),
+                r.attempts.to_string(),
+                age(now, r.created_at),
+            ]
+        })
+        .collect();
+    let text = table(&["KEY", "TOOL", "SCOPE", "STATUS", "ATTEMPTS", "AGE"], &rows);
+    out.write_all(text.as_bytes()).map_err(write_failed)
+}
+
+fn show(store: &dyn Store, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let record = admin::show(store, key)?;
+    if json {
+        let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
+        return writeln!(out, "{line}").map_err(write_failed);
+    }
+    out.write_all(describe(&record, now_ms()).as_bytes()).map_err(write_failed)
+}
+
+/// A record for people: one field per line, times with their age.
+fn describe(record: &Record, now: u64) -> String {
+    let when = |ms: u64| format!("{} ({} ago)", timestamp(ms), age(now, ms));
+    let mut rows = vec![
+        ("key", record.key.clone()),
+        ("status", record.status.to_string()),
+        ("tool", cell(&record.tool)),
+        ("scope", cell(&record.scope)),
+        ("attempts", record.attempts.to_string()),
+        ("owner", record.owner.clone()),
+        ("created", when(record.created_at)),
+        ("updated", when(record.updated_at)),
+        ("completed", record.completed_at.map_or_else(|| "-".to_owned(), when)),
+        (
+            "expires",
+            match record.expires_at {
+                Some(at) if at <= now => format!("{} (expired)", timestamp(at)),
+                Some(at) => timestamp(at),
+                None => "never (kept until purged)".to_owned(),
+            },
+        ),
+    ];
+    if let Some(lease) = record.lease_until {
+        rows.push(("lease until", timestamp(lease)));
+    }
+    rows.push(("args sha256", record.args_fingerprint.clone()));
+    rows.push((
+        "result",
+        record.result.as_ref().map_or_else(|| "-".to_owned(), |result| result.to_string()),
+    ));
+    let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+    rows.iter().map(|(name, value)| format!("{name:<width$}  {value}\n")).collect()
+}
+
+fn resolve(store: &dyn Store, key: &Key, resolution: Resolution, out: Out<'_>) -> Result<(), Failure> {
+    match admin::resolve(store, key, resolution)? {
+        None => writeln!(out, "released {key}: the next call runs the body"),
+        Some(record) => {
+            let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
+            writeln!(out, "settled {key} as done: later calls replay {result}")
+        }
+    }
+    .map_err(write_failed)
+}
+
+fn purge(store: &dyn Store, which: Purge, out: Out<'_>) -> Result<(), Failure> {
+    let removed = admin::purge(store, which)?;
+    let noun = if removed == 1 { "record" } else { "records" };
+    let why = match which {
+        Purge::Expired => "expired".to_owned(),
+        Purge::OlderThan(age) => format!("finished more than {} ago", human_duration(age)),
+    };
+    writeln!(out, "removed {removed} done {noun} ({why})").map_err(write_failed)
+}
+
+fn human_duration(duration: Duration) -> String {
+    let ms = duration.as_millis();
+    match ms {
+        ms if ms % 86_400_000 == 0 && ms > 0 => format!("{}d", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 && ms > 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 && ms > 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+fn stats(store: &dyn Store, out: Out<'_>) -> Result<(), Failure> {
+    let stats = admin::stats(store)?;
+    let count = |status: Status| stats.by_status.get(status.as_str()).copied().unwrap_or(0);
+    let mut by_status: Vec<Vec<String>> = [Status::InFlight, Status::Done, Status::InDoubt]
+        .into_iter()
+        .map(|status| vec![status.to_string(), count(status).to_string()])
+        .collect();
+    let total: u64 = stats.by_status.values().sum();
+    by_status.push(vec!["total".to_owned(), total.to_string()]);
+    let by_tool: Vec<Vec<String>> =
+        stats.by_tool.iter().map(|(tool, n)| vec![cell(tool), n.to_string()]).collect();
+    let mut text = table(&["STATUS", "RECORDS"], &by_status);
+    text.push('\n');
+    text.push_str(&table(&["TOOL", "RECORDS"], &by_tool));
+    text.push('\n');
+    match stats.size_on_disk {
+        Some(bytes) => text.push_str(&format!("size on disk: {}\n", size(bytes))),
+        None => text.push_str("size on disk: unknown (this store cannot tell)\n"),
+    }
+    out.write_all(text.as_bytes()).map_err(write_failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_purge_ages_in_their_largest_unit() {
+        assert_eq!(human_duration(Duration::from_secs(30 * 86_400)), "30d");
+        assert_eq!(human_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(human_duration(Duration::from_secs(900)), "15m");
+        assert_eq!(human_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(human_duration(Duration::ZERO), "0s");
+    }
+}
