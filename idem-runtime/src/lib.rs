@@ -6,7 +6,13 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+#[doc(hidden)]
+pub mod bounds;
 mod canonical;
+mod classify;
+#[cfg(feature = "conformance")]
+#[doc(hidden)]
+pub mod conformance;
 mod default;
 mod engine;
 mod error;
@@ -14,13 +20,16 @@ pub mod exec;
 mod failpoint;
 mod key;
 mod record;
+mod retry;
 mod store;
 
 pub use canonical::{canonical_json, fingerprint};
+pub use classify::{Annotations, Classified, Kind, RetrySafe, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, try_current_key, Args, Call, InDoubtPolicy};
 pub use error::{Error, StoreError};
 pub use key::Key;
 pub use record::{now_ms, Record, Status};
+pub use retry::Backoff;
 pub use store::sled::{SledStore, SledStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};

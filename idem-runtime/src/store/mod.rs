@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::StoreError;
 use crate::record::Record;
 
+mod notify;
 pub(crate) mod sled;
 pub(crate) mod sync;
 

@@ -3,8 +3,10 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
@@ -37,6 +39,7 @@ pub struct SledStore {
     durability: Durability,
     default_wait: Duration,
     syncer: Option<Syncer>,
+    hub: Arc<Hub>,
 }
 
 /// Options for [`SledStore`]: durability, cache size and the default wait.
@@ -216,6 +219,7 @@ impl SledStore {
             durability: options.durability,
             default_wait: options.default_wait,
             syncer,
+            hub: Arc::default(),
         };
         store.mark_orphans_in_doubt()?;
         Ok(store)
@@ -273,7 +277,10 @@ impl SledStore {
     fn cas(&self, key: &[u8], old: Option<&[u8]>, new: Option<&Record>) -> Result<bool, StoreError> {
         let new = new.map(encode);
         match self.tree.compare_and_swap(key, old, new) {
-            Ok(Ok(())) => Ok(true),
+            Ok(Ok(())) => {
+                self.hub.notify(&String::from_utf8_lossy(key));
+                Ok(true)
+            }
             Ok(Err(_)) => Ok(false),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
         }
@@ -304,6 +311,7 @@ impl Store for SledStore {
                 .map_err(|e| io_error(&self.path, "cannot write to", e))?;
             match existing {
                 Ok(()) => {
+                    self.hub.notify(&record.key);
                     if let Some(ticket) = self.ticket() {
                         ticket.await?;
                     }
@@ -354,21 +362,23 @@ impl Store for SledStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
-            // Subscribe before reading, so that a change between the read and the wait is seen.
-            let subscriber = self.tree.watch_prefix(key.as_bytes());
+            // Watch before reading, so that a change between the read and the wait is seen.
+            let watch = self.hub.watch(key);
             let current = self.read(key)?.map(|(_, r)| r);
             match &current {
                 Some(record) if same_state(record, seen) => {}
                 _ => return Ok(current),
             }
-            let _ = crate::exec::until(subscriber, deadline).await;
+            let _ = crate::exec::until(watch, deadline).await;
             Ok(self.read(key)?.map(|(_, r)| r))
         })
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
-        // sled is single-process: only this instance can be running a body.
-        record.owner == self.owner
+        // sled is single-process: only this instance can be running a body. Owners are
+        // `<instance>#<call>`.
+        record.owner.split_once('#').map_or(record.owner.as_str(), |(instance, _)| instance)
+            == self.owner
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Record>> {

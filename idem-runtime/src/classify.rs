@@ -1,0 +1,89 @@
+//! What each attribute says about a tool, known at compile time: its [`Kind`], and the MCP
+//! annotation hints that follow from it.
+
+/// How a tool touches the world, as its attribute declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `#[idem::read]`: no effect; repeating it is harmless.
+    Read,
+    /// `#[idem::idempotent(scope = …)]`: an effect keyed by intent, applied once however often
+    /// the call repeats.
+    Idempotent {
+        /// The scope as written in the attribute (`"order_id"`, `"req.order_id"`).
+        scope: &'static str,
+    },
+    /// `#[idem::write]`: an effect with no key; repeating it repeats the effect.
+    Write,
+}
+
+/// The classification of one tool: its name (the one in its keys) and its [`Kind`].
+///
+/// Every function under `#[idem::read]`, `#[idem::idempotent]` or `#[idem::write]` has one,
+/// read with [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
+///
+/// ```ignore
+/// #[idem::read]
+/// fn get_balance(customer: &str) -> Result<u64, PayError> { … }
+///
+/// const INFO: idem::ToolInfo = idem::tool_info!(get_balance);
+/// assert_eq!(INFO.kind, idem::Kind::Read);
+/// assert!(INFO.annotations().read_only_hint);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ToolInfo {
+    /// The tool's name: the function's, or the one pinned with `tool = "…"`.
+    pub name: &'static str,
+    /// How the tool touches the world.
+    pub kind: Kind,
+}
+
+impl ToolInfo {
+    /// Whether repeating the call is harmless: true for reads and idempotent writes.
+    pub const fn retry_safe(&self) -> bool {
+        matches!(self.kind, Kind::Read | Kind::Idempotent { .. })
+    }
+
+    /// The MCP tool annotation hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) that
+    /// this classification implies.
+    pub const fn annotations(&self) -> Annotations {
+        match self.kind {
+            Kind::Read => Annotations { read_only_hint: true, idempotent_hint: true, destructive_hint: false },
+            // An idempotent write still changes the world, and whether that change is only
+            // additive is not something the attribute knows: keep MCP's cautious default.
+            Kind::Idempotent { .. } => {
+                Annotations { read_only_hint: false, idempotent_hint: true, destructive_hint: true }
+            }
+            Kind::Write => Annotations { read_only_hint: false, idempotent_hint: false, destructive_hint: true },
+        }
+    }
+}
+
+/// MCP tool annotation hints, as data: copy them into the tool's `annotations` when registering
+/// it with an MCP server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Annotations {
+    /// `readOnlyHint`: the tool does not modify its environment.
+    pub read_only_hint: bool,
+    /// `idempotentHint`: calling it again with the same arguments has no further effect.
+    pub idempotent_hint: bool,
+    /// `destructiveHint`: the tool may change or delete what is already there.
+    pub destructive_hint: bool,
+}
+
+/// A tool whose classification is known at compile time. The attributes implement it on a
+/// hidden companion type named like the function; read it with `idem::tool_info!`.
+pub trait Classified {
+    /// The tool's classification.
+    const INFO: ToolInfo;
+}
+
+/// A classified tool that is safe to call again: a `#[read]` or an `#[idempotent]` one.
+/// `idem::retry!` takes only these.
+#[diagnostic::on_unimplemented(
+    message = "this function is not known to be safe to retry",
+    label = "not a #[idem::read] or #[idem::idempotent] tool",
+    note = "retry! repeats the call, so it takes only tools whose repetition is harmless: mark a \
+            read `#[idem::read]`, or key the write with `#[idem::idempotent(scope = \"…\")]`; a \
+            `#[idem::write]` or an unclassified function is never retried"
+)]
+pub trait RetrySafe: Classified {}

@@ -1,0 +1,533 @@
+//! The store conformance suite: every check of the engine's contract, written once against the
+//! [`Store`] interface, so that each backend runs the same suite. Enabled by the `conformance`
+//! feature; each check panics with a message that says what broke.
+//!
+//! ```ignore
+//! idem_runtime::conformance_suite!(my_store_factory);
+//! ```
+
+#![allow(missing_docs)]
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::admin::{self, Filter, Purge, Resolution};
+use crate::exec::block_on;
+use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
+
+/// What a factory hands the suite: a store, optionally with something that must live as long
+/// (a temp dir).
+pub trait Subject {
+    /// The store under test.
+    fn store(&self) -> Arc<dyn Store>;
+}
+
+impl Subject for Arc<dyn Store> {
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(self)
+    }
+}
+
+impl<G> Subject for (Arc<dyn Store>, G) {
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.0)
+    }
+}
+
+/// Expands to one `#[test]` per check, each with a fresh subject from `$make`
+/// (`fn() -> Option<impl Subject>`; `None` skips, for a backend that is not reachable).
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:path) => {
+        $crate::conformance_suite!(@tests $make;
+            runs_once_and_replays, replays_typed_result, releases_on_error,
+            panic_leaves_in_doubt_and_rerun_takes_over, dropped_future_leaves_in_doubt,
+            waiter_gets_owner_result, waiter_takes_over_after_release, waiter_times_out,
+            expired_record_runs_again, replay_mismatch_is_an_error_and_keeps_record,
+            one_key_many_threads_runs_once, one_key_many_tasks_runs_once,
+            distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
+            bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key);
+    };
+    (@tests $make:path; $($check:ident),*) => {
+        $(
+            #[test]
+            fn $check() {
+                match $make() {
+                    Some(subject) => $crate::conformance::$check(
+                        $crate::conformance::Subject::store(&subject),
+                    ),
+                    None => eprintln!("skipped: no store for the conformance suite"),
+                }
+            }
+        )*
+    };
+}
+
+static NONCE: AtomicU64 = AtomicU64::new(0);
+
+/// A scope no other check (or earlier run on a shared backend) uses.
+fn scope(name: &str) -> String {
+    format!(
+        "{name}-{}-{}-{}",
+        std::process::id(),
+        crate::now_ms(),
+        NONCE.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn call(store: &Arc<dyn Store>, tool: &str, scope: &str) -> Call {
+    Call::new(tool, scope, &serde_json::json!({ "amount": 4200, "customer": "cus_123" }))
+        .expect("plain arguments derive a key")
+        .store(Arc::clone(store))
+}
+
+fn status(store: &Arc<dyn Store>, key: &Key) -> Option<Status> {
+    block_on(store.get(key.as_str())).expect("the store answers get").map(|r| r.status)
+}
+
+/// Waits, boundedly, for a detached write (from a `Drop`) to land.
+fn eventually_status(store: &Arc<dyn Store>, key: &Key, want: Status) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while status(store, key) != Some(want) {
+        assert!(Instant::now() < until, "key {key} never became {want}: {:?}", status(store, key));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn runs_once_and_replays(store: Arc<dyn Store>) {
+    let scope = scope("once");
+    let runs = AtomicUsize::new(0);
+    for attempt in 0..3 {
+        let got: Result<String, Error> = call(&store, "charge_card", &scope).run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(format!("ch_{attempt}"))
+        });
+        assert_eq!(got.expect("call succeeds"), "ch_0", "every attempt gets the first result");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let record = block_on(store.get(key.as_str())).unwrap().expect("the record is kept");
+    assert_eq!(record.status, Status::Done);
+    assert_eq!(record.tool, "charge_card");
+    assert_eq!(record.scope, scope);
+    assert_eq!(record.attempts, 1);
+    assert_eq!(record.args_fingerprint.len(), 64, "a sha256 fingerprint, never raw arguments");
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Charge {
+    id: String,
+    amount: u64,
+    tags: Vec<String>,
+}
+
+pub fn replays_typed_result(store: Arc<dyn Store>) {
+    let scope = scope("typed");
+    let first = Charge { id: "ch_1".into(), amount: 4200, tags: vec!["a".into()] };
+    let got: Charge =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(Charge { ..first_clone(&first) })).unwrap();
+    assert_eq!(got, first);
+    let replayed: Charge = call(&store, "charge_card", &scope)
+        .run(|| -> Result<Charge, Error> { panic!("the body must not run on replay") })
+        .unwrap();
+    assert_eq!(replayed, first);
+}
+
+fn first_clone(c: &Charge) -> Charge {
+    Charge { id: c.id.clone(), amount: c.amount, tags: c.tags.clone() }
+}
+
+#[derive(Debug)]
+enum ToolError {
+    Declined,
+    #[allow(dead_code)] // read through Debug in failure messages
+    Idem(Error),
+}
+
+impl From<Error> for ToolError {
+    fn from(e: Error) -> Self {
+        ToolError::Idem(e)
+    }
+}
+
+pub fn releases_on_error(store: Arc<dyn Store>) {
+    let scope = scope("release");
+    let runs = AtomicUsize::new(0);
+    let first: Result<u32, ToolError> = call(&store, "charge_card", &scope).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Err(ToolError::Declined)
+    });
+    assert!(matches!(first, Err(ToolError::Declined)), "the body's error comes back: {first:?}");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    assert_eq!(status(&store, &key), None, "an error releases the key");
+    let second: Result<u32, ToolError> = call(&store, "charge_card", &scope).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(7)
+    });
+    assert_eq!(second.unwrap(), 7);
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "a released key runs again");
+}
+
+pub fn panic_leaves_in_doubt_and_rerun_takes_over(store: Arc<dyn Store>) {
+    let scope = scope("panic");
+    let key = call(&store, "send_email", &scope).key().clone();
+    let panicked = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<(), Error> = call(&store, "send_email", &scope).run(|| panic!("mid-effect"));
+    }));
+    assert!(panicked.is_err(), "the panic goes on to the caller");
+    eventually_status(&store, &key, Status::InDoubt);
+
+    let runs = AtomicUsize::new(0);
+    let failed: Result<(), Error> = call(&store, "send_email", &scope).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    });
+    match failed {
+        Err(Error::InDoubt { key: k, tool, .. }) => {
+            assert_eq!(k, key.as_str());
+            assert_eq!(tool, "send_email");
+        }
+        other => panic!("expected InDoubt, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "in doubt under `fail` runs nothing");
+
+    let rerun: Result<String, Error> = call(&store, "send_email", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok("sent".to_string())
+    });
+    assert_eq!(rerun.unwrap(), "sent");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "`rerun` runs the body again");
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!((record.status, record.attempts), (Status::Done, 2));
+}
+
+pub fn dropped_future_leaves_in_doubt(store: Arc<dyn Store>) {
+    let scope = scope("dropped");
+    let key = call(&store, "open_ticket", &scope).key().clone();
+    let started = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&started);
+    let mut future = Box::pin(call(&store, "open_ticket", &scope).run_async(move || async move {
+        flag.store(true, Ordering::SeqCst);
+        std::future::pending::<Result<u32, Error>>().await
+    }));
+    let waker = Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let until = Instant::now() + Duration::from_secs(10);
+    while !started.load(Ordering::SeqCst) {
+        assert!(Instant::now() < until, "the body never started");
+        assert!(matches!(future.as_mut().poll(&mut cx), Poll::Pending));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(future);
+    eventually_status(&store, &key, Status::InDoubt);
+}
+
+pub fn waiter_gets_owner_result(store: Arc<dyn Store>) {
+    let scope = scope("wait");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let owner = {
+        let (store, scope, runs) = (Arc::clone(&store), scope.clone(), Arc::clone(&runs));
+        std::thread::spawn(move || -> Result<String, Error> {
+            call(&store, "book_room", &scope).run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                entered_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                Ok("room-1".to_string())
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let waiter = {
+        let (store, scope, runs) = (Arc::clone(&store), scope.clone(), Arc::clone(&runs));
+        std::thread::spawn(move || -> Result<String, Error> {
+            call(&store, "book_room", &scope).wait(Duration::from_secs(20)).run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok("room-2".to_string())
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let finished = Instant::now();
+    finish_tx.send(()).unwrap();
+    assert_eq!(owner.join().unwrap().unwrap(), "room-1");
+    assert_eq!(waiter.join().unwrap().unwrap(), "room-1", "the waiter gets the owner's result");
+    let waited = finished.elapsed();
+    assert!(waited < Duration::from_secs(5), "the waiter woke on the change, not by timing out ({waited:?})");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+pub fn waiter_takes_over_after_release(store: Arc<dyn Store>) {
+    let scope = scope("takeover");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let owner = {
+        let (store, scope, runs) = (Arc::clone(&store), scope.clone(), Arc::clone(&runs));
+        std::thread::spawn(move || -> Result<String, ToolError> {
+            call(&store, "book_room", &scope).run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                entered_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                Err(ToolError::Declined)
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let waiter = {
+        let (store, scope, runs) = (Arc::clone(&store), scope.clone(), Arc::clone(&runs));
+        std::thread::spawn(move || -> Result<String, ToolError> {
+            call(&store, "book_room", &scope).wait(Duration::from_secs(20)).run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok("room-2".to_string())
+            })
+        })
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    finish_tx.send(()).unwrap();
+    assert!(matches!(owner.join().unwrap(), Err(ToolError::Declined)));
+    assert_eq!(waiter.join().unwrap().unwrap(), "room-2", "the waiter runs once the owner releases");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+pub fn waiter_times_out(store: Arc<dyn Store>) {
+    let scope = scope("timeout");
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let owner = {
+        let (store, scope) = (Arc::clone(&store), scope.clone());
+        std::thread::spawn(move || -> Result<u8, Error> {
+            call(&store, "book_room", &scope).run(|| {
+                entered_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                Ok(1)
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let started = Instant::now();
+    let waited: Result<u8, Error> =
+        call(&store, "book_room", &scope).wait(Duration::from_millis(200)).run(|| Ok(2));
+    let took = started.elapsed();
+    match waited {
+        Err(Error::InFlight { tool, .. }) => assert_eq!(tool, "book_room"),
+        other => panic!("expected InFlight after the wait, got {other:?}"),
+    }
+    assert!(took >= Duration::from_millis(200), "it waited the whole wait ({took:?})");
+    assert!(took < Duration::from_secs(5), "and not much longer ({took:?})");
+    finish_tx.send(()).unwrap();
+    assert_eq!(owner.join().unwrap().unwrap(), 1);
+}
+
+pub fn expired_record_runs_again(store: Arc<dyn Store>) {
+    let scope = scope("ttl");
+    let runs = AtomicUsize::new(0);
+    let run = |n: u32| -> u32 {
+        call(&store, "daily_report", &scope)
+            .ttl(Duration::from_millis(50))
+            .run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, Error>(n)
+            })
+            .unwrap()
+    };
+    assert_eq!(run(1), 1);
+    assert_eq!(run(2), 1, "replayed while fresh");
+    std::thread::sleep(Duration::from_millis(120));
+    assert_eq!(run(3), 3, "run again once expired");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+pub fn replay_mismatch_is_an_error_and_keeps_record(store: Arc<dyn Store>) {
+    let scope = scope("mismatch");
+    let _: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".to_string())).unwrap();
+    let wrong: Result<u64, Error> = call(&store, "charge_card", &scope).run(|| Ok(9));
+    let key = call(&store, "charge_card", &scope).key().clone();
+    match wrong {
+        Err(e @ Error::Replay { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains(key.as_str()) && text.contains("charge_card"), "names key and tool: {text}");
+        }
+        other => panic!("expected Replay, got {other:?}"),
+    }
+    let again: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".to_string())).unwrap();
+    assert_eq!(again, "ch_1", "the stored result is intact");
+}
+
+pub fn one_key_many_threads_runs_once(store: Arc<dyn Store>) {
+    let scope = scope("threads");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(64));
+    let handles: Vec<_> = (0..64)
+        .map(|i| {
+            let (store, scope, runs, barrier) =
+                (Arc::clone(&store), scope.clone(), Arc::clone(&runs), Arc::clone(&barrier));
+            std::thread::spawn(move || -> String {
+                barrier.wait();
+                call(&store, "charge_card", &scope)
+                    .run(|| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        Ok::<_, Error>(format!("ch_{i}"))
+                    })
+                    .expect("every caller succeeds")
+            })
+        })
+        .collect();
+    let results: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "64 threads, one key: one run");
+    assert!(results.iter().all(|r| r == &results[0]), "all get the same result: {results:?}");
+}
+
+pub fn one_key_many_tasks_runs_once(store: Arc<dyn Store>) {
+    let scope = scope("tasks");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
+    let results: Vec<String> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|i| {
+                let (store, scope, runs) = (Arc::clone(&store), scope.clone(), Arc::clone(&runs));
+                tokio::spawn(async move {
+                    call(&store, "charge_card", &scope)
+                        .run_async(|| async move {
+                            runs.fetch_add(1, Ordering::SeqCst);
+                            Ok::<_, Error>(format!("ch_{i}"))
+                        })
+                        .await
+                        .expect("every caller succeeds")
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "64 tasks, one key: one run");
+    assert!(results.iter().all(|r| r == &results[0]), "all get the same result: {results:?}");
+}
+
+pub fn distinct_keys_each_run_once(store: Arc<dyn Store>) {
+    let scope = scope("distinct");
+    let counts = Arc::new(Mutex::new(vec![0u32; 500]));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (store, scope, counts) = (Arc::clone(&store), scope.clone(), Arc::clone(&counts));
+            std::thread::spawn(move || {
+                for n in 0..500usize {
+                    let got: usize = Call::new("create_ticket", &scope, &serde_json::json!({ "n": n }))
+                        .unwrap()
+                        .store(Arc::clone(&store))
+                        .run(|| {
+                            counts.lock().unwrap()[n] += 1;
+                            Ok::<_, Error>(n)
+                        })
+                        .unwrap();
+                    assert_eq!(got, n);
+                }
+            })
+        })
+        .collect();
+    handles.into_iter().for_each(|h| h.join().unwrap());
+    let counts = counts.lock().unwrap();
+    assert!(counts.iter().all(|&c| c == 1), "each of 500 keys ran exactly once: {:?}", &counts[..]);
+}
+
+pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
+    let scope = scope("fence");
+    let key = call(&store, "send_email", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<(), Error> = call(&store, "send_email", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let doubtful = block_on(store.get(key.as_str())).unwrap().unwrap();
+    let _: String =
+        call(&store, "send_email", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| Ok::<_, Error>("sent".into())).unwrap();
+    let stale_done = doubtful.done(serde_json::json!("late"), crate::now_ms(), None);
+    assert!(!block_on(store.replace(&doubtful, Some(&stale_done))).unwrap(), "a stale write is refused");
+    assert!(!block_on(store.replace(&doubtful, None)).unwrap(), "a stale release is refused");
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!(record.result, Some(serde_json::json!("sent")), "the new owner's result stands");
+}
+
+pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
+    let scope = scope("operator");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let doubtful = admin::list(store.as_ref(), &Filter { status: Some(Status::InDoubt), tool: None }).unwrap();
+    assert!(doubtful.iter().any(|r| r.key == key.as_str()), "ls --status in-doubt lists it");
+
+    admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO)).expect("purge runs");
+    assert_eq!(status(&store, &key), Some(Status::InDoubt), "purge never removes an in-doubt record");
+
+    admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("ch_manual"))).unwrap();
+    let runs = AtomicUsize::new(0);
+    let got: String = call(&store, "charge_card", &scope)
+        .run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("ch_again".to_string())
+        })
+        .unwrap();
+    assert_eq!((got.as_str(), runs.load(Ordering::SeqCst)), ("ch_manual", 0), "the resolved result replays");
+
+    match admin::resolve(store.as_ref(), &key, Resolution::Release) {
+        Err(Error::NotResolvable { status: Status::Done, .. }) => {}
+        other => panic!("resolving a done record must be refused, got {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    let removed = admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1))).unwrap();
+    assert!(removed >= 1, "the finished record is purged");
+    assert_eq!(status(&store, &key), None);
+}
+
+pub fn bad_arguments_are_refused_and_nothing_is_lost(store: Arc<dyn Store>) {
+    let scope = scope("bad");
+    let kept: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+    let before = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
+    #[derive(serde::Serialize)]
+    struct Ratio {
+        ratio: f64,
+    }
+    match Call::new("charge_card", &scope, &Ratio { ratio: f64::NAN }) {
+        Err(Error::Key { tool, reason }) => {
+            assert_eq!(tool, "charge_card");
+            assert!(reason.to_lowercase().contains("nan"), "the reason names the value: {reason}");
+        }
+        other => panic!("NaN must be refused, got {other:?}"),
+    }
+    struct Refuses;
+    impl serde::Serialize for Refuses {
+        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+            Err(serde::ser::Error::custom("this handle cannot be serialized"))
+        }
+    }
+    assert!(matches!(Call::new("charge_card", &scope, &Refuses), Err(Error::Key { .. })));
+    let after = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
+    assert_eq!(before, after, "no record was added or lost");
+    let replayed: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".into())).unwrap();
+    assert_eq!((kept.as_str(), replayed.as_str()), ("ch_1", "ch_1"));
+}
+
+pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
+    let scope = scope("current");
+    let expected = call(&store, "charge_card", &scope).key().clone();
+    let seen = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::current_key())).unwrap();
+    assert_eq!(seen, expected);
+    assert_eq!(crate::try_current_key(), None, "no key outside a call");
+    let scope2 = format!("{scope}-async");
+    let expected = call(&store, "charge_card", &scope2).key().clone();
+    let seen = block_on(
+        call(&store, "charge_card", &scope2).run_async(|| async { Ok::<_, Error>(crate::current_key()) }),
+    )
+    .unwrap();
+    assert_eq!(seen, expected);
+}

@@ -1,0 +1,86 @@
+//! In-process change notification for the sled store.
+//!
+//! sled 0.34's `watch_prefix` cannot be used race-free here: a writer takes its snapshot of the
+//! subscribers before it applies the write, so a subscriber that registers and then reads in
+//! between sees the old value and never hears of the new one (a waiter then sleeps out its whole
+//! `wait`). sled is single-process, so every write goes through this store: it bumps the key's
+//! epoch after the write lands, and a waiter that read the epoch before the record cannot miss it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+#[derive(Default)]
+struct Slot {
+    epoch: u64,
+    interested: usize,
+    wakers: Vec<Waker>,
+}
+
+#[derive(Default)]
+pub(crate) struct Hub {
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Hub {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers interest in `key`: call before reading the record.
+    pub(crate) fn watch(self: &Arc<Self>, key: &str) -> Watch {
+        let mut slots = self.lock();
+        let slot = slots.entry(key.to_owned()).or_default();
+        slot.interested += 1;
+        Watch { hub: Arc::clone(self), key: key.to_owned(), epoch: slot.epoch }
+    }
+
+    /// Tells the watchers of `key` that it changed: call after the write has landed.
+    pub(crate) fn notify(&self, key: &str) {
+        let wakers = match self.lock().get_mut(key) {
+            Some(slot) => {
+                slot.epoch += 1;
+                std::mem::take(&mut slot.wakers)
+            }
+            None => return,
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Completes once the key has changed since [`Hub::watch`].
+pub(crate) struct Watch {
+    hub: Arc<Hub>,
+    key: String,
+    epoch: u64,
+}
+
+impl Future for Watch {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut slots = self.hub.lock();
+        let slot = slots.get_mut(&self.key).expect("a watched key keeps its slot");
+        if slot.epoch != self.epoch {
+            return Poll::Ready(());
+        }
+        if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            slot.wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut slots = self.hub.lock();
+        if let Some(slot) = slots.get_mut(&self.key) {
+            slot.interested -= 1;
+            if slot.interested == 0 {
+                slots.remove(&self.key);
+            }
+        }
+    }
+}
