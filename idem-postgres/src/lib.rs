@@ -1,0 +1,31 @@
+//! The PostgreSQL store of [idem](https://docs.rs/idem): one store shared by a fleet of agent
+//! workers, in several processes or on several machines.
+//!
+//! sled, the embedded default, takes an exclusive lock on its directory. [`PgStore`] keeps the
+//! records in one PostgreSQL table instead, with the same semantics: a key is reserved by one
+//! atomic insert, finished results replay, concurrent callers wait for the owner (woken by
+//! `LISTEN/NOTIFY`), an owner's lease is renewed by a heartbeat while its body runs, a crashed
+//! owner's record is in doubt for everyone once its lease lapses, and a stale owner's late write
+//! is refused.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), idem_runtime::Error> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let store = idem_postgres::PgStore::builder("postgres://agent@db.internal/agents")
+//!     .lease(Duration::from_secs(10))
+//!     .pool_size(8)
+//!     .connect()?;
+//! idem_runtime::set_default_store(Arc::new(store));
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod lease;
+mod listen;
+mod sql;
+mod store;
+
+pub use store::{PgStore, PgStoreBuilder, DEFAULT_LEASE};

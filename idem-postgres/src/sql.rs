@@ -1,0 +1,267 @@
+//! The table, its triggers, the statements the store runs, and the mapping between rows and
+//! records.
+
+use idem_runtime::{Record, Status, StoreError};
+use tokio_postgres::Row;
+
+/// The database's clock in milliseconds since the Unix epoch: lease times are taken from it, so
+/// that processes on machines with skewed clocks agree on when a lease lapses.
+const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+const COLUMNS: &str = "key, status, tool, scope, owner, attempts, created_at, updated_at, \
+                       completed_at, expires_at, lease_until, args_fingerprint, result";
+
+/// Where the records live: a schema and a table name, both checked to be plain identifiers.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    pub(crate) schema: String,
+    pub(crate) table: String,
+}
+
+/// Schema and table names are plain lower-case identifiers, short enough that the notification
+/// channel derived from them stays within PostgreSQL's 63-byte limit.
+pub(crate) fn check_identifier(what: &str, name: &str) -> Result<(), StoreError> {
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !plain || name.len() > 28 {
+        return Err(StoreError::new(format!(
+            "the {what} name `{name}` is not usable: use 1 to 28 characters among a-z, 0-9 and _, \
+             not starting with a digit"
+        )));
+    }
+    Ok(())
+}
+
+impl Names {
+    /// The table, schema-qualified and quoted.
+    pub(crate) fn qualified(&self) -> String {
+        format!("\"{}\".\"{}\"", self.schema, self.table)
+    }
+
+    /// The channel every change to the table is announced on, with the key as payload.
+    pub(crate) fn channel(&self) -> String {
+        format!("idem_{}_{}", self.schema, self.table)
+    }
+
+    /// The statements that create the table and its triggers; idempotent, and run under an
+    /// advisory lock so that a fleet starting at once does not race on `CREATE … IF NOT EXISTS`.
+    pub(crate) fn migration(&self) -> String {
+        let (schema, table, t) = (&self.schema, &self.table, self.qualified());
+        let function = format!("\"{schema}\".\"{table}_notify\"");
+        let channel = self.channel();
+        format!(
+            r#"
+CREATE SCHEMA IF NOT EXISTS "{schema}";
+CREATE TABLE IF NOT EXISTS {t} (
+    key              text PRIMARY KEY,
+    status           text NOT NULL CHECK (status IN ('in_flight', 'done', 'in_doubt')),
+    tool             text NOT NULL,
+    scope            text NOT NULL,
+    owner            text NOT NULL,
+    attempts         bigint NOT NULL,
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL,
+    completed_at     bigint,
+    expires_at       bigint,
+    lease_until      bigint,
+    args_fingerprint text NOT NULL,
+    result           text
+);
+CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('{channel}', CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
+    RETURN NULL;
+END
+$$;
+DROP TRIGGER IF EXISTS "{table}_notify_insert_delete" ON {t};
+CREATE TRIGGER "{table}_notify_insert_delete" AFTER INSERT OR DELETE ON {t}
+    FOR EACH ROW EXECUTE FUNCTION {function}();
+DROP TRIGGER IF EXISTS "{table}_notify_update" ON {t};
+CREATE TRIGGER "{table}_notify_update" AFTER UPDATE ON {t}
+    FOR EACH ROW
+    WHEN ((OLD.status, OLD.owner, OLD.attempts, OLD.result, OLD.expires_at)
+          IS DISTINCT FROM (NEW.status, NEW.owner, NEW.attempts, NEW.result, NEW.expires_at))
+    EXECUTE FUNCTION {function}();
+"#
+        )
+    }
+}
+
+/// The statements of one table, built once.
+#[derive(Debug)]
+pub(crate) struct Statements {
+    pub(crate) now: String,
+    pub(crate) exists: String,
+    pub(crate) insert: String,
+    pub(crate) get: String,
+    pub(crate) scan: String,
+    pub(crate) update: String,
+    pub(crate) delete: String,
+    pub(crate) renew: String,
+    pub(crate) size: String,
+}
+
+/// The fence shared by `update` and `delete`: the stored record must still be in the state the
+/// caller saw ($2 status, $3 owner, $4 attempts), and an in-flight record may be replaced by
+/// someone other than its owner ($5 = false) only once the owner's lease has lapsed.
+const FENCE: &str = "key = $1 AND status = $2 AND owner = $3 AND attempts = $4 \
+                     AND ($5 OR status <> 'in_flight' OR lease_until IS NULL OR lease_until <= ";
+
+impl Statements {
+    pub(crate) fn new(names: &Names) -> Statements {
+        let t = names.qualified();
+        Statements {
+            now: format!("SELECT {NOW_MS}"),
+            exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
+            // $13 is the lease in milliseconds; an insert is always an in-flight record.
+            insert: format!(
+                "INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                 {NOW_MS} + $13, $11, $12) ON CONFLICT (key) DO NOTHING"
+            ),
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
+            scan: format!("SELECT {COLUMNS} FROM {t}"),
+            // $6.. are the new record; $17 the lease for an in-flight one.
+            update: format!(
+                "UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, attempts = $10, \
+                 created_at = $11, updated_at = $12, completed_at = $13, expires_at = $14, \
+                 args_fingerprint = $15, result = $16, \
+                 lease_until = CASE WHEN $6 = 'in_flight' THEN {NOW_MS} + $17 END \
+                 WHERE {FENCE}{NOW_MS})"
+            ),
+            delete: format!("DELETE FROM {t} WHERE {FENCE}{NOW_MS})"),
+            // Renews every lease in one statement; a lease that has already lapsed is never
+            // revived, so a peer that saw it lapse may take the record over safely.
+            renew: format!(
+                "UPDATE {t} AS r SET lease_until = {NOW_MS} + $4 \
+                 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
+                 WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
+                 AND r.status = 'in_flight' AND r.lease_until > {NOW_MS} \
+                 RETURNING r.key, r.owner, r.attempts"
+            ),
+            size: format!("SELECT pg_total_relation_size('{t}')"),
+        }
+    }
+}
+
+/// The name a status is stored under.
+pub(crate) fn status_text(status: Status) -> &'static str {
+    match status {
+        Status::InFlight => "in_flight",
+        Status::Done => "done",
+        Status::InDoubt => "in_doubt",
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn to_u64(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// The values of a record in column order, less the lease (which the database's clock sets).
+pub(crate) struct Values {
+    key: String,
+    status: &'static str,
+    tool: String,
+    scope: String,
+    owner: String,
+    attempts: i64,
+    created_at: i64,
+    updated_at: i64,
+    completed_at: Option<i64>,
+    expires_at: Option<i64>,
+    args_fingerprint: String,
+    result: Option<String>,
+}
+
+impl Values {
+    pub(crate) fn of(record: &Record) -> Values {
+        Values {
+            key: record.key.clone(),
+            status: status_text(record.status),
+            tool: record.tool.clone(),
+            scope: record.scope.clone(),
+            owner: record.owner.clone(),
+            attempts: i64::from(record.attempts),
+            created_at: to_i64(record.created_at),
+            updated_at: to_i64(record.updated_at),
+            completed_at: record.completed_at.map(to_i64),
+            expires_at: record.expires_at.map(to_i64),
+            args_fingerprint: record.args_fingerprint.clone(),
+            // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
+            // would reject some results that a tool can legitimately return.
+            result: record.result.as_ref().map(|v| v.to_string()),
+        }
+    }
+
+    /// Parameters $1..$12 of the insert.
+    pub(crate) fn insert_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 12] {
+        [
+            &self.key,
+            &self.status,
+            &self.tool,
+            &self.scope,
+            &self.owner,
+            &self.attempts,
+            &self.created_at,
+            &self.updated_at,
+            &self.completed_at,
+            &self.expires_at,
+            &self.args_fingerprint,
+            &self.result,
+        ]
+    }
+
+    /// Parameters $6..$16 of the update (the key does not change).
+    pub(crate) fn update_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
+        [
+            &self.status,
+            &self.tool,
+            &self.scope,
+            &self.owner,
+            &self.attempts,
+            &self.created_at,
+            &self.updated_at,
+            &self.completed_at,
+            &self.expires_at,
+            &self.args_fingerprint,
+            &self.result,
+        ]
+    }
+}
+
+/// A row back into a record; a row that does not decode is reported, never guessed at.
+pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
+    let key: String = row.get(0);
+    let damaged = |what: &str| {
+        StoreError::new(format!(
+            "the record under key {key} is damaged ({what}); inspect it with `idem show`, or fix \
+             the row in PostgreSQL"
+        ))
+    };
+    let status: String = row.get(1);
+    let status: Status = status.parse().map_err(|_| damaged("unknown status"))?;
+    let attempts: i64 = row.get(5);
+    let result: Option<String> = row.get(12);
+    let result = match result {
+        Some(text) => Some(serde_json::from_str(&text).map_err(|_| damaged("result is not JSON"))?),
+        None => None,
+    };
+    Ok(Record {
+        status,
+        tool: row.get(2),
+        scope: row.get(3),
+        owner: row.get(4),
+        attempts: u32::try_from(attempts).map_err(|_| damaged("attempts out of range"))?,
+        created_at: to_u64(row.get(6)),
+        updated_at: to_u64(row.get(7)),
+        completed_at: row.get::<_, Option<i64>>(8).map(to_u64),
+        expires_at: row.get::<_, Option<i64>>(9).map(to_u64),
+        lease_until: row.get::<_, Option<i64>>(10).map(to_u64),
+        args_fingerprint: row.get(11),
+        result,
+        key,
+    })
+}
