@@ -7,9 +7,9 @@
 //! every later attempt. Where a crash leaves it unknown whether an effect landed, the key is
 //! reported in doubt instead of guessed.
 
-pub use idem_macros::{idempotent, read, write};
+pub use idem_macros::{idempotent, read, retry, write};
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    admin, canonical_json, Annotations, Backoff, Classified, Kind, RetrySafe, ToolInfo, current_key, default_store, default_store_path, fingerprint,
     set_default_store, try_current_key, Args, Call, Durability, Error, InDoubtPolicy, Key, Record,
     SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
 };
@@ -18,5 +18,30 @@ pub use idem_runtime::{
 /// absolute path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use idem_runtime::bounds::*;
     pub use idem_runtime::*;
+}
+
+/// The compile-time classification ([`ToolInfo`]) of a function marked `#[idem::read]`,
+/// `#[idem::idempotent]` or `#[idem::write]`, named by its path. A constant expression.
+///
+/// ```
+/// #[idem::read]
+/// fn get_balance(customer: &str) -> Result<u64, idem::Error> {
+///     Ok(customer.len() as u64)
+/// }
+///
+/// const INFO: idem::ToolInfo = idem::tool_info!(get_balance);
+/// assert_eq!(INFO.name, "get_balance");
+/// assert_eq!(INFO.kind, idem::Kind::Read);
+/// assert!(INFO.annotations().read_only_hint);
+/// ```
+///
+/// It reads a hidden companion type that the attribute declares beside the function, with the
+/// same name and visibility; methods have none (see the crate docs).
+#[macro_export]
+macro_rules! tool_info {
+    ($tool:path) => {
+        <$tool as $crate::Classified>::INFO
+    };
 }

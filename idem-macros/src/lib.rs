@@ -1,21 +1,36 @@
-//! Attribute macros of idem. Use them through the `idem` facade.
+//! Attribute macros of idem. Use them through the `idem` facade, whose docs describe them.
+
+mod args;
+mod classify;
+mod expand;
+mod retry;
+mod validate;
 
 use proc_macro::TokenStream;
 
-/// Placeholder until the macro issue lands.
+use args::Attr;
+
+/// Runs the body at most once per intent key; see `idem::idempotent`.
 #[proc_macro_attribute]
-pub fn idempotent(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Attr::Idempotent, args.into(), item.into()).into()
 }
 
-/// Placeholder until the macro issue lands.
+/// Classifies a tool as a read, safe to retry; see `idem::read`.
 #[proc_macro_attribute]
-pub fn read(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn read(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Attr::Read, args.into(), item.into()).into()
 }
 
-/// Placeholder until the macro issue lands.
+/// Classifies a tool as an unkeyed write, never retried; see `idem::write`.
 #[proc_macro_attribute]
-pub fn write(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn write(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Attr::Write, args.into(), item.into()).into()
+}
+
+/// Calls a `#[read]` or `#[idempotent]` tool again with backoff until it succeeds; see
+/// `idem::retry!`.
+#[proc_macro]
+pub fn retry(input: TokenStream) -> TokenStream {
+    retry::expand(input.into()).into()
 }

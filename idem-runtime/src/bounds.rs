@@ -55,7 +55,11 @@ pub trait ScopeValue: Display {}
 impl<S: Display + ?Sized> ScopeValue for S {}
 
 /// Adds one key parameter to `args`.
-pub fn key_arg<V: KeyParam + ?Sized>(args: Args, name: &'static str, value: &V) -> Result<Args, Error> {
+pub fn key_arg<V: KeyParam + ?Sized>(
+    args: Args,
+    name: &'static str,
+    value: &V,
+) -> Result<Args, Error> {
     args.arg(name, value)
 }
 
@@ -64,25 +68,23 @@ pub fn scope<S: ScopeValue + ?Sized>(scope: &S) -> &S {
     scope
 }
 
-/// An idem error in the tool's own error type.
-pub fn tool_error<E: ToolError>(error: Error) -> E {
-    E::from(error)
+/// Runs a sync tool body through the engine, or returns the error that prevented the call.
+pub fn run_sync<T: ToolOutput, E: ToolError>(
+    call: Result<Call, Error>,
+    body: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    call?.run(body)
 }
 
-/// Runs a sync tool body through the engine.
-pub fn run_sync<T: ToolOutput, E: ToolError>(call: Call, body: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
-    call.run(body)
-}
-
-/// Runs an async tool body through the engine.
-pub async fn run_async<T, E, F, Fut>(call: Call, body: F) -> Result<T, E>
+/// Runs an async tool body through the engine, or returns the error that prevented the call.
+pub async fn run_async<T, E, F, Fut>(call: Result<Call, Error>, body: F) -> Result<T, E>
 where
     T: ToolOutput,
     E: ToolError,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    call.run_async(body).await
+    call?.run_async(body).await
 }
 
 /// What a store-giving function may return.
@@ -144,3 +146,8 @@ impl<T: Deref<Target = Arc<dyn Store>>> StoreFromStatic for T {
 pub const fn retry_safe<T: crate::classify::RetrySafe>() {}
 
 pub use crate::retry::{retry_any, retry_async, retry_blocking};
+
+/// The arguments of `tool`, none yet, ready for [`key_arg`].
+pub fn args(tool: &str) -> Result<Args, Error> {
+    Ok(Args::new(tool))
+}

@@ -1,0 +1,469 @@
+//! Behaviour of the attributes and `retry!`, through the macros, against real sled stores. Each
+//! test has its own store in a temporary directory (tests run in parallel threads of one
+//! process), named with `store = …`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use idem::{Durability, Kind, SledStore, Store};
+
+#[derive(Debug, PartialEq)]
+enum PayError {
+    Declined,
+    Idem(String),
+}
+
+impl From<idem::Error> for PayError {
+    fn from(error: idem::Error) -> Self {
+        PayError::Idem(error.to_string())
+    }
+}
+
+fn open_store() -> Arc<dyn Store> {
+    let dir = tempfile::tempdir().expect("temp dir").keep();
+    let store = SledStore::builder(dir)
+        .durability(Durability::None)
+        .open()
+        .expect("open sled store");
+    Arc::new(store)
+}
+
+/// A per-test store, opened on first use.
+macro_rules! test_store {
+    ($name:ident) => {
+        static $name: LazyLock<Arc<dyn Store>> = LazyLock::new(open_store);
+    };
+}
+
+mod seed {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::idempotent(scope = "step_id", store = STORE)]
+    pub fn charge_card(amount: u64, customer: &str, step_id: &str) -> Result<String, PayError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        let _ = (amount, customer, step_id);
+        Ok(idem::current_key().to_string())
+    }
+}
+
+#[test]
+fn current_key_is_the_seed_key() {
+    let key = seed::charge_card(4200, "cus_123", "step-7").unwrap();
+    assert_eq!(key, "82e1e1a327aa97bb3929e05cc4ca3bd5");
+    let derived = idem::Key::derive(
+        "charge_card",
+        "step-7",
+        &serde_json::json!({"amount": 4200, "customer": "cus_123"}),
+    )
+    .unwrap();
+    assert_eq!(key, derived.as_str());
+}
+
+#[test]
+fn repeated_calls_run_the_body_once_and_replay_its_result() {
+    let first = seed::charge_card(100, "cus_9", "step-1").unwrap();
+    let runs = seed::RUNS.load(Ordering::SeqCst);
+    for _ in 0..5 {
+        assert_eq!(seed::charge_card(100, "cus_9", "step-1").unwrap(), first);
+    }
+    assert_eq!(seed::RUNS.load(Ordering::SeqCst), runs);
+}
+
+mod counter {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Returns the run number, so that a replay is told apart from a rerun.
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge(order: &str, amount: u64) -> Result<usize, PayError> {
+        let _ = (order, amount);
+        Ok(RUNS.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+#[test]
+fn replays_the_first_result_and_keys_by_arguments() {
+    let first = counter::charge("o-1", 10).unwrap();
+    assert_eq!(counter::charge("o-1", 10).unwrap(), first);
+    let other_amount = counter::charge("o-1", 11).unwrap();
+    let other_scope = counter::charge("o-2", 10).unwrap();
+    assert_ne!(other_amount, first);
+    assert_ne!(other_scope, first);
+    assert_ne!(other_scope, other_amount);
+}
+
+mod flaky {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Declines its first two runs, then succeeds.
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge(order: &str) -> Result<String, PayError> {
+        let run = RUNS.fetch_add(1, Ordering::SeqCst) + 1;
+        if run <= 2 {
+            return Err(PayError::Declined);
+        }
+        Ok(format!("{order}: charged on run {run}"))
+    }
+}
+
+#[test]
+fn an_error_releases_the_key_so_the_next_call_runs() {
+    assert_eq!(flaky::charge("o-1"), Err(PayError::Declined));
+    assert_eq!(flaky::charge("o-1"), Err(PayError::Declined));
+    assert_eq!(flaky::charge("o-1").unwrap(), "o-1: charged on run 3");
+    assert_eq!(flaky::charge("o-1").unwrap(), "o-1: charged on run 3");
+    assert_eq!(flaky::RUNS.load(Ordering::SeqCst), 3);
+}
+
+mod panicky {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn send(order: &str) -> Result<(), PayError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        panic!("the vendor call blew up after sending {order}");
+    }
+
+    #[idem::idempotent(scope = "order", tool = "send", store = STORE, in_doubt = "rerun")]
+    pub fn send_again(order: &str) -> Result<String, PayError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("resent {order}"))
+    }
+}
+
+#[test]
+fn a_panic_leaves_the_key_in_doubt() {
+    let crashed = catch_unwind(AssertUnwindSafe(|| panicky::send("o-1")));
+    assert!(crashed.is_err());
+    match panicky::send("o-1") {
+        Err(PayError::Idem(message)) => assert!(message.contains("in doubt"), "{message}"),
+        other => panic!("expected the key in doubt, got {other:?}"),
+    }
+    assert_eq!(panicky::RUNS.load(Ordering::SeqCst), 1);
+    // Same tool name, scope and arguments: the same key, now taken over by `rerun`.
+    assert_eq!(panicky::send_again("o-1").unwrap(), "resent o-1");
+    assert_eq!(panicky::RUNS.load(Ordering::SeqCst), 2);
+}
+
+mod contended {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::idempotent(scope = "order", store = STORE, wait = "30s")]
+    pub async fn charge(order: String, amount: u64) -> Result<u64, PayError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let _ = order;
+        Ok(amount * 2)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_tasks_on_one_key_run_the_body_once() {
+    let tasks: Vec<_> = (0..32)
+        .map(|_| tokio::spawn(contended::charge("o-1".to_owned(), 21)))
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), 42);
+    }
+    assert_eq!(contended::RUNS.load(Ordering::SeqCst), 1);
+}
+
+mod skipping {
+    use super::*;
+
+    test_store!(STORE);
+
+    pub struct Client {
+        pub name: &'static str,
+    }
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge(
+        #[idem(skip)] client: &Client,
+        order: &str,
+        amount: u64,
+    ) -> Result<String, PayError> {
+        let _ = (order, amount);
+        Ok(format!("{} {}", client.name, idem::current_key()))
+    }
+}
+
+#[test]
+fn skipped_parameters_do_not_change_the_key() {
+    let first = skipping::charge(&skipping::Client { name: "a" }, "o-1", 5).unwrap();
+    let second = skipping::charge(&skipping::Client { name: "b" }, "o-1", 5).unwrap();
+    assert_eq!(first, second, "the second call replays the first");
+    let key = idem::Key::derive("charge", "o-1", &serde_json::json!({"amount": 5})).unwrap();
+    assert_eq!(first, format!("a {key}"));
+}
+
+mod renamed {
+    use super::*;
+
+    test_store!(STORE);
+
+    #[idem::idempotent(scope = "order", tool = "refund", store = STORE)]
+    pub fn refund_v1(order: &str) -> Result<String, PayError> {
+        Ok(format!("v1 {}", idem::current_key()))
+    }
+
+    #[idem::idempotent(scope = "order", tool = "refund", store = STORE)]
+    pub fn refund_v2(order: &str) -> Result<String, PayError> {
+        Ok(format!("v2 {}", idem::current_key()))
+    }
+}
+
+#[test]
+fn a_pinned_tool_name_keeps_the_key_across_a_rename() {
+    let before = renamed::refund_v1("o-1").unwrap();
+    let after = renamed::refund_v2("o-1").unwrap();
+    assert_eq!(before, after, "the renamed function replays the old record");
+    let key = idem::Key::derive("refund", "o-1", &serde_json::json!({})).unwrap();
+    assert_eq!(before, format!("v1 {key}"));
+}
+
+mod field_scope {
+    use super::*;
+
+    test_store!(STORE);
+
+    #[derive(serde::Serialize)]
+    pub struct ChargeRequest {
+        pub order_id: String,
+        pub amount: u64,
+    }
+
+    #[idem::idempotent(scope = "req.order_id", store = STORE)]
+    pub async fn charge(req: ChargeRequest) -> Result<String, PayError> {
+        let _ = req.amount;
+        Ok(idem::current_key().to_string())
+    }
+}
+
+#[tokio::test]
+async fn a_field_path_scope_keeps_the_parameter_in_the_key() {
+    let request = field_scope::ChargeRequest {
+        order_id: "o-7".to_owned(),
+        amount: 3,
+    };
+    let key = field_scope::charge(request).await.unwrap();
+    let expected = idem::Key::derive(
+        "charge",
+        "o-7",
+        &serde_json::json!({"req": {"order_id": "o-7", "amount": 3}}),
+    )
+    .unwrap();
+    assert_eq!(key, expected.as_str());
+}
+
+mod methods {
+    use super::*;
+
+    test_store!(STORE);
+
+    pub struct Payments {
+        pub runs: AtomicUsize,
+    }
+
+    impl Payments {
+        #[idem::idempotent(scope = "order", store = STORE)]
+        pub async fn charge(&self, order: &str, amount: u64) -> Result<u64, PayError> {
+            let _ = order;
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            Ok(amount)
+        }
+
+        #[idem::idempotent(scope = "order", store = STORE)]
+        pub fn refund(&mut self, order: &str) -> Result<usize, PayError> {
+            let _ = order;
+            Ok(self.runs.fetch_add(1, Ordering::SeqCst))
+        }
+    }
+}
+
+#[tokio::test]
+async fn self_is_not_part_of_the_key() {
+    let first = methods::Payments {
+        runs: AtomicUsize::new(0),
+    };
+    let second = methods::Payments {
+        runs: AtomicUsize::new(0),
+    };
+    assert_eq!(first.charge("o-1", 9).await.unwrap(), 9);
+    assert_eq!(second.charge("o-1", 9).await.unwrap(), 9);
+    assert_eq!(
+        first.runs.load(Ordering::SeqCst) + second.runs.load(Ordering::SeqCst),
+        1
+    );
+    let mut third = methods::Payments {
+        runs: AtomicUsize::new(10),
+    };
+    assert_eq!(third.refund("o-1").unwrap(), 10);
+    assert_eq!(third.refund("o-1").unwrap(), 10);
+}
+
+mod retried {
+    use super::*;
+
+    pub static READS: AtomicUsize = AtomicUsize::new(0);
+    pub static CHARGES: AtomicUsize = AtomicUsize::new(0);
+    pub static EFFECTS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Fails three times, then reads.
+    #[idem::read]
+    pub fn get_balance(customer: &str) -> Result<u64, PayError> {
+        if READS.fetch_add(1, Ordering::SeqCst) < 3 {
+            return Err(PayError::Declined);
+        }
+        Ok(customer.len() as u64)
+    }
+
+    /// Uses the process default store, which only this test installs. The effect lands on the second attempt, whose response is lost on the way back (an
+    /// error after the effect, which the vendor dedups by key); the third attempt succeeds.
+    #[idem::idempotent(scope = "order")]
+    pub async fn charge(order: &str, amount: u64) -> Result<u64, PayError> {
+        let _ = order;
+        let attempt = CHARGES.fetch_add(1, Ordering::SeqCst) + 1;
+        if attempt == 1 {
+            return Err(PayError::Declined);
+        }
+        // The vendor applies each idempotency key once.
+        static APPLIED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+        let key = idem::current_key().to_string();
+        {
+            let mut applied = APPLIED.lock().unwrap();
+            if !applied.contains(&key) {
+                applied.push(key);
+                EFFECTS.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        if attempt == 2 {
+            return Err(PayError::Declined);
+        }
+        Ok(amount)
+    }
+}
+
+fn quick() -> idem::Backoff {
+    idem::Backoff::default()
+        .min_delay(Duration::from_millis(1))
+        .max_delay(Duration::from_millis(5))
+}
+
+#[test]
+fn retry_repeats_a_read_until_it_succeeds() {
+    let balance = idem::retry!(retried::get_balance("cus_123"), backoff = quick());
+    assert_eq!(balance, Ok(7));
+    assert_eq!(retried::READS.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn retry_repeats_an_idempotent_write_and_its_effect_lands_once() {
+    idem::set_default_store(open_store());
+    let charged = idem::retry!(retried::charge("o-1", 500).await, backoff = quick());
+    assert_eq!(charged, Ok(500));
+    assert_eq!(retried::CHARGES.load(Ordering::SeqCst), 3);
+    assert_eq!(retried::EFFECTS.load(Ordering::SeqCst), 1);
+    // Later retries replay.
+    assert_eq!(idem::retry!(retried::charge("o-1", 500).await), Ok(500));
+    assert_eq!(retried::CHARGES.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn retry_gives_up_after_the_backoff_and_stops_on_refused_errors() {
+    let result = idem::retry!(give_up::declined(), backoff = quick().max_retries(2));
+    assert_eq!(result, Err(PayError::Declined));
+    assert_eq!(give_up::RUNS.load(Ordering::SeqCst), 3);
+    let refused = idem::retry!(
+        give_up::declined(),
+        backoff = quick(),
+        when = |_: &PayError| false
+    );
+    assert_eq!(refused, Err(PayError::Declined));
+    assert_eq!(give_up::RUNS.load(Ordering::SeqCst), 4);
+}
+
+mod give_up {
+    use super::*;
+
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::read]
+    pub fn declined() -> Result<(), PayError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Err(PayError::Declined)
+    }
+}
+
+#[test]
+fn each_attribute_classifies_its_tool_at_compile_time() {
+    const READ: idem::ToolInfo = idem::tool_info!(retried::get_balance);
+    const KEYED: idem::ToolInfo = idem::tool_info!(seed::charge_card);
+    const PINNED: idem::ToolInfo = idem::tool_info!(renamed::refund_v2);
+    const UNKEYED: idem::ToolInfo = idem::tool_info!(fax::send_fax);
+    assert_eq!(
+        READ,
+        idem::ToolInfo {
+            name: "get_balance",
+            kind: Kind::Read
+        }
+    );
+    assert_eq!(KEYED.kind, Kind::Idempotent { scope: "step_id" });
+    assert_eq!(PINNED.name, "refund");
+    assert_eq!(UNKEYED.kind, Kind::Write);
+
+    let read = READ.annotations();
+    assert!(read.read_only_hint && read.idempotent_hint && !read.destructive_hint);
+    let keyed = KEYED.annotations();
+    assert!(!keyed.read_only_hint && keyed.idempotent_hint && keyed.destructive_hint);
+    let unkeyed = UNKEYED.annotations();
+    assert!(!unkeyed.read_only_hint && !unkeyed.idempotent_hint && unkeyed.destructive_hint);
+    assert!(READ.retry_safe() && KEYED.retry_safe() && !UNKEYED.retry_safe());
+}
+
+mod fax {
+    pub static SENT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// A write with no key: runs every time.
+    #[idem::write]
+    pub fn send_fax(to: &str) -> Result<(), std::io::Error> {
+        let _ = to;
+        SENT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_write_runs_its_body_every_time() {
+    fax::send_fax("+1").unwrap();
+    fax::send_fax("+1").unwrap();
+    assert_eq!(fax::SENT.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn async_tool_futures_stay_send() {
+    fn assert_send<F: std::future::Future + Send>(_: &F) {}
+    let future = contended::charge("o-send".to_owned(), 1);
+    assert_send(&future);
+    let payments = methods::Payments {
+        runs: AtomicUsize::new(0),
+    };
+    assert_send(&payments.charge("o-send", 1));
+    drop(future);
+}
