@@ -50,6 +50,7 @@ pub struct SledStoreBuilder {
     cache_bytes: u64,
     default_wait: Duration,
     create: bool,
+    lock_wait: Duration,
 }
 
 impl SledStoreBuilder {
@@ -75,6 +76,15 @@ impl SledStoreBuilder {
     /// command opens with `false`, so that a mistyped path is an error, not a new empty store).
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
+        self
+    }
+
+    /// How long to wait for the directory's lock when another holder has it; zero by default.
+    /// sled 0.34 releases its lock a moment after the last handle is dropped (its I/O threads
+    /// close the file), so reopening right after a close, or after an agent exits, can find it
+    /// briefly held; the `idem` command waits a little rather than fail.
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
         self
     }
 
@@ -123,6 +133,7 @@ impl SledStore {
             cache_bytes: 64 * 1024 * 1024,
             default_wait: DEFAULT_WAIT,
             create: true,
+            lock_wait: Duration::ZERO,
         }
     }
 
@@ -151,7 +162,18 @@ impl SledStore {
             });
         // sled 0.34 can panic on some damaged files instead of returning an error: never let
         // that reach the caller as a panic.
-        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+        let lock_deadline = Instant::now() + options.lock_wait;
+        let opened = loop {
+            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+            match &opened {
+                Ok(Err(sled::Error::Io(e)))
+                    if e.to_string().contains("could not acquire lock") && Instant::now() < lock_deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break opened,
+            }
+        };
         let db = match opened {
             Ok(Ok(db)) => db,
             Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
