@@ -77,7 +77,7 @@ pub(crate) enum Command {
     #[command(group(ArgGroup::new("which").required(true).args(["older_than", "expired"])))]
     Purge {
         /// Remove done records finished longer ago than this (30d, 12h, 15m, 90s, 500ms)
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
         older_than: Option<Duration>,
         /// Remove done records whose ttl has passed
         #[arg(long)]
@@ -95,7 +95,9 @@ fn parse_status(text: &str) -> Result<Status, String> {
         "in-flight" => Ok(Status::InFlight),
         "done" => Ok(Status::Done),
         "in-doubt" => Ok(Status::InDoubt),
-        other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
+        other => Err(format!(
+            "unknown status `{other}`: use in-flight, done or in-doubt"
+        )),
     }
 }
 

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 /// Parses a whole number followed by one unit: `ms`, `s`, `m`, `h` or `d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("`{text}` is not a duration: write a whole number and a unit, such as 30d, 12h, 15m, 90s or 500ms");
+    let bad = || {
+        format!("`{text}` is not a duration: write a whole number and a unit, such as 30d, 12h, 15m, 90s or 500ms")
+    };
     let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
     let (number, unit) = text.split_at(split);
     if number.is_empty() {
@@ -41,7 +43,19 @@ mod tests {
 
     #[test]
     fn refuses_anything_else() {
-        for bad in ["", "30", "d", "-1d", "1.5h", "30 d", "30D", "1w", "10sec", "1h30m", "99999999999999999999d"] {
+        for bad in [
+            "",
+            "30",
+            "d",
+            "-1d",
+            "1.5h",
+            "30 d",
+            "30D",
+            "1w",
+            "10sec",
+            "1h30m",
+            "99999999999999999999d",
+        ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(parse_duration("18446744073709551615d").is_err());

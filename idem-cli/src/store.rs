@@ -3,10 +3,15 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
+use std::time::Duration;
 
 use idem_runtime::{Durability, SledStore, Store};
 
 use crate::failure::Failure;
+
+/// How long to wait for a sled store's lock: sled releases it a moment after its holder closes
+/// the store, so an operator who runs `idem` as the agent exits should not see it as held.
+const SLED_LOCK_WAIT: Duration = Duration::from_secs(1);
 
 /// Opens the store `--store` names, else `$IDEM_STORE`, else `./idem.sled` — the same place the
 /// process default store is. A store that does not exist is an error: creating an empty one at a
@@ -26,13 +31,28 @@ pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Store>, Failure> {
 
 fn open_sled(path: &Path) -> Result<Box<dyn Store>, Failure> {
     // Fsync, as for any caller: `resolve` and `purge` change records an agent will replay.
-    let store = SledStore::builder(path).create(false).durability(Durability::Fsync).open()?;
+    let store = SledStore::builder(path)
+        .create(false)
+        .durability(Durability::Fsync)
+        .lock_wait(SLED_LOCK_WAIT)
+        .open()?;
     Ok(Box::new(store))
 }
 
+#[cfg(feature = "postgres")]
+fn open_postgres(url: &str) -> Result<Box<dyn Store>, Failure> {
+    // One command needs few connections; `create(false)`: a mistyped database is an error.
+    let store = idem_postgres::PgStore::builder(url)
+        .pool_size(2)
+        .create(false)
+        .connect()?;
+    Ok(Box::new(store))
+}
+
+#[cfg(not(feature = "postgres"))]
 fn open_postgres(_url: &str) -> Result<Box<dyn Store>, Failure> {
     Err(Failure::failed(
-        "this idem was built without PostgreSQL support (the idem-postgres store is not part \
-         of it yet): point --store at a sled directory",
+        "this idem was built without PostgreSQL support: rebuild it with the `postgres` \
+         feature, or point --store at a sled directory",
     ))
 }
