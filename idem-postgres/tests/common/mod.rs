@@ -54,3 +54,62 @@ pub fn run_sql(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
         outcome
     })
 }
+
+/// Runs a query returning `(i64, i64)` rows on a connection of its own.
+pub fn query_pairs(url: &str, sql: &str) -> Vec<(i64, i64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        let rows = client.query(sql, &[]).await.unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    })
+}
+
+/// The environment variable that turns a test binary into a child process of a test.
+pub const CHILD_ROLE: &str = "IDEM_PG_TEST_CHILD";
+
+/// What a child prints before each line meant for its parent (the test harness prints too).
+pub const CHILD_SAYS: &str = "IDEM-CHILD ";
+
+/// Starts this test binary again as a child running only `test_name`, in `role`.
+pub fn spawn_child(test_name: &str, role: &str, envs: &[(&str, &str)]) -> std::process::Child {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ROLE, role)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    for (name, value) in envs {
+        command.env(name, value);
+    }
+    command.spawn().expect("the child process starts")
+}
+
+/// Sends the lines a child says (without the prefix) to the returned channel.
+pub fn child_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("the child's stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // The harness may have begun the line (`test name ... `) before the child spoke.
+            if let Some(at) = line.find(CHILD_SAYS) {
+                if tx.send(line[at + CHILD_SAYS.len()..].to_owned()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Says `line` to the parent, at once.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "\n{CHILD_SAYS}{line}");
+    let _ = stdout.flush();
+}
