@@ -9,9 +9,10 @@
 
 pub use idem_macros::{idempotent, read, retry, write};
 pub use idem_runtime::{
-    admin, canonical_json, Annotations, Backoff, Classified, Kind, RetrySafe, ToolInfo, current_key, default_store, default_store_path, fingerprint,
-    set_default_store, try_current_key, Args, Call, Durability, Error, InDoubtPolicy, Key, Record,
-    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
+    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    set_default_store, try_current_key, Annotations, Args, Backoff, Call, Classified, Durability,
+    Error, InDoubtPolicy, Key, Kind, Record, RetrySafe, SledStore, SledStoreBuilder, Status, Store,
+    StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code names these items by

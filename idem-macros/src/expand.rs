@@ -1,8 +1,8 @@
 //! Turning a validated tool into code: the original function, its body wrapped in the engine
 //! the way `#[instrument]` wraps one, and its companion classification.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned, ToTokens};
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::{quote, ToTokens};
 use syn::spanned::Spanned;
 use syn::ItemFn;
 
@@ -67,37 +67,47 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
     let span = output.span();
     match tool.shape {
         Shape::Sync => {
-            let run = quote_spanned!(span=> #krate::__private::run_sync);
+            let run = respan(
+                quote!(#krate::__private::run_sync(__idem_call, __idem_body)),
+                span,
+            );
             let body = &item.block;
             item.block = syn::parse_quote!({
                 #prepare
-                #run(__idem_call, move || -> #output #body)
+                let __idem_body = move || -> #output #body;
+                #run
             });
         }
         Shape::Async => {
-            let run = quote_spanned!(span=> #krate::__private::run_async);
+            let run = respan(
+                quote!(#krate::__private::run_async(__idem_call, __idem_body)),
+                span,
+            );
             let body = &item.block;
             item.block = syn::parse_quote!({
                 #prepare
-                #run(__idem_call, move || async move {
+                let __idem_body = move || async move {
                     let __idem_ret: #output = #body;
                     __idem_ret
-                })
-                .await
+                };
+                #run.await
             });
         }
         Shape::Boxed => {
-            let run = quote_spanned!(span=> #krate::__private::run_async);
+            let run = respan(
+                quote!(#krate::__private::run_async(__idem_call, __idem_body)),
+                span,
+            );
             let inner = validate::boxed_async_block_mut(&mut item.block)
                 .expect("validated: a boxed async body");
             let body = &inner.block;
             inner.block = syn::parse_quote!({
                 #prepare
-                #run(__idem_call, move || async move {
+                let __idem_body = move || async move {
                     let __idem_ret: #output = #body;
                     __idem_ret
-                })
-                .await
+                };
+                #run.await
             });
         }
     }
@@ -110,15 +120,18 @@ fn prepare_call(tool: &Tool) -> TokenStream {
     let args = tool.key_params.iter().map(|param| {
         let ident = &param.name;
         let label = ident.to_string();
-        let key_arg = quote_spanned!(param.ty.span()=> #krate::__private::key_arg);
-        quote!(.and_then(|__idem_args| #key_arg(__idem_args, #label, &#ident)))
+        let key_arg = respan(
+            quote!(#krate::__private::key_arg(__idem_args, #label, &#ident)),
+            param.ty.span(),
+        );
+        quote!(.and_then(|__idem_args| #key_arg))
     });
     let scope = tool
         .scope
         .as_ref()
         .expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
-    let scope_fn = quote_spanned!(param.span()=> #krate::__private::scope);
+    let scope_fn = respan(quote!(#krate::__private::scope), param.span());
     let store = tool.store.as_ref().map(|path| {
         quote! {
             .and_then(|__idem_call| {
@@ -152,4 +165,22 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             #ttl
             #rerun;
     }
+}
+
+/// `tokens` with every span set to `span`, so that a failed bound on a generated call points at
+/// the user's tokens (a path whose tokens mix spans is reported at the attribute).
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = TokenTree::Group(inner);
+            }
+            token.set_span(span);
+            token
+        })
+        .collect()
 }

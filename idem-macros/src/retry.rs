@@ -2,7 +2,7 @@
 //! repeat, and hand the call to the runtime's backoff loop.
 
 use proc_macro2::TokenStream;
-use quote::{quote, quote_spanned};
+use quote::quote;
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprCall, LitStr, Path, Token};
@@ -152,7 +152,8 @@ fn safety_check(path: &Path, krate: &Path) -> TokenStream {
         quote!(#import)
     };
     let span = path.span();
-    let assert = quote_spanned!(span=> #krate::__private::retry_safe::<__idem_tool>());
+    let assert =
+        crate::expand::respan(quote!(#krate::__private::retry_safe::<__idem_tool>()), span);
     quote! {
         #[allow(non_snake_case)]
         mod __idem_retry_check {

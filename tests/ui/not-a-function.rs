@@ -1,0 +1,6 @@
+#![allow(unused_variables)]
+
+#[idem::read]
+struct Balance;
+
+fn main() {}
