@@ -40,8 +40,14 @@ impl Fanout {
     /// Subscribes to changes of `key` from now on.
     pub(crate) fn subscribe(&self, key: &str) -> Subscription<'_> {
         let mut keys = self.lock();
-        let sender = keys.entry(key.to_owned()).or_insert_with(|| watch::channel(0).0);
-        Subscription { fanout: self, key: key.to_owned(), receiver: Some(sender.subscribe()) }
+        let sender = keys
+            .entry(key.to_owned())
+            .or_insert_with(|| watch::channel(0).0);
+        Subscription {
+            fanout: self,
+            key: key.to_owned(),
+            receiver: Some(sender.subscribe()),
+        }
     }
 
     /// Whether notifications are arriving (false while the listening connection is down).
@@ -85,7 +91,10 @@ impl Drop for Subscription<'_> {
     fn drop(&mut self) {
         drop(self.receiver.take());
         let mut keys = self.fanout.lock();
-        if keys.get(&self.key).is_some_and(|sender| sender.receiver_count() == 0) {
+        if keys
+            .get(&self.key)
+            .is_some_and(|sender| sender.receiver_count() == 0)
+        {
             keys.remove(&self.key);
         }
     }
@@ -129,10 +138,9 @@ async fn listen_once(
     channel: &str,
     fanout: &Arc<Fanout>,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, StoreError> {
-    let (client, mut connection) = config
-        .connect(NoTls)
-        .await
-        .map_err(|e| StoreError::with_source("cannot open the PostgreSQL listening connection", e))?;
+    let (client, mut connection) = config.connect(NoTls).await.map_err(|e| {
+        StoreError::with_source("cannot open the PostgreSQL listening connection", e)
+    })?;
     let deliver = Arc::clone(fanout);
     let driver = tokio::spawn(async move {
         loop {
@@ -150,7 +158,9 @@ async fn listen_once(
     client
         .batch_execute(&format!("LISTEN \"{channel}\""))
         .await
-        .map_err(|e| StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e))?;
+        .map_err(|e| {
+            StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e)
+        })?;
     Ok(async move {
         // The client must live as long as the session: dropping it closes the connection.
         let _client = client;

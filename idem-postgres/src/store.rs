@@ -146,7 +146,11 @@ impl PgStoreBuilder {
 }
 
 fn store_error(source: StoreError) -> idem_runtime::Error {
-    idem_runtime::Error::Store { key: None, tool: "-".to_owned(), source }
+    idem_runtime::Error::Store {
+        key: None,
+        tool: "-".to_owned(),
+        source,
+    }
 }
 
 fn pg_error(what: &str, e: tokio_postgres::Error) -> StoreError {
@@ -159,6 +163,30 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
          reachable, and that the pool is large enough for the calls in flight",
         e,
     )
+}
+
+/// Takes the `idem_table` parameter out of a URL's query, which PostgreSQL would refuse.
+fn split_table_param(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut table = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("idem_table=") {
+            Some(value) => {
+                table = Some(value.to_owned());
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, table)
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -196,15 +224,25 @@ impl PgStore {
     }
 
     /// Options for connecting to the database at `url`.
+    ///
+    /// The URL may name the records table with an `idem_table=schema.table` query parameter
+    /// (so that the `idem` command reaches a fleet's table with `--store` alone); the builder's
+    /// [`schema`](PgStoreBuilder::schema) and [`table`](PgStoreBuilder::table) override it.
     pub fn builder(url: &str) -> PgStoreBuilder {
+        let (url, named) = split_table_param(url);
+        let (schema, table) = match named.as_deref().map(|t| t.split_once('.')) {
+            Some(Some((schema, table))) => (schema.to_owned(), table.to_owned()),
+            Some(None) => ("idem".to_owned(), named.unwrap_or_default()),
+            None => ("idem".to_owned(), "records".to_owned()),
+        };
         PgStoreBuilder {
-            url: url.to_owned(),
+            url,
             lease: DEFAULT_LEASE,
             heartbeat: None,
             pool_size: 16,
             default_wait: DEFAULT_WAIT,
-            schema: "idem".to_owned(),
-            table: "records".to_owned(),
+            schema,
+            table,
             create: true,
         }
     }
@@ -235,11 +273,16 @@ impl PgStore {
             config.application_name("idem");
         }
         let runtime = OwnRuntime::new()?;
-        let names = Names { schema: options.schema.clone(), table: options.table.clone() };
+        let names = Names {
+            schema: options.schema.clone(),
+            table: options.table.clone(),
+        };
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
@@ -286,8 +329,11 @@ impl PgStore {
     /// DDL out of the agents' start-up.
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(self.runtime.spawn_store(async move { shared.migrate().await }))
-            .map_err(store_error)
+        idem_runtime::exec::block_on(
+            self.runtime
+                .spawn_store(async move { shared.migrate().await }),
+        )
+        .map_err(store_error)
     }
 
     /// Extends `record`'s lease if its owner still holds it: what the heartbeat does for every
@@ -296,7 +342,8 @@ impl PgStore {
     pub fn renew<'a>(&'a self, record: &Record) -> StoreFuture<'a, bool> {
         let shared = Arc::clone(&self.shared);
         let holding = vec![(record.key.clone(), Holder::of(record))];
-        self.runtime.spawn_store(async move { Ok(!shared.renew(&holding).await?.is_empty()) })
+        self.runtime
+            .spawn_store(async move { Ok(!shared.renew(&holding).await?.is_empty()) })
     }
 
     /// The records table, schema-qualified.
@@ -318,14 +365,27 @@ impl Shared {
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let table = self.names.qualified();
-        let tx = client.transaction().await.map_err(|e| pg_error("cannot start a transaction", e))?;
-        tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&format!("idem migrate {table}")])
+        let tx = client
+            .transaction()
             .await
-            .map_err(|e| pg_error("cannot take the migration lock", e))?;
+            .map_err(|e| pg_error("cannot start a transaction", e))?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&format!("idem migrate {table}")],
+        )
+        .await
+        .map_err(|e| pg_error("cannot take the migration lock", e))?;
         tx.batch_execute(&self.names.migration())
             .await
-            .map_err(|e| pg_error(&format!("cannot create {table}; check the role's privileges"), e))?;
-        tx.commit().await.map_err(|e| pg_error("cannot commit the migration", e))
+            .map_err(|e| {
+                pg_error(
+                    &format!("cannot create {table}; check the role's privileges"),
+                    e,
+                )
+            })?;
+        tx.commit()
+            .await
+            .map_err(|e| pg_error("cannot commit the migration", e))
     }
 
     async fn check_table(&self) -> Result<(), StoreError> {
@@ -339,8 +399,8 @@ impl Shared {
             Ok(())
         } else {
             Err(StoreError::new(format!(
-                "no idem records table {table} in this database: check the URL, or create it \
-                 with PgStore::migrate (the first idempotent call creates it too)"
+                "no idem records table {table} in this database: check the URL (name another \
+                 table with ?idem_table=schema.table); the first idempotent call creates it"
             )))
         }
     }
@@ -359,7 +419,8 @@ impl Shared {
             .map_err(|e| pg_error("cannot read the database clock", e))?;
         let after = now_ms() as i64;
         let db: i64 = row.get(0);
-        self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
+        self.clock_offset
+            .store(db - (before + after) / 2, Ordering::Relaxed);
         Ok(())
     }
 
@@ -374,13 +435,17 @@ impl Shared {
 
     /// Whether `owner` is one of this instance's calls (the engine writes `"{owner_id}#{n}"`).
     fn is_ours(&self, owner: &str) -> bool {
-        owner.strip_prefix(self.owner.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
+        owner
+            .strip_prefix(self.owner.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
     }
 
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let client = self.client().await?;
-        let statement =
-            client.prepare_cached(&self.statements.get).await.map_err(|e| pg_error("cannot read", e))?;
+        let statement = client
+            .prepare_cached(&self.statements.get)
+            .await
+            .map_err(|e| pg_error("cannot read", e))?;
         let row = client
             .query_opt(&statement, &[&key])
             .await
@@ -458,14 +523,19 @@ impl Shared {
     }
 
     /// Renews the leases in `holding`; returns those renewed.
-    async fn renew(&self, holding: &[(String, Holder)]) -> Result<Vec<(String, Holder)>, StoreError> {
+    async fn renew(
+        &self,
+        holding: &[(String, Holder)],
+    ) -> Result<Vec<(String, Holder)>, StoreError> {
         let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
         let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
         let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
         let lease = self.lease_ms();
         let client = self.client().await?;
-        let statement =
-            client.prepare_cached(&self.statements.renew).await.map_err(|e| pg_error("cannot renew", e))?;
+        let statement = client
+            .prepare_cached(&self.statements.renew)
+            .await
+            .map_err(|e| pg_error("cannot renew", e))?;
         let rows = client
             .query(&statement, &[&keys, &owners, &attempts, &lease])
             .await
@@ -474,7 +544,13 @@ impl Shared {
             .iter()
             .map(|row| {
                 let attempts: i64 = row.get(2);
-                (row.get(0), Holder { owner: row.get(1), attempts: u32::try_from(attempts).unwrap_or(0) })
+                (
+                    row.get(0),
+                    Holder {
+                        owner: row.get(1),
+                        attempts: u32::try_from(attempts).unwrap_or(0),
+                    },
+                )
             })
             .collect())
     }
@@ -486,7 +562,12 @@ impl Shared {
         (left > 0).then(|| Duration::from_millis(left as u64))
     }
 
-    async fn changed(&self, key: String, seen: Record, deadline: Instant) -> Result<Option<Record>, StoreError> {
+    async fn changed(
+        &self,
+        key: String,
+        seen: Record,
+        deadline: Instant,
+    ) -> Result<Option<Record>, StoreError> {
         // Subscribe before reading, so that a change between the read and the wait is seen.
         let mut subscription = self.fanout.subscribe(&key);
         loop {
@@ -501,12 +582,17 @@ impl Shared {
             }
             // The owner may die without a word: wake when its lease lapses, to look again.
             let wake = match (record.status, self.lease_left(&record)) {
-                (Status::InFlight, Some(left)) => deadline.min(now + left + Duration::from_millis(5)),
+                (Status::InFlight, Some(left)) => {
+                    deadline.min(now + left + Duration::from_millis(5))
+                }
                 (Status::InFlight, None) => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake =
-                if self.fanout.listening() { wake } else { wake.min(now + DEGRADED_RECHECK) };
+            let wake = if self.fanout.listening() {
+                wake
+            } else {
+                wake.min(now + DEGRADED_RECHECK)
+            };
             tokio::select! {
                 () = subscription.next() => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
@@ -571,17 +657,24 @@ impl Store for PgStore {
 
     fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
-        self.runtime.spawn_store(async move { shared.reserve(record).await })
+        self.runtime
+            .spawn_store(async move { shared.reserve(record).await })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.runtime.spawn_store(async move { shared.get(&key).await })
+        self.runtime
+            .spawn_store(async move { shared.get(&key).await })
     }
 
-    fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>) -> StoreFuture<'a, bool> {
+    fn replace<'a>(
+        &'a self,
+        current: &'a Record,
+        new: Option<&'a Record>,
+    ) -> StoreFuture<'a, bool> {
         let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
-        self.runtime.spawn_store(async move { shared.replace(current, new).await })
+        self.runtime
+            .spawn_store(async move { shared.replace(current, new).await })
     }
 
     fn replace_detached(&self, current: &Record, new: Option<Record>) {
@@ -600,9 +693,15 @@ impl Store for PgStore {
         });
     }
 
-    fn changed<'a>(&'a self, key: &'a str, seen: &'a Record, deadline: Instant) -> StoreFuture<'a, Option<Record>> {
+    fn changed<'a>(
+        &'a self,
+        key: &'a str,
+        seen: &'a Record,
+        deadline: Instant,
+    ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
-        self.runtime.spawn_store(async move { shared.changed(key, seen, deadline).await })
+        self.runtime
+            .spawn_store(async move { shared.changed(key, seen, deadline).await })
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
@@ -616,7 +715,8 @@ impl Store for PgStore {
 
     fn size_on_disk(&self) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(self.runtime.spawn_store(async move { shared.size().await })).ok()
+        idem_runtime::exec::block_on(self.runtime.spawn_store(async move { shared.size().await }))
+            .ok()
     }
 
     fn default_wait(&self) -> Duration {
@@ -659,10 +759,16 @@ impl OwnRuntime {
     }
 
     fn handle(&self) -> &Handle {
-        self.0.as_ref().expect("the runtime lives as long as the store").handle()
+        self.0
+            .as_ref()
+            .expect("the runtime lives as long as the store")
+            .handle()
     }
 
-    fn spawn<T: Send + 'static>(&self, task: impl Future<Output = T> + Send + 'static) -> Joined<T> {
+    fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Joined<T> {
         Joined(self.handle().spawn(task))
     }
 
@@ -693,7 +799,10 @@ impl<T> Future for Joined<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         Pin::new(&mut self.0).poll(cx).map(|joined| {
             joined.map_err(|e| {
-                StoreError::with_source("PostgreSQL store: the operation was cancelled or panicked", e)
+                StoreError::with_source(
+                    "PostgreSQL store: the operation was cancelled or panicked",
+                    e,
+                )
             })
         })
     }
@@ -734,5 +843,29 @@ impl Drop for DetachedGuard {
         if *count == 0 {
             idle.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_table_param;
+
+    #[test]
+    fn the_table_parameter_is_taken_out_of_the_url() {
+        assert_eq!(
+            split_table_param("postgres://h/db"),
+            ("postgres://h/db".to_owned(), None)
+        );
+        assert_eq!(
+            split_table_param("postgres://h/db?idem_table=a.b"),
+            ("postgres://h/db".to_owned(), Some("a.b".to_owned()))
+        );
+        assert_eq!(
+            split_table_param("postgres://h/db?sslmode=disable&idem_table=b&connect_timeout=3"),
+            (
+                "postgres://h/db?sslmode=disable&connect_timeout=3".to_owned(),
+                Some("b".to_owned())
+            )
+        );
     }
 }

@@ -14,9 +14,13 @@ use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 const LEASE: Duration = Duration::from_secs(1);
 
 fn send_email(store: &Arc<dyn Store>, scope: &str) -> Call {
-    Call::new("send_email", scope, &serde_json::json!({ "to": "ada@example.com" }))
-        .unwrap()
-        .store(Arc::clone(store))
+    Call::new(
+        "send_email",
+        scope,
+        &serde_json::json!({ "to": "ada@example.com" }),
+    )
+    .unwrap()
+    .store(Arc::clone(store))
 }
 
 fn short_lease_store(url: &str, schema: &str) -> Arc<dyn Store> {
@@ -48,48 +52,86 @@ fn crash_child() {
 
 #[test]
 fn killed_owner_is_in_doubt_once_its_lease_lapses() {
-    let Some(url) = common::database_url() else { return };
+    let Some(url) = common::database_url() else {
+        return;
+    };
     let schema = common::unique_schema("crash");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
     let store = short_lease_store(&url, &schema);
     let key = send_email(&store, "crash").key().clone();
 
-    let mut child = common::spawn_child("crash_child", "crash-owner", &[("DATABASE_URL", &url), ("IDEM_PG_TEST_SCHEMA", &schema)]);
+    let mut child = common::spawn_child(
+        "crash_child",
+        "crash-owner",
+        &[("DATABASE_URL", &url), ("IDEM_PG_TEST_SCHEMA", &schema)],
+    );
     let lines = common::child_lines(&mut child);
-    assert_eq!(lines.recv_timeout(Duration::from_secs(60)).expect("the child enters the body"), "in-body");
+    assert_eq!(
+        lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the child enters the body"),
+        "in-body"
+    );
 
     // Alive past its first lease: the heartbeat renews it, so a caller waits and times out.
     std::thread::sleep(LEASE + LEASE / 2);
     let runs = AtomicUsize::new(0);
-    let waited: Result<String, Error> = send_email(&store, "crash").wait(Duration::from_millis(200)).run(|| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok("second".to_owned())
-    });
-    assert!(matches!(waited, Err(Error::InFlight { .. })), "a live owner is waited for: {waited:?}");
-    let stale = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
+    let waited: Result<String, Error> = send_email(&store, "crash")
+        .wait(Duration::from_millis(200))
+        .run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok("second".to_owned())
+        });
+    assert!(
+        matches!(waited, Err(Error::InFlight { .. })),
+        "a live owner is waited for: {waited:?}"
+    );
+    let stale = block_on(store.get(key.as_str()))
+        .unwrap()
+        .expect("the owner's record");
     assert_eq!(stale.status, Status::InFlight);
-    assert!(store.owner_alive(&stale), "the heartbeat keeps the owner's lease");
+    assert!(
+        store.owner_alive(&stale),
+        "the heartbeat keeps the owner's lease"
+    );
 
     child.kill().expect("SIGKILL the owner");
     child.wait().unwrap();
 
     // A caller already waiting is woken by the lapse of the lease, not by the end of its wait.
     let started = Instant::now();
-    let failed: Result<String, Error> = send_email(&store, "crash").wait(Duration::from_secs(30)).run(|| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok("second".to_owned())
-    });
+    let failed: Result<String, Error> = send_email(&store, "crash")
+        .wait(Duration::from_secs(30))
+        .run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok("second".to_owned())
+        });
     let took = started.elapsed();
     match failed {
-        Err(Error::InDoubt { key: k, tool, .. }) => assert_eq!((k.as_str(), tool.as_str()), (key.as_str(), "send_email")),
+        Err(Error::InDoubt { key: k, tool, .. }) => {
+            assert_eq!((k.as_str(), tool.as_str()), (key.as_str(), "send_email"))
+        }
         other => panic!("expected InDoubt once the lease lapsed, got {other:?}"),
     }
-    assert!(took <= LEASE + Duration::from_secs(1), "woken when the lease lapsed ({took:?})");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "in doubt under `fail` runs nothing");
+    assert!(
+        took <= LEASE + Duration::from_secs(1),
+        "woken when the lease lapsed ({took:?})"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "in doubt under `fail` runs nothing"
+    );
 
     // The dead owner's heartbeat cannot revive the lapsed lease.
     let pg = PgStore::builder(&url).schema(&schema).connect().unwrap();
-    assert!(!block_on(pg.renew(&stale)).unwrap(), "a lapsed lease is not renewed");
+    assert!(
+        !block_on(pg.renew(&stale)).unwrap(),
+        "a lapsed lease is not renewed"
+    );
 
     let rerun: String = send_email(&store, "crash")
         .in_doubt(InDoubtPolicy::Rerun)
@@ -98,14 +140,35 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
             Ok::<_, Error>("rerun".to_owned())
         })
         .unwrap();
-    assert_eq!((rerun.as_str(), runs.load(Ordering::SeqCst)), ("rerun", 1), "`rerun` takes over and runs once");
+    assert_eq!(
+        (rerun.as_str(), runs.load(Ordering::SeqCst)),
+        ("rerun", 1),
+        "`rerun` takes over and runs once"
+    );
 
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
-    let late = stale.done(serde_json::json!("from the dead owner"), idem_runtime::now_ms(), None);
-    assert!(!block_on(store.replace(&stale, Some(&late))).unwrap(), "a stale write is refused");
-    assert!(!block_on(store.replace(&stale, None)).unwrap(), "a stale release is refused");
-    assert!(!block_on(pg.renew(&stale)).unwrap(), "a stale heartbeat is refused");
+    let late = stale.done(
+        serde_json::json!("from the dead owner"),
+        idem_runtime::now_ms(),
+        None,
+    );
+    assert!(
+        !block_on(store.replace(&stale, Some(&late))).unwrap(),
+        "a stale write is refused"
+    );
+    assert!(
+        !block_on(store.replace(&stale, None)).unwrap(),
+        "a stale release is refused"
+    );
+    assert!(
+        !block_on(pg.renew(&stale)).unwrap(),
+        "a stale heartbeat is refused"
+    );
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!((record.status, record.attempts), (Status::Done, 2));
-    assert_eq!(record.result, Some(serde_json::json!("rerun")), "the new owner's result stands");
+    assert_eq!(
+        record.result,
+        Some(serde_json::json!("rerun")),
+        "the new owner's result stands"
+    );
 }

@@ -21,12 +21,23 @@ fn fleet_child() {
     }
     let url = std::env::var("DATABASE_URL").unwrap();
     let schema = std::env::var("IDEM_PG_TEST_SCHEMA").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let store: Arc<dyn Store> = Arc::new(
-            PgStore::builder(&url).schema(&schema).pool_size(8).connect_async().await.expect("the store connects"),
+            PgStore::builder(&url)
+                .schema(&schema)
+                .pool_size(8)
+                .connect_async()
+                .await
+                .expect("the store connects"),
         );
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
         tokio::spawn(connection);
         let client = Arc::new(client);
         let insert = format!("INSERT INTO \"{schema}\".effects (n, pid) VALUES ($1, $2)");
@@ -39,18 +50,23 @@ fn fleet_child() {
             .map(|i| {
                 // Each process walks the keys from a different place, so that owners mix.
                 let n = (i + offset) % KEYS;
-                let (store, client, insert) = (Arc::clone(&store), Arc::clone(&client), insert.clone());
+                let (store, client, insert) =
+                    (Arc::clone(&store), Arc::clone(&client), insert.clone());
                 tokio::spawn(async move {
-                    let got: Result<String, Error> = Call::new("fleet_effect", "fleet", &serde_json::json!({ "n": n }))
-                        .unwrap()
-                        .store(store)
-                        .wait(Duration::from_secs(60))
-                        .run_async(|| async move {
-                            client.execute(&insert, &[&(n as i32), &(pid as i32)]).await.expect("the effect lands");
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                            Ok(format!("{pid}:{n}"))
-                        })
-                        .await;
+                    let got: Result<String, Error> =
+                        Call::new("fleet_effect", "fleet", &serde_json::json!({ "n": n }))
+                            .unwrap()
+                            .store(store)
+                            .wait(Duration::from_secs(60))
+                            .run_async(|| async move {
+                                client
+                                    .execute(&insert, &[&(n as i32), &(pid as i32)])
+                                    .await
+                                    .expect("the effect lands");
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                                Ok(format!("{pid}:{n}"))
+                            })
+                            .await;
                     (n, got.expect("every call succeeds"))
                 })
             })
@@ -65,9 +81,14 @@ fn fleet_child() {
 
 #[test]
 fn four_processes_run_each_key_once() {
-    let Some(url) = common::database_url() else { return };
+    let Some(url) = common::database_url() else {
+        return;
+    };
     let schema = common::unique_schema("fleet");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let _guard = common::DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
     common::run_sql(
         &url,
         &format!("CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".effects (n int NOT NULL, pid int NOT NULL)"),
@@ -76,14 +97,22 @@ fn four_processes_run_each_key_once() {
 
     let mut children: Vec<_> = (0..PROCESSES)
         .map(|_| {
-            let mut child =
-                common::spawn_child("fleet_child", "fleet", &[("DATABASE_URL", &url), ("IDEM_PG_TEST_SCHEMA", &schema)]);
+            let mut child = common::spawn_child(
+                "fleet_child",
+                "fleet",
+                &[("DATABASE_URL", &url), ("IDEM_PG_TEST_SCHEMA", &schema)],
+            );
             let lines = common::child_lines(&mut child);
             (child, lines)
         })
         .collect();
     for (_, lines) in &children {
-        assert_eq!(lines.recv_timeout(Duration::from_secs(60)).expect("the child gets ready"), "ready");
+        assert_eq!(
+            lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the child gets ready"),
+            "ready"
+        );
     }
     // Every process starts calling at once.
     for (child, _) in &mut children {
@@ -93,7 +122,9 @@ fn four_processes_run_each_key_once() {
     let mut results = vec![Vec::new(); KEYS];
     for (child, lines) in &mut children {
         loop {
-            let line = lines.recv_timeout(Duration::from_secs(120)).expect("the child reports");
+            let line = lines
+                .recv_timeout(Duration::from_secs(120))
+                .expect("the child reports");
             if line == "done" {
                 break;
             }
@@ -107,12 +138,20 @@ fn four_processes_run_each_key_once() {
 
     for (n, got) in results.iter().enumerate() {
         assert_eq!(got.len(), PROCESSES, "key {n}: every process called it");
-        assert!(got.iter().all(|r| r == &got[0]), "key {n}: every caller got the same result: {got:?}");
-        assert!(got[0].ends_with(&format!(":{n}")), "key {n}: the result is this key's: {got:?}");
+        assert!(
+            got.iter().all(|r| r == &got[0]),
+            "key {n}: every caller got the same result: {got:?}"
+        );
+        assert!(
+            got[0].ends_with(&format!(":{n}")),
+            "key {n}: the result is this key's: {got:?}"
+        );
     }
     let mut winners = std::collections::BTreeMap::<&str, usize>::new();
     for got in &results {
-        *winners.entry(got[0].split(':').next().unwrap()).or_default() += 1;
+        *winners
+            .entry(got[0].split(':').next().unwrap())
+            .or_default() += 1;
     }
     eprintln!("keys run, by owning process: {winners:?}");
     let effects = common::query_pairs(
@@ -121,6 +160,9 @@ fn four_processes_run_each_key_once() {
     );
     assert_eq!(effects.len(), KEYS, "every key's effect landed");
     for (n, count) in effects {
-        assert_eq!(count, 1, "key {n}: the effect ran {count} times across {PROCESSES} processes");
+        assert_eq!(
+            count, 1,
+            "key {n}: the effect ran {count} times across {PROCESSES} processes"
+        );
     }
 }
