@@ -23,9 +23,12 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod lease;
 mod listen;
+mod runtime;
 mod sql;
 mod store;
 
-pub use store::{PgStore, PgStoreBuilder, DEFAULT_LEASE};
+pub use builder::PgStoreBuilder;
+pub use store::{PgStore, DEFAULT_LEASE};

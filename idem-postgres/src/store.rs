@@ -1,21 +1,19 @@
 //! [`PgStore`]: the [`Store`] interface over a PostgreSQL table.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::{now_ms, Record, Status, Store, StoreError, StoreFuture, DEFAULT_WAIT};
-use tokio::runtime::{Handle, Runtime};
-use tokio::task::JoinHandle;
+use idem_runtime::{now_ms, Record, Status, Store, StoreError, StoreFuture};
+use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
+use crate::builder::PgStoreBuilder;
 use crate::lease::{Holder, Leases};
 use crate::listen::{self, Fanout, DEGRADED_RECHECK};
+use crate::runtime::{Detached, OwnRuntime};
 use crate::sql::{self, Names, Statements, Values};
 
 /// How long an owner's lease lasts unless its heartbeat renews it.
@@ -73,79 +71,7 @@ struct Shared {
     detached: Detached,
 }
 
-/// Options for [`PgStore`]: lease, heartbeat, pool size, default wait, schema and table.
-#[derive(Clone, Debug)]
-pub struct PgStoreBuilder {
-    url: String,
-    lease: Duration,
-    heartbeat: Option<Duration>,
-    pool_size: usize,
-    default_wait: Duration,
-    schema: String,
-    table: String,
-    create: bool,
-}
-
-impl PgStoreBuilder {
-    /// How long an owner's lease lasts without a heartbeat; 15 s. A crashed owner's record is
-    /// in doubt for everyone this long after its last heartbeat.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = lease;
-        self
-    }
-
-    /// How often running calls' leases are renewed; a third of the lease unless set.
-    pub fn heartbeat(mut self, every: Duration) -> Self {
-        self.heartbeat = Some(every);
-        self
-    }
-
-    /// Most connections the pool opens (besides the one listening connection); 16.
-    pub fn pool_size(mut self, connections: usize) -> Self {
-        self.pool_size = connections.max(1);
-        self
-    }
-
-    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
-    pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
-        self
-    }
-
-    /// The schema of the records table; `idem`.
-    pub fn schema(mut self, schema: &str) -> Self {
-        self.schema = schema.to_owned();
-        self
-    }
-
-    /// The records table; `records`.
-    pub fn table(mut self, table: &str) -> Self {
-        self.table = table.to_owned();
-        self
-    }
-
-    /// Whether to create the schema and table when they are missing (true by default; the
-    /// `idem` command connects with `false`, so that a mistyped database is an error, not a new
-    /// empty store).
-    pub fn create(mut self, create: bool) -> Self {
-        self.create = create;
-        self
-    }
-
-    /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
-    /// including one inside an async runtime (the work runs on the store's own runtime); in
-    /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
-    pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
-        idem_runtime::exec::block_on(self.connect_async())
-    }
-
-    /// Connects without blocking; the future runs on any executor.
-    pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
-        PgStore::open(self).await.map_err(store_error)
-    }
-}
-
-fn store_error(source: StoreError) -> idem_runtime::Error {
+pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
     idem_runtime::Error::Store {
         key: None,
         tool: "-".to_owned(),
@@ -163,30 +89,6 @@ fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
          reachable, and that the pool is large enough for the calls in flight",
         e,
     )
-}
-
-/// Takes the `idem_table` parameter out of a URL's query, which PostgreSQL would refuse.
-fn split_table_param(url: &str) -> (String, Option<String>) {
-    let Some((base, query)) = url.split_once('?') else {
-        return (url.to_owned(), None);
-    };
-    let mut table = None;
-    let kept: Vec<&str> = query
-        .split('&')
-        .filter(|pair| match pair.strip_prefix("idem_table=") {
-            Some(value) => {
-                table = Some(value.to_owned());
-                false
-            }
-            None => true,
-        })
-        .collect();
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    (url, table)
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -229,25 +131,10 @@ impl PgStore {
     /// (so that the `idem` command reaches a fleet's table with `--store` alone); the builder's
     /// [`schema`](PgStoreBuilder::schema) and [`table`](PgStoreBuilder::table) override it.
     pub fn builder(url: &str) -> PgStoreBuilder {
-        let (url, named) = split_table_param(url);
-        let (schema, table) = match named.as_deref().map(|t| t.split_once('.')) {
-            Some(Some((schema, table))) => (schema.to_owned(), table.to_owned()),
-            Some(None) => ("idem".to_owned(), named.unwrap_or_default()),
-            None => ("idem".to_owned(), "records".to_owned()),
-        };
-        PgStoreBuilder {
-            url,
-            lease: DEFAULT_LEASE,
-            heartbeat: None,
-            pool_size: 16,
-            default_wait: DEFAULT_WAIT,
-            schema,
-            table,
-            create: true,
-        }
+        PgStoreBuilder::new(url)
     }
 
-    async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
+    pub(crate) async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
         sql::check_identifier("schema", &options.schema)?;
         sql::check_identifier("table", &options.table)?;
         if options.lease < Duration::from_millis(100) {
@@ -740,132 +627,5 @@ impl Drop for PgStore {
         if Handle::try_current().is_err() {
             self.shared.detached.wait_idle(Duration::from_secs(5));
         }
-    }
-}
-
-/// The store's own tokio runtime. Shut down in the background when the store goes, so that
-/// dropping a store inside a user's async runtime never panics.
-struct OwnRuntime(Option<Runtime>);
-
-impl OwnRuntime {
-    fn new() -> Result<OwnRuntime, StoreError> {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("idem-postgres")
-            .enable_all()
-            .build()
-            .map(|rt| OwnRuntime(Some(rt)))
-            .map_err(|e| StoreError::with_source("cannot start the PostgreSQL store's runtime", e))
-    }
-
-    fn handle(&self) -> &Handle {
-        self.0
-            .as_ref()
-            .expect("the runtime lives as long as the store")
-            .handle()
-    }
-
-    fn spawn<T: Send + 'static>(
-        &self,
-        task: impl Future<Output = T> + Send + 'static,
-    ) -> Joined<T> {
-        Joined(self.handle().spawn(task))
-    }
-
-    /// Runs a store operation on the runtime and hands back a future any executor can await.
-    fn spawn_store<T: Send + 'static>(
-        &self,
-        task: impl Future<Output = Result<T, StoreError>> + Send + 'static,
-    ) -> StoreFuture<'static, T> {
-        let joined = self.spawn(task);
-        Box::pin(async move { joined.await? })
-    }
-}
-
-impl Drop for OwnRuntime {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-/// A task on the store's runtime; dropping it cancels the task (a waiter that gave up).
-struct Joined<T>(JoinHandle<T>);
-
-impl<T> Future for Joined<T> {
-    type Output = Result<T, StoreError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|joined| {
-            joined.map_err(|e| {
-                StoreError::with_source(
-                    "PostgreSQL store: the operation was cancelled or panicked",
-                    e,
-                )
-            })
-        })
-    }
-}
-
-impl<T> Drop for Joined<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Counts writes started from `Drop` paths that have not landed yet.
-#[derive(Default)]
-struct Detached {
-    pending: Arc<(Mutex<usize>, Condvar)>,
-}
-
-struct DetachedGuard(Arc<(Mutex<usize>, Condvar)>);
-
-impl Detached {
-    fn start(&self) -> DetachedGuard {
-        *self.pending.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        DetachedGuard(Arc::clone(&self.pending))
-    }
-
-    fn wait_idle(&self, at_most: Duration) {
-        let (count, idle) = &*self.pending;
-        let guard = count.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = idle.wait_timeout_while(guard, at_most, |n| *n > 0);
-    }
-}
-
-impl Drop for DetachedGuard {
-    fn drop(&mut self) {
-        let (count, idle) = &*self.0;
-        let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
-        *count -= 1;
-        if *count == 0 {
-            idle.notify_all();
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_table_param;
-
-    #[test]
-    fn the_table_parameter_is_taken_out_of_the_url() {
-        assert_eq!(
-            split_table_param("postgres://h/db"),
-            ("postgres://h/db".to_owned(), None)
-        );
-        assert_eq!(
-            split_table_param("postgres://h/db?idem_table=a.b"),
-            ("postgres://h/db".to_owned(), Some("a.b".to_owned()))
-        );
-        assert_eq!(
-            split_table_param("postgres://h/db?sslmode=disable&idem_table=b&connect_timeout=3"),
-            (
-                "postgres://h/db?sslmode=disable&connect_timeout=3".to_owned(),
-                Some("b".to_owned())
-            )
-        );
     }
 }

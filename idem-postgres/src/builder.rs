@@ -1,0 +1,146 @@
+//! [`PgStoreBuilder`]: the options a [`PgStore`] is opened with.
+
+use std::time::Duration;
+
+use idem_runtime::DEFAULT_WAIT;
+
+use crate::store::{PgStore, DEFAULT_LEASE};
+
+/// Options for [`PgStore`]: lease, heartbeat, pool size, default wait, schema and table.
+#[derive(Clone, Debug)]
+pub struct PgStoreBuilder {
+    pub(crate) url: String,
+    pub(crate) lease: Duration,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) pool_size: usize,
+    pub(crate) default_wait: Duration,
+    pub(crate) schema: String,
+    pub(crate) table: String,
+    pub(crate) create: bool,
+}
+
+impl PgStoreBuilder {
+    pub(crate) fn new(url: &str) -> PgStoreBuilder {
+        let (url, named) = split_table_param(url);
+        let (schema, table) = match named.as_deref().map(|t| t.split_once('.')) {
+            Some(Some((schema, table))) => (schema.to_owned(), table.to_owned()),
+            Some(None) => ("idem".to_owned(), named.unwrap_or_default()),
+            None => ("idem".to_owned(), "records".to_owned()),
+        };
+        PgStoreBuilder {
+            url,
+            lease: DEFAULT_LEASE,
+            heartbeat: None,
+            pool_size: 16,
+            default_wait: DEFAULT_WAIT,
+            schema,
+            table,
+            create: true,
+        }
+    }
+
+    /// How long an owner's lease lasts without a heartbeat; 15 s. A crashed owner's record is
+    /// in doubt for everyone this long after its last heartbeat.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How often running calls' leases are renewed; a third of the lease unless set.
+    pub fn heartbeat(mut self, every: Duration) -> Self {
+        self.heartbeat = Some(every);
+        self
+    }
+
+    /// Most connections the pool opens (besides the one listening connection); 16.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.pool_size = connections.max(1);
+        self
+    }
+
+    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// The schema of the records table; `idem`.
+    pub fn schema(mut self, schema: &str) -> Self {
+        self.schema = schema.to_owned();
+        self
+    }
+
+    /// The records table; `records`.
+    pub fn table(mut self, table: &str) -> Self {
+        self.table = table.to_owned();
+        self
+    }
+
+    /// Whether to create the schema and table when they are missing (true by default; the
+    /// `idem` command connects with `false`, so that a mistyped database is an error, not a new
+    /// empty store).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
+    /// including one inside an async runtime (the work runs on the store's own runtime); in
+    /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
+    pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
+        idem_runtime::exec::block_on(self.connect_async())
+    }
+
+    /// Connects without blocking; the future runs on any executor.
+    pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
+        PgStore::open(self).await.map_err(crate::store::store_error)
+    }
+}
+
+/// Takes the `idem_table` parameter out of a URL's query, which PostgreSQL would refuse.
+fn split_table_param(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut table = None;
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("idem_table=") {
+            Some(value) => {
+                table = Some(value.to_owned());
+                false
+            }
+            None => true,
+        })
+        .collect();
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    (url, table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_table_param;
+
+    #[test]
+    fn the_table_parameter_is_taken_out_of_the_url() {
+        assert_eq!(
+            split_table_param("postgres://h/db"),
+            ("postgres://h/db".to_owned(), None)
+        );
+        assert_eq!(
+            split_table_param("postgres://h/db?idem_table=a.b"),
+            ("postgres://h/db".to_owned(), Some("a.b".to_owned()))
+        );
+        assert_eq!(
+            split_table_param("postgres://h/db?sslmode=disable&idem_table=b&connect_timeout=3"),
+            (
+                "postgres://h/db?sslmode=disable&connect_timeout=3".to_owned(),
+                Some("b".to_owned())
+            )
+        );
+    }
+}

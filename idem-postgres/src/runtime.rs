@@ -1,0 +1,117 @@
+//! The store's own tokio runtime, and the handles its callers hold on its tasks.
+//!
+//! Store futures run on any executor (the sync engine parks a plain thread), so the I/O cannot
+//! rely on an ambient runtime: it runs here, and callers await a join handle.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use idem_runtime::{StoreError, StoreFuture};
+use tokio::runtime::{Handle, Runtime};
+use tokio::task::JoinHandle;
+
+/// The store's own tokio runtime. Shut down in the background when the store goes, so that
+/// dropping a store inside a user's async runtime never panics.
+pub(crate) struct OwnRuntime(Option<Runtime>);
+
+impl OwnRuntime {
+    pub(crate) fn new() -> Result<OwnRuntime, StoreError> {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("idem-postgres")
+            .enable_all()
+            .build()
+            .map(|rt| OwnRuntime(Some(rt)))
+            .map_err(|e| StoreError::with_source("cannot start the PostgreSQL store's runtime", e))
+    }
+
+    pub(crate) fn handle(&self) -> &Handle {
+        self.0
+            .as_ref()
+            .expect("the runtime lives as long as the store")
+            .handle()
+    }
+
+    pub(crate) fn spawn<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Joined<T> {
+        Joined(self.handle().spawn(task))
+    }
+
+    /// Runs a store operation on the runtime and hands back a future any executor can await.
+    pub(crate) fn spawn_store<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> StoreFuture<'static, T> {
+        let joined = self.spawn(task);
+        Box::pin(async move { joined.await? })
+    }
+}
+
+impl Drop for OwnRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A task on the store's runtime; dropping it cancels the task (a waiter that gave up).
+pub(crate) struct Joined<T>(JoinHandle<T>);
+
+impl<T> Future for Joined<T> {
+    type Output = Result<T, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|joined| {
+            joined.map_err(|e| {
+                StoreError::with_source(
+                    "PostgreSQL store: the operation was cancelled or panicked",
+                    e,
+                )
+            })
+        })
+    }
+}
+
+impl<T> Drop for Joined<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Counts writes started from `Drop` paths that have not landed yet.
+#[derive(Default)]
+pub(crate) struct Detached {
+    pending: Arc<(Mutex<usize>, Condvar)>,
+}
+
+pub(crate) struct DetachedGuard(Arc<(Mutex<usize>, Condvar)>);
+
+impl Detached {
+    pub(crate) fn start(&self) -> DetachedGuard {
+        *self.pending.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        DetachedGuard(Arc::clone(&self.pending))
+    }
+
+    pub(crate) fn wait_idle(&self, at_most: Duration) {
+        let (count, idle) = &*self.pending;
+        let guard = count.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = idle.wait_timeout_while(guard, at_most, |n| *n > 0);
+    }
+}
+
+impl Drop for DetachedGuard {
+    fn drop(&mut self) {
+        let (count, idle) = &*self.0;
+        let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
+        *count -= 1;
+        if *count == 0 {
+            idle.notify_all();
+        }
+    }
+}
