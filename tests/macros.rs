@@ -23,10 +23,8 @@ impl From<idem::Error> for PayError {
 
 fn open_store() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().expect("temp dir").keep();
-    let store = SledStore::builder(dir)
-        .durability(Durability::None)
-        .open()
-        .expect("open sled store");
+    let store =
+        SledStore::builder(dir).durability(Durability::None).open().expect("open sled store");
     Arc::new(store)
 }
 
@@ -175,9 +173,8 @@ mod contended {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_tasks_on_one_key_run_the_body_once() {
-    let tasks: Vec<_> = (0..32)
-        .map(|_| tokio::spawn(contended::charge("o-1".to_owned(), 21)))
-        .collect();
+    let tasks: Vec<_> =
+        (0..32).map(|_| tokio::spawn(contended::charge("o-1".to_owned(), 21))).collect();
     for task in tasks {
         assert_eq!(task.await.unwrap().unwrap(), 42);
     }
@@ -258,10 +255,7 @@ mod field_scope {
 
 #[tokio::test]
 async fn a_field_path_scope_keeps_the_parameter_in_the_key() {
-    let request = field_scope::ChargeRequest {
-        order_id: "o-7".to_owned(),
-        amount: 3,
-    };
+    let request = field_scope::ChargeRequest { order_id: "o-7".to_owned(), amount: 3 };
     let key = field_scope::charge(request).await.unwrap();
     let expected = idem::Key::derive(
         "charge",
@@ -299,21 +293,12 @@ mod methods {
 
 #[tokio::test]
 async fn self_is_not_part_of_the_key() {
-    let first = methods::Payments {
-        runs: AtomicUsize::new(0),
-    };
-    let second = methods::Payments {
-        runs: AtomicUsize::new(0),
-    };
+    let first = methods::Payments { runs: AtomicUsize::new(0) };
+    let second = methods::Payments { runs: AtomicUsize::new(0) };
     assert_eq!(first.charge("o-1", 9).await.unwrap(), 9);
     assert_eq!(second.charge("o-1", 9).await.unwrap(), 9);
-    assert_eq!(
-        first.runs.load(Ordering::SeqCst) + second.runs.load(Ordering::SeqCst),
-        1
-    );
-    let mut third = methods::Payments {
-        runs: AtomicUsize::new(10),
-    };
+    assert_eq!(first.runs.load(Ordering::SeqCst) + second.runs.load(Ordering::SeqCst), 1);
+    let mut third = methods::Payments { runs: AtomicUsize::new(10) };
     assert_eq!(third.refund("o-1").unwrap(), 10);
     assert_eq!(third.refund("o-1").unwrap(), 10);
 }
@@ -361,9 +346,7 @@ mod retried {
 }
 
 fn quick() -> idem::Backoff {
-    idem::Backoff::default()
-        .min_delay(Duration::from_millis(1))
-        .max_delay(Duration::from_millis(5))
+    idem::Backoff::default().min_delay(Duration::from_millis(1)).max_delay(Duration::from_millis(5))
 }
 
 #[test]
@@ -390,11 +373,7 @@ fn retry_gives_up_after_the_backoff_and_stops_on_refused_errors() {
     let result = idem::retry!(give_up::declined(), backoff = quick().max_retries(2));
     assert_eq!(result, Err(PayError::Declined));
     assert_eq!(give_up::RUNS.load(Ordering::SeqCst), 3);
-    let refused = idem::retry!(
-        give_up::declined(),
-        backoff = quick(),
-        when = |_: &PayError| false
-    );
+    let refused = idem::retry!(give_up::declined(), backoff = quick(), when = |_: &PayError| false);
     assert_eq!(refused, Err(PayError::Declined));
     assert_eq!(give_up::RUNS.load(Ordering::SeqCst), 4);
 }
@@ -417,13 +396,7 @@ fn each_attribute_classifies_its_tool_at_compile_time() {
     const KEYED: idem::ToolInfo = idem::tool_info!(seed::charge_card);
     const PINNED: idem::ToolInfo = idem::tool_info!(renamed::refund_v2);
     const UNKEYED: idem::ToolInfo = idem::tool_info!(fax::send_fax);
-    assert_eq!(
-        READ,
-        idem::ToolInfo {
-            name: "get_balance",
-            kind: Kind::Read
-        }
-    );
+    assert_eq!(READ, idem::ToolInfo { name: "get_balance", kind: Kind::Read });
     assert_eq!(KEYED.kind, Kind::Idempotent { scope: "step_id" });
     assert_eq!(PINNED.name, "refund");
     assert_eq!(UNKEYED.kind, Kind::Write);
@@ -461,9 +434,7 @@ fn async_tool_futures_stay_send() {
     fn assert_send<F: std::future::Future + Send>(_: &F) {}
     let future = contended::charge("o-send".to_owned(), 1);
     assert_send(&future);
-    let payments = methods::Payments {
-        runs: AtomicUsize::new(0),
-    };
+    let payments = methods::Payments { runs: AtomicUsize::new(0) };
     assert_send(&payments.charge("o-send", 1));
     drop(future);
 }

@@ -9,10 +9,7 @@ use idem_runtime::{canonical_json, Error, Key};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/vectors/keys.jsonl"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
 
 fn lines() -> Vec<Value> {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
@@ -26,18 +23,12 @@ fn lines() -> Vec<Value> {
         .filter(|line| !line.trim().is_empty())
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert!(
-        lines.len() >= 10,
-        "{VECTORS} holds only {} vectors",
-        lines.len()
-    );
+    assert!(lines.len() >= 10, "{VECTORS} holds only {} vectors", lines.len());
     lines
 }
 
 fn field<'a>(line: &'a Value, name: &str) -> &'a str {
-    line[name]
-        .as_str()
-        .unwrap_or_else(|| panic!("`{name}` is not a string in {line}"))
+    line[name].as_str().unwrap_or_else(|| panic!("`{name}` is not a string in {line}"))
 }
 
 fn canonical(value: &Value) -> String {
@@ -64,17 +55,9 @@ fn reversed(value: &Value) -> Value {
 #[test]
 fn serde_json_features_are_really_on() {
     let ordered: Value = serde_json::from_str(r#"{"b":1,"a":2}"#).unwrap();
-    assert_eq!(
-        ordered.to_string(),
-        r#"{"b":1,"a":2}"#,
-        "preserve_order is off"
-    );
+    assert_eq!(ordered.to_string(), r#"{"b":1,"a":2}"#, "preserve_order is off");
     let big: Value = serde_json::from_str("123456789012345678901234567890").unwrap();
-    assert_eq!(
-        big.to_string(),
-        "123456789012345678901234567890",
-        "arbitrary_precision is off"
-    );
+    assert_eq!(big.to_string(), "123456789012345678901234567890", "arbitrary_precision is off");
 }
 
 #[test]
@@ -83,17 +66,9 @@ fn every_vector_matches_with_args_parsed_from_text() {
         // Parsed under arbitrary_precision, every number is a serde_json Number token.
         let args = &line["args"];
         let (tool, scope) = (field(&line, "tool"), field(&line, "scope"));
-        assert_eq!(
-            canonical(args),
-            field(&line, "canonical"),
-            "canonical JSON of {args}"
-        );
+        assert_eq!(canonical(args), field(&line, "canonical"), "canonical JSON of {args}");
         let key = Key::derive(tool, scope, args).unwrap();
-        assert_eq!(
-            key.as_str(),
-            field(&line, "key"),
-            "key of {tool} / {scope} / {args}"
-        );
+        assert_eq!(key.as_str(), field(&line, "key"), "key of {tool} / {scope} / {args}");
     }
 }
 
@@ -102,15 +77,8 @@ fn every_vector_matches_with_keys_inserted_in_reverse_order() {
     for line in lines() {
         let args = reversed(&line["args"]);
         let (tool, scope) = (field(&line, "tool"), field(&line, "scope"));
-        assert_eq!(
-            canonical(&args),
-            field(&line, "canonical"),
-            "canonical JSON of {args}"
-        );
-        assert_eq!(
-            Key::derive(tool, scope, &args).unwrap().as_str(),
-            field(&line, "key")
-        );
+        assert_eq!(canonical(&args), field(&line, "canonical"), "canonical JSON of {args}");
+        assert_eq!(Key::derive(tool, scope, &args).unwrap().as_str(), field(&line, "key"));
     }
 }
 
@@ -136,14 +104,8 @@ fn floats_parsed_from_text_are_written_as_python_repr() {
 #[test]
 fn floats_built_in_rust_are_written_as_python_repr() {
     let value = serde_json::json!({"a": 1e16, "b": 0.1, "c": 100.0, "d": 1e-7, "e": -0.0});
-    assert_eq!(
-        canonical(&value),
-        r#"{"a":1e+16,"b":0.1,"c":100.0,"d":1e-07,"e":-0.0}"#
-    );
-    assert_eq!(
-        canonical_json(&[1e16, 1e15, 0.1]).unwrap(),
-        "[1e+16,1000000000000000.0,0.1]"
-    );
+    assert_eq!(canonical(&value), r#"{"a":1e+16,"b":0.1,"c":100.0,"d":1e-07,"e":-0.0}"#);
+    assert_eq!(canonical_json(&[1e16, 1e15, 0.1]).unwrap(), "[1e+16,1000000000000000.0,0.1]");
     assert_eq!(canonical_json(&0.1f32).unwrap(), "0.10000000149011612");
 }
 
@@ -162,32 +124,17 @@ fn big_integers_parsed_from_text_are_written_as_python_ints() {
 
 #[test]
 fn big_integers_built_in_rust_are_written_as_they_are() {
-    assert_eq!(
-        canonical_json(&u128::MAX).unwrap(),
-        "340282366920938463463374607431768211455"
-    );
-    assert_eq!(
-        canonical_json(&i128::MIN).unwrap(),
-        "-170141183460469231731687303715884105728"
-    );
-    assert_eq!(
-        canonical(&serde_json::json!(u64::MAX)),
-        "18446744073709551615"
-    );
-    assert_eq!(
-        canonical(&serde_json::json!(i64::MIN)),
-        "-9223372036854775808"
-    );
+    assert_eq!(canonical_json(&u128::MAX).unwrap(), "340282366920938463463374607431768211455");
+    assert_eq!(canonical_json(&i128::MIN).unwrap(), "-170141183460469231731687303715884105728");
+    assert_eq!(canonical(&serde_json::json!(u64::MAX)), "18446744073709551615");
+    assert_eq!(canonical(&serde_json::json!(i64::MIN)), "-9223372036854775808");
 }
 
 #[test]
 fn raw_values_are_canonicalized_like_parsed_values() {
     let raw =
         RawValue::from_string(r#"{"b": 1.0, "a": [1e16, {"z": null, "y": "é"}]}"#.into()).unwrap();
-    assert_eq!(
-        canonical_json(&raw).unwrap(),
-        r#"{"a":[1e+16,{"y":"\u00e9","z":null}],"b":1.0}"#
-    );
+    assert_eq!(canonical_json(&raw).unwrap(), r#"{"a":[1e+16,{"y":"\u00e9","z":null}],"b":1.0}"#);
     let nested = std::collections::BTreeMap::from([("payload", raw)]);
     assert_eq!(
         canonical_json(&nested).unwrap(),
@@ -200,8 +147,5 @@ fn numbers_beyond_a_double_and_nan_are_refused() {
     let huge: Value = serde_json::from_str("[1e400]").unwrap();
     assert!(matches!(canonical_json(&huge), Err(Error::Key { .. })));
     let err = Key::derive("weigh", "s", &[f64::NAN]).unwrap_err();
-    assert!(
-        matches!(&err, Error::Key { tool, .. } if tool == "weigh"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Error::Key { tool, .. } if tool == "weigh"), "{err:?}");
 }

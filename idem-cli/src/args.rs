@@ -29,28 +29,18 @@ pub(crate) fn parse_args(text: &str) -> Result<Json, String> {
     // serde_json's syntax errors name the line and column; ours only back it up.
     serde_json::from_str::<serde::de::IgnoredAny>(text)
         .map_err(|e| format!("--args is not valid JSON: {e}"))?;
-    let mut reader = Reader {
-        text: text.as_bytes(),
-        at: 0,
-    };
+    let mut reader = Reader { text: text.as_bytes(), at: 0 };
     reader.skip_space();
-    let value = reader
-        .value()
-        .map_err(|e| format!("--args is not valid JSON: {e}"))?;
+    let value = reader.value().map_err(|e| format!("--args is not valid JSON: {e}"))?;
     reader.skip_space();
     if reader.at != reader.text.len() {
-        return Err(format!(
-            "--args is not valid JSON: trailing text at byte {}",
-            reader.at
-        ));
+        return Err(format!("--args is not valid JSON: trailing text at byte {}", reader.at));
     }
     match value {
         Json::Object(_) => Ok(value),
-        _ => Err(
-            "--args must be a JSON object of the tool's parameters by name, such as \
+        _ => Err("--args must be a JSON object of the tool's parameters by name, such as \
                   '{\"amount\":4200}'"
-                .to_owned(),
-        ),
+            .to_owned()),
     }
 }
 
@@ -75,11 +65,7 @@ impl Reader<'_> {
             self.at += 1;
             Ok(())
         } else {
-            Err(format!(
-                "expected `{}` at byte {}",
-                char::from(byte),
-                self.at
-            ))
+            Err(format!("expected `{}` at byte {}", char::from(byte), self.at))
         }
     }
 
@@ -196,18 +182,11 @@ impl Reader<'_> {
         }
         // Only ASCII was consumed, so the slice is valid UTF-8.
         let text = String::from_utf8_lossy(&self.text[start..self.at]).into_owned();
-        Ok(if float {
-            Json::Float(text)
-        } else {
-            Json::Int(text)
-        })
+        Ok(if float { Json::Float(text) } else { Json::Int(text) })
     }
 
     fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self
-            .text
-            .get(self.at..self.at + 4)
-            .ok_or_else(|| self.bad_escape())?;
+        let digits = self.text.get(self.at..self.at + 4).ok_or_else(|| self.bad_escape())?;
         let digits = std::str::from_utf8(digits).map_err(|_| self.bad_escape())?;
         let value = u32::from_str_radix(digits, 16).map_err(|_| self.bad_escape())?;
         self.at += 4;
@@ -222,16 +201,12 @@ impl Reader<'_> {
         self.expect(b'"')?;
         let mut out = Vec::new();
         loop {
-            let byte = self
-                .peek()
-                .ok_or_else(|| "unterminated string".to_owned())?;
+            let byte = self.peek().ok_or_else(|| "unterminated string".to_owned())?;
             self.at += 1;
             match byte {
                 b'"' => break,
                 b'\\' => {
-                    let escape = self
-                        .peek()
-                        .ok_or_else(|| "unterminated string".to_owned())?;
+                    let escape = self.peek().ok_or_else(|| "unterminated string".to_owned())?;
                     self.at += 1;
                     let c = match escape {
                         b'"' => '"',
@@ -248,10 +223,7 @@ impl Reader<'_> {
                     out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
                 }
                 0x00..=0x1f => {
-                    return Err(format!(
-                        "control character in a string at byte {}",
-                        self.at - 1
-                    ))
+                    return Err(format!("control character in a string at byte {}", self.at - 1))
                 }
                 _ => out.push(byte),
             }
@@ -366,12 +338,8 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_be_a_key() {
-        assert!(parse_args("[1]")
-            .unwrap_err()
-            .contains("must be a JSON object"));
-        assert!(parse_args("{\"a\": }")
-            .unwrap_err()
-            .contains("not valid JSON"));
+        assert!(parse_args("[1]").unwrap_err().contains("must be a JSON object"));
+        assert!(parse_args("{\"a\": }").unwrap_err().contains("not valid JSON"));
         assert!(parse_args("{\"a\": 1} x").is_err());
         assert!(parse_args(r#"{"a": "\ud800"}"#).is_err());
         let huge = parse_args(r#"{"a": 1234567890123456789012345678901234567890}"#).unwrap();

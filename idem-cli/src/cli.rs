@@ -95,9 +95,7 @@ fn parse_status(text: &str) -> Result<Status, String> {
         "in-flight" => Ok(Status::InFlight),
         "done" => Ok(Status::Done),
         "in-doubt" => Ok(Status::InDoubt),
-        other => Err(format!(
-            "unknown status `{other}`: use in-flight, done or in-doubt"
-        )),
+        other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
     }
 }
 

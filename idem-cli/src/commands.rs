@@ -17,12 +17,7 @@ type Out<'a> = &'a mut dyn Write;
 pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
     let location = cli.store.as_deref();
     match cli.command {
-        Command::Key {
-            tool,
-            scope,
-            args,
-            json,
-        } => key(&tool, &scope, &args, json, out),
+        Command::Key { tool, scope, args, json } => key(&tool, &scope, &args, json, out),
         Command::Ls { status, tool, json } => {
             let store = store::open(location)?;
             ls(store.as_ref(), Filter { status, tool }, json, out)
@@ -45,10 +40,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             let store = store::open(location)?;
             resolve(store.as_ref(), &key, resolution, out)
         }
-        Command::Purge {
-            older_than,
-            expired,
-        } => {
+        Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
                 (Some(age), false) => Purge::OlderThan(age),
                 (None, true) => Purge::Expired,
@@ -120,10 +112,7 @@ fn ls(store: &dyn Store, filter: Filter, json: bool, out: Out<'_>) -> Result<(),
             ]
         })
         .collect();
-    let text = table(
-        &["KEY", "TOOL", "SCOPE", "STATUS", "ATTEMPTS", "AGE"],
-        &rows,
-    );
+    let text = table(&["KEY", "TOOL", "SCOPE", "STATUS", "ATTEMPTS", "AGE"], &rows);
     out.write_all(text.as_bytes()).map_err(write_failed)
 }
 
@@ -133,8 +122,7 @@ fn show(store: &dyn Store, key: &Key, json: bool, out: Out<'_>) -> Result<(), Fa
         let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
         return writeln!(out, "{line}").map_err(write_failed);
     }
-    out.write_all(describe(&record, now_ms()).as_bytes())
-        .map_err(write_failed)
+    out.write_all(describe(&record, now_ms()).as_bytes()).map_err(write_failed)
 }
 
 /// A record for people: one field per line, times with their age.
@@ -149,10 +137,7 @@ fn describe(record: &Record, now: u64) -> String {
         ("owner", record.owner.clone()),
         ("created", when(record.created_at)),
         ("updated", when(record.updated_at)),
-        (
-            "completed",
-            record.completed_at.map_or_else(|| "-".to_owned(), when),
-        ),
+        ("completed", record.completed_at.map_or_else(|| "-".to_owned(), when)),
         (
             "expires",
             match record.expires_at {
@@ -168,15 +153,10 @@ fn describe(record: &Record, now: u64) -> String {
     rows.push(("args sha256", record.args_fingerprint.clone()));
     rows.push((
         "result",
-        record
-            .result
-            .as_ref()
-            .map_or_else(|| "-".to_owned(), |result| result.to_string()),
+        record.result.as_ref().map_or_else(|| "-".to_owned(), |result| result.to_string()),
     ));
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
-    rows.iter()
-        .map(|(name, value)| format!("{name:<width$}  {value}\n"))
-        .collect()
+    rows.iter().map(|(name, value)| format!("{name:<width$}  {value}\n")).collect()
 }
 
 fn resolve(
@@ -188,9 +168,7 @@ fn resolve(
     match admin::resolve(store, key, resolution)? {
         None => writeln!(out, "released {key}: the next call runs the body"),
         Some(record) => {
-            let result = record
-                .result
-                .map_or_else(|| "null".to_owned(), |r| r.to_string());
+            let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
             writeln!(out, "settled {key} as done: later calls replay {result}")
         }
     }
@@ -227,11 +205,8 @@ fn stats(store: &dyn Store, out: Out<'_>) -> Result<(), Failure> {
         .collect();
     let total: u64 = stats.by_status.values().sum();
     by_status.push(vec!["total".to_owned(), total.to_string()]);
-    let by_tool: Vec<Vec<String>> = stats
-        .by_tool
-        .iter()
-        .map(|(tool, n)| vec![cell(tool), n.to_string()])
-        .collect();
+    let by_tool: Vec<Vec<String>> =
+        stats.by_tool.iter().map(|(tool, n)| vec![cell(tool), n.to_string()]).collect();
     let mut text = table(&["STATUS", "RECORDS"], &by_status);
     text.push('\n');
     text.push_str(&table(&["TOOL", "RECORDS"], &by_tool));

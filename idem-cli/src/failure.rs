@@ -17,18 +17,12 @@ pub(crate) struct Failure {
 impl Failure {
     /// The command line was wrong: the operator must change it.
     pub(crate) fn usage(message: impl Into<String>) -> Failure {
-        Failure {
-            code: USAGE,
-            message: message.into(),
-        }
+        Failure { code: USAGE, message: message.into() }
     }
 
     /// The command line was right but the operation could not be done.
     pub(crate) fn failed(message: impl Into<String>) -> Failure {
-        Failure {
-            code: FAILED,
-            message: message.into(),
-        }
+        Failure { code: FAILED, message: message.into() }
     }
 
     pub(crate) fn exit_code(&self) -> u8 {
@@ -53,14 +47,10 @@ impl From<Error> for Failure {
             }
             // Outside a call the runtime has no key or tool to name: the store's own message
             // (which says what to do) is the whole story.
-            Error::Store {
-                key: None, source, ..
-            } => Failure::failed(source.to_string()),
-            Error::Store {
-                key: Some(key),
-                source,
-                ..
-            } => Failure::failed(format!("key {key}: {source}")),
+            Error::Store { key: None, source, .. } => Failure::failed(source.to_string()),
+            Error::Store { key: Some(key), source, .. } => {
+                Failure::failed(format!("key {key}: {source}"))
+            }
             other => Failure::failed(other.to_string()),
         }
     }
@@ -68,11 +58,7 @@ impl From<Error> for Failure {
 
 /// Joins the lines of `text` into one.
 fn one_line(text: &str) -> String {
-    text.split(['\n', '\r'])
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
+    text.split(['\n', '\r']).map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
 /// clap's rendered error as one line: its message (the first paragraph, without the `error:`
@@ -80,10 +66,7 @@ fn one_line(text: &str) -> String {
 pub(crate) fn one_line_clap_error(rendered: &str) -> String {
     let message = rendered.split("\n\n").next().unwrap_or(rendered);
     let message = one_line(message.trim_start_matches("error:"));
-    let usage = rendered
-        .lines()
-        .find_map(|line| line.strip_prefix("Usage: "))
-        .map(str::trim);
+    let usage = rendered.lines().find_map(|line| line.strip_prefix("Usage: ")).map(str::trim);
     match usage {
         Some(usage) => format!("{message}; usage: {usage} (see --help)"),
         None => format!("{message}; see `idem --help`"),

@@ -27,9 +27,7 @@ fn main() -> ExitCode {
     };
     let mut stdout = std::io::stdout().lock();
     let outcome = commands::run(cli, &mut stdout).and_then(|()| {
-        stdout
-            .flush()
-            .map_err(|e| Failure::failed(format!("cannot write the output: {e}")))
+        stdout.flush().map_err(|e| Failure::failed(format!("cannot write the output: {e}")))
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -43,10 +41,7 @@ fn main() -> ExitCode {
 /// Prints clap's help and version as clap would, and its errors as one line, exiting 2.
 fn usage_error(error: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(
-        error.kind(),
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-    ) {
+    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         // Help was asked for: print it in full, successfully.
         let _ = error.print();
         return ExitCode::SUCCESS;
@@ -57,9 +52,6 @@ fn usage_error(error: clap::Error) -> ExitCode {
         );
         return ExitCode::from(failure::USAGE);
     }
-    eprintln!(
-        "idem: {}",
-        failure::one_line_clap_error(&error.render().to_string())
-    );
+    eprintln!("idem: {}", failure::one_line_clap_error(&error.render().to_string()));
     ExitCode::from(failure::USAGE)
 }

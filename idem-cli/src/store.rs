@@ -42,10 +42,7 @@ fn open_sled(path: &Path) -> Result<Box<dyn Store>, Failure> {
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Box<dyn Store>, Failure> {
     // One command needs few connections; `create(false)`: a mistyped database is an error.
-    let store = idem_postgres::PgStore::builder(url)
-        .pool_size(2)
-        .create(false)
-        .connect()?;
+    let store = idem_postgres::PgStore::builder(url).pool_size(2).create(false).connect()?;
     Ok(Box::new(store))
 }
 

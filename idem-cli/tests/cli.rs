@@ -23,30 +23,17 @@ impl Run {
     /// Asserts success and returns stdout.
     fn ok(&self) -> &str {
         assert_eq!(self.code, 0, "idem failed: {self:?}");
-        assert!(
-            self.stderr.is_empty(),
-            "idem wrote to stderr on success: {self:?}"
-        );
+        assert!(self.stderr.is_empty(), "idem wrote to stderr on success: {self:?}");
         &self.stdout
     }
 
     /// Asserts a failure with `code` and one line on stderr, and returns that line.
     fn fails(&self, code: i32) -> &str {
         assert_eq!(self.code, code, "wrong exit status: {self:?}");
-        assert!(
-            self.stdout.is_empty(),
-            "idem wrote to stdout on failure: {self:?}"
-        );
+        assert!(self.stdout.is_empty(), "idem wrote to stdout on failure: {self:?}");
         let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(
-            lines.len(),
-            1,
-            "an error must be one line on stderr: {self:?}"
-        );
-        assert!(
-            lines[0].starts_with("idem: "),
-            "an error must start with `idem: `: {self:?}"
-        );
+        assert_eq!(lines.len(), 1, "an error must be one line on stderr: {self:?}");
+        assert!(lines[0].starts_with("idem: "), "an error must start with `idem: `: {self:?}");
         lines[0]
     }
 }
@@ -59,10 +46,7 @@ fn idem_in(dir: &Path, args: &[&str]) -> Run {
         .output()
         .expect("the idem binary runs");
     Run {
-        code: output
-            .status
-            .code()
-            .expect("idem exited, not killed by a signal"),
+        code: output.status.code().expect("idem exited, not killed by a signal"),
         stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
         stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
     }
@@ -72,10 +56,7 @@ fn idem_in(dir: &Path, args: &[&str]) -> Run {
 fn idem(store: &Path, args: &[&str]) -> Run {
     let mut all = vec!["--store", store.to_str().expect("temp paths are UTF-8")];
     all.extend_from_slice(args);
-    idem_in(
-        store.parent().expect("a store has a parent directory"),
-        &all,
-    )
+    idem_in(store.parent().expect("a store has a parent directory"), &all)
 }
 
 /// A temporary directory and the path of a store in it (not yet created).
@@ -89,18 +70,13 @@ fn place() -> (TempDir, std::path::PathBuf) {
 /// so reopening waits for it as the `idem` command does.
 fn open(path: &Path) -> Arc<dyn Store> {
     Arc::new(
-        SledStore::builder(path)
-            .lock_wait(Duration::from_secs(5))
-            .open()
-            .expect("the store opens"),
+        SledStore::builder(path).lock_wait(Duration::from_secs(5)).open().expect("the store opens"),
     )
 }
 
 /// A call that finished with `result`; returns its key.
 fn finish(store: &Arc<dyn Store>, tool: &str, scope: &str, args: Value, result: &str) -> Key {
-    let call = Call::new(tool, scope, &args)
-        .unwrap()
-        .store(Arc::clone(store));
+    let call = Call::new(tool, scope, &args).unwrap().store(Arc::clone(store));
     let key = call.key().clone();
     let got: Result<String, Error> = call.run(|| Ok(result.to_owned()));
     assert_eq!(got.unwrap(), result);
@@ -125,9 +101,7 @@ fn quiet_intended_panics() {
 /// A call whose body panicked, which leaves its record in doubt; returns its key.
 fn interrupt(store: &Arc<dyn Store>, tool: &str, scope: &str, args: Value) -> Key {
     quiet_intended_panics();
-    let call = Call::new(tool, scope, &args)
-        .unwrap()
-        .store(Arc::clone(store));
+    let call = Call::new(tool, scope, &args).unwrap().store(Arc::clone(store));
     let key = call.key().clone();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let _: Result<String, Error> = call.run(|| std::panic::panic_any(CRASH));
@@ -154,40 +128,15 @@ struct Fixture {
 fn fixture() -> Fixture {
     let (dir, path) = place();
     let store = open(&path);
-    let charge_1 = finish(
-        &store,
-        "charge_card",
-        "order-1",
-        json!({"amount": 100}),
-        "ch_1",
-    );
+    let charge_1 = finish(&store, "charge_card", "order-1", json!({"amount": 100}), "ch_1");
     tick();
-    let charge_2 = finish(
-        &store,
-        "charge_card",
-        "order-2",
-        json!({"amount": 200}),
-        "ch_2",
-    );
+    let charge_2 = finish(&store, "charge_card", "order-2", json!({"amount": 200}), "ch_2");
     tick();
     let charge_doubt = interrupt(&store, "charge_card", "order-3", json!({"amount": 300}));
     tick();
-    let email = finish(
-        &store,
-        "send_email",
-        "order-1",
-        json!({"to": "ada@example.com"}),
-        "msg_1",
-    );
+    let email = finish(&store, "send_email", "order-1", json!({"to": "ada@example.com"}), "msg_1");
     drop(store);
-    Fixture {
-        _dir: dir,
-        path,
-        charge_1,
-        charge_2,
-        charge_doubt,
-        email,
-    }
+    Fixture { _dir: dir, path, charge_1, charge_2, charge_doubt, email }
 }
 
 fn json_lines(text: &str) -> Vec<Value> {
@@ -197,10 +146,7 @@ fn json_lines(text: &str) -> Vec<Value> {
 }
 
 fn keys_of(records: &[Value]) -> Vec<String> {
-    records
-        .iter()
-        .map(|r| r["key"].as_str().expect("a record has a key").to_owned())
-        .collect()
+    records.iter().map(|r| r["key"].as_str().expect("a record has a key").to_owned()).collect()
 }
 
 /// The count on the line of a stats table that starts with `name`.
@@ -218,30 +164,17 @@ fn stat(stats: &str, name: &str) -> u64 {
 
 #[test]
 fn key_matches_every_shared_vector() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/vectors/keys.jsonl"
-    );
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
         panic!("cannot read the shared key vectors at {path}: {e}; check out the shared repository beside this one")
     });
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
-    for (line_no, line) in text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-    {
+    for (line_no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let vector: Value = serde_json::from_str(line).unwrap();
-        let (tool, scope) = (
-            vector["tool"].as_str().unwrap(),
-            vector["scope"].as_str().unwrap(),
-        );
+        let (tool, scope) = (vector["tool"].as_str().unwrap(), vector["scope"].as_str().unwrap());
         let args = vector["args"].to_string();
-        let out = idem_in(
-            dir.path(),
-            &["key", "--tool", tool, "--scope", scope, "--args", &args],
-        );
+        let out = idem_in(dir.path(), &["key", "--tool", tool, "--scope", scope, "--args", &args]);
         assert_eq!(
             out.ok().trim_end(),
             vector["key"].as_str().unwrap(),
@@ -251,23 +184,11 @@ fn key_matches_every_shared_vector() {
 
         let out = idem_in(
             dir.path(),
-            &[
-                "key", "--tool", tool, "--scope", scope, "--args", &args, "--json",
-            ],
+            &["key", "--tool", tool, "--scope", scope, "--args", &args, "--json"],
         );
         let printed: Value = serde_json::from_str(out.ok()).unwrap();
-        assert_eq!(
-            printed["key"],
-            vector["key"],
-            "vector on line {}",
-            line_no + 1
-        );
-        assert_eq!(
-            printed["canonical"],
-            vector["canonical"],
-            "vector on line {}",
-            line_no + 1
-        );
+        assert_eq!(printed["key"], vector["key"], "vector on line {}", line_no + 1);
+        assert_eq!(printed["canonical"], vector["canonical"], "vector on line {}", line_no + 1);
         checked += 1;
     }
     assert!(checked > 0, "{path} holds no vectors");
@@ -278,10 +199,7 @@ fn key_keeps_integers_wider_than_64_bits() {
     let dir = tempfile::tempdir().unwrap();
     let wide = 1u128 << 100;
     let args = format!(r#"{{"n": {wide}}}"#);
-    let out = idem_in(
-        dir.path(),
-        &["key", "--tool", "t", "--scope", "s", "--args", &args],
-    );
+    let out = idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", &args]);
     let expected = Key::derive("t", "s", &std::collections::BTreeMap::from([("n", wide)])).unwrap();
     assert_eq!(out.ok().trim_end(), expected.as_str());
 }
@@ -309,47 +227,26 @@ fn key_needs_no_store() {
 #[test]
 fn key_refuses_bad_json_as_usage() {
     let dir = tempfile::tempdir().unwrap();
-    let line = idem_in(
-        dir.path(),
-        &["key", "--tool", "t", "--scope", "s", "--args", "{\"a\":"],
-    )
-    .fails(2)
-    .to_owned();
+    let line = idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", "{\"a\":"])
+        .fails(2)
+        .to_owned();
     assert!(line.contains("--args is not valid JSON"), "{line}");
-    let line = idem_in(
-        dir.path(),
-        &["key", "--tool", "t", "--scope", "s", "--args", "[1, 2]"],
-    )
-    .fails(2)
-    .to_owned();
+    let line = idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", "[1, 2]"])
+        .fails(2)
+        .to_owned();
     assert!(line.contains("must be a JSON object"), "{line}");
-    let line = idem_in(
-        dir.path(),
-        &[
-            "key",
-            "--tool",
-            "t",
-            "--scope",
-            "s",
-            "--args",
-            r#"{"kg": 1e999}"#,
-        ],
-    )
-    .fails(2)
-    .to_owned();
+    let line =
+        idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", r#"{"kg": 1e999}"#])
+            .fails(2)
+            .to_owned();
     assert!(line.contains("no canonical JSON"), "{line}");
 }
 
 #[test]
 fn missing_arguments_are_usage_errors_on_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let line = idem_in(dir.path(), &["key", "--tool", "t"])
-        .fails(2)
-        .to_owned();
-    assert!(
-        line.contains("--scope") && line.contains("usage: idem key"),
-        "{line}"
-    );
+    let line = idem_in(dir.path(), &["key", "--tool", "t"]).fails(2).to_owned();
+    assert!(line.contains("--scope") && line.contains("usage: idem key"), "{line}");
     let line = idem_in(dir.path(), &["frobnicate"]).fails(2).to_owned();
     assert!(line.contains("frobnicate"), "{line}");
     idem_in(dir.path(), &[]).fails(2);
@@ -368,19 +265,11 @@ fn help_succeeds() {
 fn missing_store_is_an_error_not_a_new_store() {
     let (_dir, path) = place();
     let line = idem(&path, &["ls"]).fails(1).to_owned();
-    assert!(
-        line.contains("no idem store at") && line.contains("idem.sled"),
-        "{line}"
-    );
-    assert!(
-        !path.exists(),
-        "idem created a store at a path that had none"
-    );
-    for args in [
-        &["stats"][..],
-        &["show", "82e1e1a327aa97bb3929e05cc4ca3bd5"],
-        &["purge", "--expired"],
-    ] {
+    assert!(line.contains("no idem store at") && line.contains("idem.sled"), "{line}");
+    assert!(!path.exists(), "idem created a store at a path that had none");
+    for args in
+        [&["stats"][..], &["show", "82e1e1a327aa97bb3929e05cc4ca3bd5"], &["purge", "--expired"]]
+    {
         idem(&path, args).fails(1);
     }
     assert!(!path.exists());
@@ -395,12 +284,8 @@ fn store_held_by_another_process_is_reported() {
         line.contains("open in another process") && line.contains("stop that process"),
         "{line}"
     );
-    let line = idem(
-        &fx.path,
-        &["resolve", fx.charge_doubt.as_str(), "--release"],
-    )
-    .fails(1)
-    .to_owned();
+    let line =
+        idem(&fx.path, &["resolve", fx.charge_doubt.as_str(), "--release"]).fails(1).to_owned();
     assert!(line.contains("open in another process"), "{line}");
     drop(held);
     idem(&fx.path, &["ls"]).ok();
@@ -434,12 +319,9 @@ fn store_defaults_to_idem_store_then_the_current_directory() {
 fn postgres_url_opens_the_postgresql_store() {
     let dir = tempfile::tempdir().unwrap();
     // Port 1: nothing listens there, so the connection is refused at once.
-    let line = idem_in(
-        dir.path(),
-        &["--store", "postgres://idem@127.0.0.1:1/idem", "ls"],
-    )
-    .fails(1)
-    .to_owned();
+    let line = idem_in(dir.path(), &["--store", "postgres://idem@127.0.0.1:1/idem", "ls"])
+        .fails(1)
+        .to_owned();
     assert!(line.contains("PostgreSQL"), "{line}");
 }
 
@@ -460,26 +342,11 @@ fn shows_and_resolves_records_in_a_postgresql_store() {
     let dir = tempfile::tempdir().unwrap();
 
     let record: Value = serde_json::from_str(
-        idem_in(
-            dir.path(),
-            &["--store", &url, "show", done.as_str(), "--json"],
-        )
-        .ok(),
+        idem_in(dir.path(), &["--store", &url, "show", done.as_str(), "--json"]).ok(),
     )
     .unwrap();
     assert_eq!(record["result"], "ch_pg");
-    idem_in(
-        dir.path(),
-        &[
-            "--store",
-            &url,
-            "resolve",
-            doubt.as_str(),
-            "--done",
-            "\"ch_pg2\"",
-        ],
-    )
-    .ok();
+    idem_in(dir.path(), &["--store", &url, "resolve", doubt.as_str(), "--done", "\"ch_pg2\""]).ok();
     let mut runs = 0;
     let got: Result<String, Error> = Call::new("charge_card", &scope, &json!({"amount": 2}))
         .unwrap()
@@ -503,18 +370,11 @@ fn ls_lists_newest_first_in_an_aligned_table() {
         lines[0].split_whitespace().collect::<Vec<_>>(),
         ["KEY", "TOOL", "SCOPE", "STATUS", "ATTEMPTS", "AGE"]
     );
-    let first_column: Vec<&str> = lines[1..]
-        .iter()
-        .map(|l| l.split_whitespace().next().unwrap())
-        .collect();
+    let first_column: Vec<&str> =
+        lines[1..].iter().map(|l| l.split_whitespace().next().unwrap()).collect();
     assert_eq!(
         first_column,
-        [
-            fx.email.as_str(),
-            fx.charge_doubt.as_str(),
-            fx.charge_2.as_str(),
-            fx.charge_1.as_str()
-        ]
+        [fx.email.as_str(), fx.charge_doubt.as_str(), fx.charge_2.as_str(), fx.charge_1.as_str()]
     );
     assert_eq!(
         lines[2].split_whitespace().collect::<Vec<_>>()[1..5],
@@ -536,53 +396,33 @@ fn ls_json_prints_one_record_per_line() {
     let records = json_lines(idem(&fx.path, &["ls", "--json"]).ok());
     assert_eq!(
         keys_of(&records),
-        [
-            fx.email.as_str(),
-            fx.charge_doubt.as_str(),
-            fx.charge_2.as_str(),
-            fx.charge_1.as_str()
-        ]
+        [fx.email.as_str(), fx.charge_doubt.as_str(), fx.charge_2.as_str(), fx.charge_1.as_str()]
     );
     assert_eq!(records[0]["tool"], "send_email");
     assert_eq!(records[0]["status"], "done");
     assert_eq!(records[0]["result"], "msg_1");
-    assert_eq!(records[1]["status"], "in_doubt");
+    assert_eq!(records[1]["status"], "in-doubt");
 }
 
 #[test]
 fn ls_filters_by_status_and_tool() {
     let fx = fixture();
     let keys = |args: &[&str]| keys_of(&json_lines(idem(&fx.path, args).ok()));
-    assert_eq!(
-        keys(&["ls", "--status", "in-doubt", "--json"]),
-        [fx.charge_doubt.as_str()]
-    );
+    assert_eq!(keys(&["ls", "--status", "in-doubt", "--json"]), [fx.charge_doubt.as_str()]);
     assert_eq!(
         keys(&["ls", "--status", "done", "--json"]),
-        [
-            fx.email.as_str(),
-            fx.charge_2.as_str(),
-            fx.charge_1.as_str()
-        ]
+        [fx.email.as_str(), fx.charge_2.as_str(), fx.charge_1.as_str()]
     );
     assert!(keys(&["ls", "--status", "in-flight", "--json"]).is_empty());
-    assert_eq!(
-        keys(&["ls", "--tool", "send_email", "--json"]),
-        [fx.email.as_str()]
-    );
+    assert_eq!(keys(&["ls", "--tool", "send_email", "--json"]), [fx.email.as_str()]);
     assert_eq!(
         keys(&["ls", "--tool", "charge_card", "--status", "done", "--json"]),
         [fx.charge_2.as_str(), fx.charge_1.as_str()]
     );
     assert!(keys(&["ls", "--tool", "nope", "--json"]).is_empty());
-    assert_eq!(
-        idem(&fx.path, &["ls", "--tool", "nope"]).ok(),
-        "no records\n"
-    );
+    assert_eq!(idem(&fx.path, &["ls", "--tool", "nope"]).ok(), "no records\n");
 
-    let line = idem(&fx.path, &["ls", "--status", "broken"])
-        .fails(2)
-        .to_owned();
+    let line = idem(&fx.path, &["ls", "--status", "broken"]).fails(2).to_owned();
     assert!(line.contains("in-flight, done or in-doubt"), "{line}");
 }
 
@@ -595,11 +435,7 @@ fn show_prints_the_record_with_its_result() {
     let text = out.ok();
     let field = |name: &str| {
         text.lines()
-            .find_map(|l| {
-                l.strip_prefix(name)
-                    .filter(|rest| rest.starts_with(' '))
-                    .map(str::trim)
-            })
+            .find_map(|l| l.strip_prefix(name).filter(|rest| rest.starts_with(' ')).map(str::trim))
             .unwrap_or_else(|| panic!("no `{name}` in:\n{text}"))
             .to_owned()
     };
@@ -632,13 +468,8 @@ fn show_of_a_malformed_key_is_usage() {
 #[test]
 fn show_of_an_unknown_key_fails() {
     let fx = fixture();
-    let line = idem(&fx.path, &["show", "00000000000000000000000000000000"])
-        .fails(1)
-        .to_owned();
-    assert!(
-        line.contains("no record") && line.contains("idem ls"),
-        "{line}"
-    );
+    let line = idem(&fx.path, &["show", "00000000000000000000000000000000"]).fails(1).to_owned();
+    assert!(line.contains("no record") && line.contains("idem ls"), "{line}");
 }
 
 // --- resolve ----------------------------------------------------------------------------------
@@ -659,25 +490,20 @@ fn resolve_done_makes_the_next_call_replay_without_running() {
 
     let before: Value =
         serde_json::from_str(idem(&path, &["show", key.as_str(), "--json"]).ok()).unwrap();
-    assert_eq!(before["status"], "in_doubt");
+    assert_eq!(before["status"], "in-doubt");
 
     let out = idem(&path, &["resolve", key.as_str(), "--done", "\"ch_1\""]);
     assert!(out.ok().contains("later calls replay \"ch_1\""), "{out:?}");
 
     let store = open(&path);
     let mut runs = 0;
-    let got: Result<String, Error> = Call::new("charge_card", "order-17", &args)
-        .unwrap()
-        .store(Arc::clone(&store))
-        .run(|| {
+    let got: Result<String, Error> =
+        Call::new("charge_card", "order-17", &args).unwrap().store(Arc::clone(&store)).run(|| {
             runs += 1;
             Ok("ch_2".to_owned())
         });
     assert_eq!(got.unwrap(), "ch_1");
-    assert_eq!(
-        runs, 0,
-        "the body ran again after the operator said it had landed"
-    );
+    assert_eq!(runs, 0, "the body ran again after the operator said it had landed");
 }
 
 #[test]
@@ -694,10 +520,8 @@ fn resolve_release_lets_the_next_call_run() {
 
     let store = open(&path);
     let mut runs = 0;
-    let got: Result<String, Error> = Call::new("send_email", "order-5", &args)
-        .unwrap()
-        .store(Arc::clone(&store))
-        .run(|| {
+    let got: Result<String, Error> =
+        Call::new("send_email", "order-5", &args).unwrap().store(Arc::clone(&store)).run(|| {
             runs += 1;
             Ok("msg_2".to_owned())
         });
@@ -708,32 +532,23 @@ fn resolve_release_lets_the_next_call_run() {
 #[test]
 fn resolve_of_a_done_record_is_refused() {
     let fx = fixture();
-    let line = idem(
-        &fx.path,
-        &["resolve", fx.charge_1.as_str(), "--done", "\"other\""],
-    )
-    .fails(1)
-    .to_owned();
+    let line = idem(&fx.path, &["resolve", fx.charge_1.as_str(), "--done", "\"other\""])
+        .fails(1)
+        .to_owned();
     assert!(line.contains("is done and cannot be resolved"), "{line}");
     idem(&fx.path, &["resolve", fx.charge_1.as_str(), "--release"]).fails(1);
     let record: Value =
         serde_json::from_str(idem(&fx.path, &["show", fx.charge_1.as_str(), "--json"]).ok())
             .unwrap();
-    assert_eq!(
-        record["result"], "ch_1",
-        "a refused resolve changed the record"
-    );
+    assert_eq!(record["result"], "ch_1", "a refused resolve changed the record");
 }
 
 #[test]
 fn resolve_of_an_unknown_key_fails() {
     let fx = fixture();
-    let line = idem(
-        &fx.path,
-        &["resolve", "00000000000000000000000000000000", "--release"],
-    )
-    .fails(1)
-    .to_owned();
+    let line = idem(&fx.path, &["resolve", "00000000000000000000000000000000", "--release"])
+        .fails(1)
+        .to_owned();
     assert!(line.contains("no record"), "{line}");
 }
 
@@ -741,26 +556,15 @@ fn resolve_of_an_unknown_key_fails() {
 fn resolve_needs_exactly_one_of_release_and_done() {
     let fx = fixture();
     let key = fx.charge_doubt.as_str();
-    let line = idem(&fx.path, &["resolve", key, "--release", "--done", "1"])
-        .fails(2)
-        .to_owned();
+    let line = idem(&fx.path, &["resolve", key, "--release", "--done", "1"]).fails(2).to_owned();
     assert!(line.contains("cannot be used with"), "{line}");
     let line = idem(&fx.path, &["resolve", key]).fails(2).to_owned();
-    assert!(
-        line.contains("--release") && line.contains("--done"),
-        "{line}"
-    );
-    let line = idem(&fx.path, &["resolve", key, "--done", "ch_1"])
-        .fails(2)
-        .to_owned();
+    assert!(line.contains("--release") && line.contains("--done"), "{line}");
+    let line = idem(&fx.path, &["resolve", key, "--done", "ch_1"]).fails(2).to_owned();
     assert!(line.contains("--done is not valid JSON"), "{line}");
     idem(&fx.path, &["resolve", "xyz", "--release"]).fails(2);
     let records = json_lines(idem(&fx.path, &["ls", "--status", "in-doubt", "--json"]).ok());
-    assert_eq!(
-        keys_of(&records),
-        [key],
-        "a refused resolve changed the record"
-    );
+    assert_eq!(keys_of(&records), [key], "a refused resolve changed the record");
 }
 
 // --- purge ------------------------------------------------------------------------------------
@@ -776,11 +580,7 @@ fn purge_older_than_removes_only_old_done_records() {
     let out = idem(&fx.path, &["purge", "--older-than", "10ms"]);
     assert!(out.ok().starts_with("removed 3 done records"), "{out:?}");
     let left = json_lines(idem(&fx.path, &["ls", "--json"]).ok());
-    assert_eq!(
-        keys_of(&left),
-        [fx.charge_doubt.as_str()],
-        "purge removed an in-doubt record"
-    );
+    assert_eq!(keys_of(&left), [fx.charge_doubt.as_str()], "purge removed an in-doubt record");
 }
 
 #[test]
@@ -796,10 +596,7 @@ fn purge_expired_removes_only_expired_records() {
     drop(store);
     std::thread::sleep(Duration::from_millis(10));
 
-    assert_eq!(
-        idem(&fx.path, &["purge", "--expired"]).ok(),
-        "removed 1 done record (expired)\n"
-    );
+    assert_eq!(idem(&fx.path, &["purge", "--expired"]).ok(), "removed 1 done record (expired)\n");
     let left = keys_of(&json_lines(idem(&fx.path, &["ls", "--json"]).ok()));
     assert_eq!(left.len(), 4);
     assert!(!left.contains(&short_lived.to_string()));
@@ -810,9 +607,7 @@ fn purge_expired_removes_only_expired_records() {
 fn purge_refuses_bad_durations_and_needs_one_mode() {
     let fx = fixture();
     for bad in ["30", "1w", "1.5h", "-1d", "d", "12 h"] {
-        let line = idem(&fx.path, &["purge", "--older-than", bad])
-            .fails(2)
-            .to_owned();
+        let line = idem(&fx.path, &["purge", "--older-than", bad]).fails(2).to_owned();
         assert!(line.contains("not a duration"), "{bad}: {line}");
     }
     idem(&fx.path, &["purge"]).fails(2);
@@ -826,10 +621,7 @@ fn purge_refuses_bad_durations_and_needs_one_mode() {
         idem(&fx.path, &["purge", "--older-than", good]).ok();
     }
     let left = keys_of(&json_lines(idem(&fx.path, &["ls", "--json"]).ok()));
-    assert!(
-        left.contains(&fx.charge_doubt.to_string()),
-        "purge removed an in-doubt record"
-    );
+    assert!(left.contains(&fx.charge_doubt.to_string()), "purge removed an in-doubt record");
 }
 
 // --- stats ------------------------------------------------------------------------------------
@@ -845,15 +637,8 @@ fn stats_counts_by_status_and_tool() {
     assert_eq!(stat(text, "total"), 4, "{text}");
     assert_eq!(stat(text, "charge_card"), 3, "{text}");
     assert_eq!(stat(text, "send_email"), 1, "{text}");
-    let size_line = text
-        .lines()
-        .find(|l| l.starts_with("size on disk: "))
-        .expect("a size line");
-    let bytes: u64 = size_line["size on disk: ".len()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let size_line = text.lines().find(|l| l.starts_with("size on disk: ")).expect("a size line");
+    let bytes: u64 =
+        size_line["size on disk: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
     assert!(bytes > 0, "{size_line}");
 }

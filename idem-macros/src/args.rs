@@ -77,73 +77,31 @@ impl Parse for Options {
             if lookahead.peek(kw::scope) {
                 let key = input.parse::<kw::scope>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.scope,
-                    key,
-                    "scope",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.scope, key, "scope", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(kw::tool) {
                 let key = input.parse::<kw::tool>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.tool,
-                    key,
-                    "tool",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.tool, key, "tool", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(kw::store) {
                 let key = input.parse::<kw::store>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.store,
-                    key,
-                    "store",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.store, key, "store", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(kw::wait) {
                 let key = input.parse::<kw::wait>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.wait,
-                    key,
-                    "wait",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.wait, key, "wait", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(kw::ttl) {
                 let key = input.parse::<kw::ttl>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.ttl,
-                    key,
-                    "ttl",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.ttl, key, "ttl", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(kw::in_doubt) {
                 let key = input.parse::<kw::in_doubt>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.in_doubt,
-                    key,
-                    "in_doubt",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.in_doubt, key, "in_doubt", input.parse()?, &mut options.repeated);
             } else if lookahead.peek(Token![crate]) {
                 let key = input.parse::<Token![crate]>()?.span;
                 input.parse::<Token![=]>()?;
-                set(
-                    &mut options.krate,
-                    key,
-                    "crate",
-                    input.parse()?,
-                    &mut options.repeated,
-                );
+                set(&mut options.krate, key, "crate", input.parse()?, &mut options.repeated);
             } else {
                 return Err(lookahead.error());
             }

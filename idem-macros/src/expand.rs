@@ -18,10 +18,7 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
         Err(_) => {
             let error = syn::Error::new(
                 Span::call_site(),
-                format!(
-                    "`#[{}]` goes on a function (a free fn or a method)",
-                    attr.name()
-                ),
+                format!("`#[{}]` goes on a function (a free fn or a method)", attr.name()),
             );
             return with_errors(item, vec![error]);
         }
@@ -60,17 +57,11 @@ fn with_errors(item: TokenStream, errors: Vec<syn::Error>) -> TokenStream {
 fn wrap_body(tool: &Tool, item: &mut ItemFn) {
     let krate = &tool.krate;
     let prepare = prepare_call(tool);
-    let output = tool
-        .output
-        .as_ref()
-        .expect("validated: an idempotent tool returns a Result");
+    let output = tool.output.as_ref().expect("validated: an idempotent tool returns a Result");
     let span = output.span();
     match tool.shape {
         Shape::Sync => {
-            let run = respan(
-                quote!(#krate::__private::run_sync(__idem_call, __idem_body)),
-                span,
-            );
+            let run = respan(quote!(#krate::__private::run_sync(__idem_call, __idem_body)), span);
             let body = &item.block;
             item.block = syn::parse_quote!({
                 #prepare
@@ -79,10 +70,7 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
             });
         }
         Shape::Async => {
-            let run = respan(
-                quote!(#krate::__private::run_async(__idem_call, __idem_body)),
-                span,
-            );
+            let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
             let body = &item.block;
             item.block = syn::parse_quote!({
                 #prepare
@@ -94,10 +82,7 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
             });
         }
         Shape::Boxed => {
-            let run = respan(
-                quote!(#krate::__private::run_async(__idem_call, __idem_body)),
-                span,
-            );
+            let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
             let inner = validate::boxed_async_block_mut(&mut item.block)
                 .expect("validated: a boxed async body");
             let body = &inner.block;
@@ -126,10 +111,7 @@ fn prepare_call(tool: &Tool) -> TokenStream {
         );
         quote!(.and_then(|__idem_args| #key_arg))
     });
-    let scope = tool
-        .scope
-        .as_ref()
-        .expect("validated: an idempotent tool has a scope");
+    let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
     let scope_fn = respan(quote!(#krate::__private::scope), param.span());
     let store = tool.store.as_ref().map(|path| {

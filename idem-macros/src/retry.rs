@@ -38,13 +38,7 @@ impl Parse for Input {
         if !matches!(&*call.func, Expr::Path(path) if path.qself.is_none()) {
             return Err(syn::Error::new_spanned(&call.func, USAGE));
         }
-        let mut parsed = Input {
-            call,
-            is_async,
-            backoff: None,
-            when: None,
-            krate: None,
-        };
+        let mut parsed = Input { call, is_async, backoff: None, when: None, krate: None };
         while !input.is_empty() {
             input.parse::<Token![,]>()?;
             if input.is_empty() {
@@ -67,10 +61,7 @@ impl Parse for Input {
                 _ => parsed.krate.replace(input.parse()?).is_some(),
             };
             if repeated {
-                return Err(syn::Error::new(
-                    span,
-                    format!("`{name}` is given twice: keep one"),
-                ));
+                return Err(syn::Error::new(span, format!("`{name}` is given twice: keep one")));
             }
         }
         Ok(parsed)
@@ -101,9 +92,7 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
         Some(lit) => lit.parse()?,
         None => syn::parse_quote!(::idem),
     };
-    let Expr::Path(func) = &*input.call.func else {
-        unreachable!("checked while parsing")
-    };
+    let Expr::Path(func) = &*input.call.func else { unreachable!("checked while parsing") };
     let check = safety_check(&func.path, &krate);
     let backoff = match &input.backoff {
         Some(backoff) => quote!(#backoff),
@@ -136,11 +125,7 @@ fn safety_check(path: &Path, krate: &Path) -> TokenStream {
     for segment in &mut import.segments {
         segment.arguments = syn::PathArguments::None;
     }
-    let first = import
-        .segments
-        .first()
-        .map(|s| s.ident.to_string())
-        .unwrap_or_default();
+    let first = import.segments.first().map(|s| s.ident.to_string()).unwrap_or_default();
     let import = if import.leading_colon.is_some() || first == "crate" {
         quote!(#import)
     } else if first == "self" {

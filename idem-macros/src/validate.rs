@@ -216,10 +216,9 @@ pub(crate) fn tool(
                 (Some(_), false) => {}
                 (None, true) if scope.as_ref().is_some_and(|s| s.fields.is_empty()) => {}
                 (None, _) => match name {
-                    Some(name) => key_params.push(KeyParam {
-                        name: (*name).clone(),
-                        ty: (*typed.ty).clone(),
-                    }),
+                    Some(name) => {
+                        key_params.push(KeyParam { name: (*name).clone(), ty: (*typed.ty).clone() })
+                    }
                     None => errors.push(syn::Error::new_spanned(
                         &typed.pat,
                         "a key parameter needs a plain name, which the key uses: bind it to a \
@@ -230,14 +229,8 @@ pub(crate) fn tool(
         }
     }
 
-    let wait_ms = options
-        .wait
-        .as_ref()
-        .and_then(|o| duration_ms(&o.value, errors));
-    let ttl_ms = options
-        .ttl
-        .as_ref()
-        .and_then(|o| duration_ms(&o.value, errors));
+    let wait_ms = options.wait.as_ref().and_then(|o| duration_ms(&o.value, errors));
+    let ttl_ms = options.ttl.as_ref().and_then(|o| duration_ms(&o.value, errors));
     let rerun = match &options.in_doubt {
         Some(o) => match o.value.value().as_str() {
             "fail" => false,
@@ -300,14 +293,10 @@ fn parse_scope(
     let text = lit.value();
     let mut segments = text.split('.');
     let first = segments.next().unwrap_or_default();
-    let param = params
-        .iter()
-        .find_map(|(name, _, _)| name.filter(|n| *n == first));
+    let param = params.iter().find_map(|(name, _, _)| name.filter(|n| *n == first));
     let Some(param) = param else {
-        let names: Vec<String> = params
-            .iter()
-            .filter_map(|(name, _, _)| name.map(ToString::to_string))
-            .collect();
+        let names: Vec<String> =
+            params.iter().filter_map(|(name, _, _)| name.map(ToString::to_string)).collect();
         let known = if names.is_empty() {
             "it has none".to_owned()
         } else {
@@ -335,20 +324,13 @@ fn parse_scope(
             }
         }
     }
-    Some(Scope {
-        text,
-        param: Ident::new(&param.to_string(), param.span()),
-        fields,
-    })
+    Some(Scope { text, param: Ident::new(&param.to_string(), param.span()), fields })
 }
 
 fn with_span(member: Member, span: Span) -> Member {
     match member {
         Member::Named(ident) => Member::Named(Ident::new(&ident.to_string(), span)),
-        Member::Unnamed(index) => Member::Unnamed(syn::Index {
-            index: index.index,
-            span,
-        }),
+        Member::Unnamed(index) => Member::Unnamed(syn::Index { index: index.index, span }),
     }
 }
 
@@ -412,12 +394,7 @@ fn boxed_async_block_of(block: &syn::Block) -> Option<&syn::ExprAsync> {
 
 fn is_box_pin(func: &Expr) -> bool {
     let Expr::Path(path) = func else { return false };
-    let segments: Vec<String> = path
-        .path
-        .segments
-        .iter()
-        .map(|s| s.ident.to_string())
-        .collect();
+    let segments: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
     segments.ends_with(&["Box".to_owned(), "pin".to_owned()])
 }
 
@@ -439,11 +416,9 @@ fn future_output(ty: &Type) -> Option<Type> {
 /// Whether `ty` is a `Result` (or an alias whose name ends in `Result`).
 fn is_result(ty: &Type) -> bool {
     match ty {
-        Type::Path(path) if path.qself.is_none() => path
-            .path
-            .segments
-            .last()
-            .is_some_and(|last| last.ident.to_string().ends_with("Result")),
+        Type::Path(path) if path.qself.is_none() => {
+            path.path.segments.last().is_some_and(|last| last.ident.to_string().ends_with("Result"))
+        }
         Type::Paren(inner) => is_result(&inner.elem),
         Type::Group(inner) => is_result(&inner.elem),
         _ => false,

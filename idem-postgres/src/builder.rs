@@ -113,11 +113,7 @@ fn split_table_param(url: &str) -> (String, Option<String>) {
             None => true,
         })
         .collect();
-    let url = if kept.is_empty() {
-        base.to_owned()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
+    let url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
     (url, table)
 }
 
@@ -127,20 +123,14 @@ mod tests {
 
     #[test]
     fn the_table_parameter_is_taken_out_of_the_url() {
-        assert_eq!(
-            split_table_param("postgres://h/db"),
-            ("postgres://h/db".to_owned(), None)
-        );
+        assert_eq!(split_table_param("postgres://h/db"), ("postgres://h/db".to_owned(), None));
         assert_eq!(
             split_table_param("postgres://h/db?idem_table=a.b"),
             ("postgres://h/db".to_owned(), Some("a.b".to_owned()))
         );
         assert_eq!(
             split_table_param("postgres://h/db?sslmode=disable&idem_table=b&connect_timeout=3"),
-            (
-                "postgres://h/db?sslmode=disable&connect_timeout=3".to_owned(),
-                Some("b".to_owned())
-            )
+            ("postgres://h/db?sslmode=disable&connect_timeout=3".to_owned(), Some("b".to_owned()))
         );
     }
 }

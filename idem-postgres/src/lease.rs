@@ -20,10 +20,7 @@ pub(crate) struct Holder {
 
 impl Holder {
     pub(crate) fn of(record: &Record) -> Holder {
-        Holder {
-            owner: record.owner.clone(),
-            attempts: record.attempts,
-        }
+        Holder { owner: record.owner.clone(), attempts: record.attempts }
     }
 }
 
@@ -56,10 +53,7 @@ impl Leases {
 
     /// Every lease held now.
     pub(crate) fn snapshot(&self) -> Vec<(String, Holder)> {
-        self.lock()
-            .iter()
-            .map(|(k, h)| (k.clone(), h.clone()))
-            .collect()
+        self.lock().iter().map(|(k, h)| (k.clone(), h.clone())).collect()
     }
 
     /// Resolves once at least one lease is held.

@@ -40,14 +40,8 @@ impl Fanout {
     /// Subscribes to changes of `key` from now on.
     pub(crate) fn subscribe(&self, key: &str) -> Subscription<'_> {
         let mut keys = self.lock();
-        let sender = keys
-            .entry(key.to_owned())
-            .or_insert_with(|| watch::channel(0).0);
-        Subscription {
-            fanout: self,
-            key: key.to_owned(),
-            receiver: Some(sender.subscribe()),
-        }
+        let sender = keys.entry(key.to_owned()).or_insert_with(|| watch::channel(0).0);
+        Subscription { fanout: self, key: key.to_owned(), receiver: Some(sender.subscribe()) }
     }
 
     /// Whether notifications are arriving (false while the listening connection is down).
@@ -91,10 +85,7 @@ impl Drop for Subscription<'_> {
     fn drop(&mut self) {
         drop(self.receiver.take());
         let mut keys = self.fanout.lock();
-        if keys
-            .get(&self.key)
-            .is_some_and(|sender| sender.receiver_count() == 0)
-        {
+        if keys.get(&self.key).is_some_and(|sender| sender.receiver_count() == 0) {
             keys.remove(&self.key);
         }
     }
@@ -155,12 +146,9 @@ async fn listen_once(
             }
         }
     });
-    client
-        .batch_execute(&format!("LISTEN \"{channel}\""))
-        .await
-        .map_err(|e| {
-            StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e)
-        })?;
+    client.batch_execute(&format!("LISTEN \"{channel}\"")).await.map_err(|e| {
+        StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e)
+    })?;
     Ok(async move {
         // The client must live as long as the session: dropping it closes the connection.
         let _client = client;

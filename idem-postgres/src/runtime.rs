@@ -29,10 +29,7 @@ impl OwnRuntime {
     }
 
     pub(crate) fn handle(&self) -> &Handle {
-        self.0
-            .as_ref()
-            .expect("the runtime lives as long as the store")
-            .handle()
+        self.0.as_ref().expect("the runtime lives as long as the store").handle()
     }
 
     pub(crate) fn spawn<T: Send + 'static>(

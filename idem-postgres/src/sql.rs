@@ -21,13 +21,8 @@ pub(crate) struct Names {
 /// Schema and table names are plain lower-case identifiers, short enough that the notification
 /// channel derived from them stays within PostgreSQL's 63-byte limit.
 pub(crate) fn check_identifier(what: &str, name: &str) -> Result<(), StoreError> {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    let plain = name.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if !plain || name.len() > 28 {
         return Err(StoreError::new(format!(
             "the {what} name `{name}` is not usable: use 1 to 28 characters among a-z, 0-9 and _, \

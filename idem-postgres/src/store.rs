@@ -72,11 +72,7 @@ struct Shared {
 }
 
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
-    idem_runtime::Error::Store {
-        key: None,
-        tool: "-".to_owned(),
-        source,
-    }
+    idem_runtime::Error::Store { key: None, tool: "-".to_owned(), source }
 }
 
 fn pg_error(what: &str, e: tokio_postgres::Error) -> StoreError {
@@ -160,16 +156,11 @@ impl PgStore {
             config.application_name("idem");
         }
         let runtime = OwnRuntime::new()?;
-        let names = Names {
-            schema: options.schema.clone(),
-            table: options.table.clone(),
-        };
+        let names = Names { schema: options.schema.clone(), table: options.table.clone() };
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
@@ -217,8 +208,7 @@ impl PgStore {
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
         idem_runtime::exec::block_on(
-            self.runtime
-                .spawn_store(async move { shared.migrate().await }),
+            self.runtime.spawn_store(async move { shared.migrate().await }),
         )
         .map_err(store_error)
     }
@@ -229,8 +219,7 @@ impl PgStore {
     pub fn renew<'a>(&'a self, record: &Record) -> StoreFuture<'a, bool> {
         let shared = Arc::clone(&self.shared);
         let holding = vec![(record.key.clone(), Holder::of(record))];
-        self.runtime
-            .spawn_store(async move { Ok(!shared.renew(&holding).await?.is_empty()) })
+        self.runtime.spawn_store(async move { Ok(!shared.renew(&holding).await?.is_empty()) })
     }
 
     /// The records table, schema-qualified.
@@ -252,27 +241,18 @@ impl Shared {
     async fn migrate(&self) -> Result<(), StoreError> {
         let mut client = self.client().await?;
         let table = self.names.qualified();
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| pg_error("cannot start a transaction", e))?;
+        let tx =
+            client.transaction().await.map_err(|e| pg_error("cannot start a transaction", e))?;
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtext($1))",
             &[&format!("idem migrate {table}")],
         )
         .await
         .map_err(|e| pg_error("cannot take the migration lock", e))?;
-        tx.batch_execute(&self.names.migration())
-            .await
-            .map_err(|e| {
-                pg_error(
-                    &format!("cannot create {table}; check the role's privileges"),
-                    e,
-                )
-            })?;
-        tx.commit()
-            .await
-            .map_err(|e| pg_error("cannot commit the migration", e))
+        tx.batch_execute(&self.names.migration()).await.map_err(|e| {
+            pg_error(&format!("cannot create {table}; check the role's privileges"), e)
+        })?;
+        tx.commit().await.map_err(|e| pg_error("cannot commit the migration", e))
     }
 
     async fn check_table(&self) -> Result<(), StoreError> {
@@ -306,8 +286,7 @@ impl Shared {
             .map_err(|e| pg_error("cannot read the database clock", e))?;
         let after = now_ms() as i64;
         let db: i64 = row.get(0);
-        self.clock_offset
-            .store(db - (before + after) / 2, Ordering::Relaxed);
+        self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
         Ok(())
     }
 
@@ -433,10 +412,7 @@ impl Shared {
                 let attempts: i64 = row.get(2);
                 (
                     row.get(0),
-                    Holder {
-                        owner: row.get(1),
-                        attempts: u32::try_from(attempts).unwrap_or(0),
-                    },
+                    Holder { owner: row.get(1), attempts: u32::try_from(attempts).unwrap_or(0) },
                 )
             })
             .collect())
@@ -475,11 +451,8 @@ impl Shared {
                 (Status::InFlight, None) => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake = if self.fanout.listening() {
-                wake
-            } else {
-                wake.min(now + DEGRADED_RECHECK)
-            };
+            let wake =
+                if self.fanout.listening() { wake } else { wake.min(now + DEGRADED_RECHECK) };
             tokio::select! {
                 () = subscription.next() => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
@@ -544,14 +517,12 @@ impl Store for PgStore {
 
     fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
-        self.runtime
-            .spawn_store(async move { shared.reserve(record).await })
+        self.runtime.spawn_store(async move { shared.reserve(record).await })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.runtime
-            .spawn_store(async move { shared.get(&key).await })
+        self.runtime.spawn_store(async move { shared.get(&key).await })
     }
 
     fn replace<'a>(
@@ -560,8 +531,7 @@ impl Store for PgStore {
         new: Option<&'a Record>,
     ) -> StoreFuture<'a, bool> {
         let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
-        self.runtime
-            .spawn_store(async move { shared.replace(current, new).await })
+        self.runtime.spawn_store(async move { shared.replace(current, new).await })
     }
 
     fn replace_detached(&self, current: &Record, new: Option<Record>) {
@@ -587,8 +557,7 @@ impl Store for PgStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
-        self.runtime
-            .spawn_store(async move { shared.changed(key, seen, deadline).await })
+        self.runtime.spawn_store(async move { shared.changed(key, seen, deadline).await })
     }
 
     fn owner_alive(&self, record: &Record) -> bool {

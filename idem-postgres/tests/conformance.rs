@@ -10,10 +10,7 @@ use idem_runtime::Store;
 fn pg_store() -> Option<(Arc<dyn Store>, common::DropSchema)> {
     let url = common::database_url()?;
     let schema = common::unique_schema("conf");
-    let guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = PgStore::builder(&url)
         .schema(&schema)
         .pool_size(8)

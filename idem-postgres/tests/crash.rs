@@ -14,13 +14,9 @@ use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 const LEASE: Duration = Duration::from_secs(1);
 
 fn send_email(store: &Arc<dyn Store>, scope: &str) -> Call {
-    Call::new(
-        "send_email",
-        scope,
-        &serde_json::json!({ "to": "ada@example.com" }),
-    )
-    .unwrap()
-    .store(Arc::clone(store))
+    Call::new("send_email", scope, &serde_json::json!({ "to": "ada@example.com" }))
+        .unwrap()
+        .store(Arc::clone(store))
 }
 
 fn short_lease_store(url: &str, schema: &str) -> Arc<dyn Store> {
@@ -56,10 +52,7 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
         return;
     };
     let schema = common::unique_schema("crash");
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = short_lease_store(&url, &schema);
     let key = send_email(&store, "crash").key().clone();
 
@@ -70,18 +63,15 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     );
     let lines = common::child_lines(&mut child);
     assert_eq!(
-        lines
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the child enters the body"),
+        lines.recv_timeout(Duration::from_secs(60)).expect("the child enters the body"),
         "in-body"
     );
 
     // Alive past its first lease: the heartbeat renews it, so a caller waits and times out.
     std::thread::sleep(LEASE + LEASE / 2);
     let runs = AtomicUsize::new(0);
-    let waited: Result<String, Error> = send_email(&store, "crash")
-        .wait(Duration::from_millis(200))
-        .run(|| {
+    let waited: Result<String, Error> =
+        send_email(&store, "crash").wait(Duration::from_millis(200)).run(|| {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok("second".to_owned())
         });
@@ -89,23 +79,17 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
         matches!(waited, Err(Error::InFlight { .. })),
         "a live owner is waited for: {waited:?}"
     );
-    let stale = block_on(store.get(key.as_str()))
-        .unwrap()
-        .expect("the owner's record");
+    let stale = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
     assert_eq!(stale.status, Status::InFlight);
-    assert!(
-        store.owner_alive(&stale),
-        "the heartbeat keeps the owner's lease"
-    );
+    assert!(store.owner_alive(&stale), "the heartbeat keeps the owner's lease");
 
     child.kill().expect("SIGKILL the owner");
     child.wait().unwrap();
 
     // A caller already waiting is woken by the lapse of the lease, not by the end of its wait.
     let started = Instant::now();
-    let failed: Result<String, Error> = send_email(&store, "crash")
-        .wait(Duration::from_secs(30))
-        .run(|| {
+    let failed: Result<String, Error> =
+        send_email(&store, "crash").wait(Duration::from_secs(30)).run(|| {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok("second".to_owned())
         });
@@ -116,22 +100,12 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
         }
         other => panic!("expected InDoubt once the lease lapsed, got {other:?}"),
     }
-    assert!(
-        took <= LEASE + Duration::from_secs(1),
-        "woken when the lease lapsed ({took:?})"
-    );
-    assert_eq!(
-        runs.load(Ordering::SeqCst),
-        0,
-        "in doubt under `fail` runs nothing"
-    );
+    assert!(took <= LEASE + Duration::from_secs(1), "woken when the lease lapsed ({took:?})");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "in doubt under `fail` runs nothing");
 
     // The dead owner's heartbeat cannot revive the lapsed lease.
     let pg = PgStore::builder(&url).schema(&schema).connect().unwrap();
-    assert!(
-        !block_on(pg.renew(&stale)).unwrap(),
-        "a lapsed lease is not renewed"
-    );
+    assert!(!block_on(pg.renew(&stale)).unwrap(), "a lapsed lease is not renewed");
 
     let rerun: String = send_email(&store, "crash")
         .in_doubt(InDoubtPolicy::Rerun)
@@ -147,28 +121,11 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     );
 
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
-    let late = stale.done(
-        serde_json::json!("from the dead owner"),
-        idem_runtime::now_ms(),
-        None,
-    );
-    assert!(
-        !block_on(store.replace(&stale, Some(&late))).unwrap(),
-        "a stale write is refused"
-    );
-    assert!(
-        !block_on(store.replace(&stale, None)).unwrap(),
-        "a stale release is refused"
-    );
-    assert!(
-        !block_on(pg.renew(&stale)).unwrap(),
-        "a stale heartbeat is refused"
-    );
+    let late = stale.done(serde_json::json!("from the dead owner"), idem_runtime::now_ms(), None);
+    assert!(!block_on(store.replace(&stale, Some(&late))).unwrap(), "a stale write is refused");
+    assert!(!block_on(store.replace(&stale, None)).unwrap(), "a stale release is refused");
+    assert!(!block_on(pg.renew(&stale)).unwrap(), "a stale heartbeat is refused");
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!((record.status, record.attempts), (Status::Done, 2));
-    assert_eq!(
-        record.result,
-        Some(serde_json::json!("rerun")),
-        "the new owner's result stands"
-    );
+    assert_eq!(record.result, Some(serde_json::json!("rerun")), "the new owner's result stands");
 }

@@ -21,11 +21,8 @@ fn fleet_child() {
     }
     let url = std::env::var("DATABASE_URL").unwrap();
     let schema = std::env::var("IDEM_PG_TEST_SCHEMA").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
     runtime.block_on(async {
         let store: Arc<dyn Store> = Arc::new(
             PgStore::builder(&url)
@@ -35,9 +32,8 @@ fn fleet_child() {
                 .await
                 .expect("the store connects"),
         );
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
+        let (client, connection) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(connection);
         let client = Arc::new(client);
         let insert = format!("INSERT INTO \"{schema}\".effects (n, pid) VALUES ($1, $2)");
@@ -85,10 +81,7 @@ fn four_processes_run_each_key_once() {
         return;
     };
     let schema = common::unique_schema("fleet");
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     common::run_sql(
         &url,
         &format!("CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".effects (n int NOT NULL, pid int NOT NULL)"),
@@ -108,9 +101,7 @@ fn four_processes_run_each_key_once() {
         .collect();
     for (_, lines) in &children {
         assert_eq!(
-            lines
-                .recv_timeout(Duration::from_secs(60))
-                .expect("the child gets ready"),
+            lines.recv_timeout(Duration::from_secs(60)).expect("the child gets ready"),
             "ready"
         );
     }
@@ -122,9 +113,7 @@ fn four_processes_run_each_key_once() {
     let mut results = vec![Vec::new(); KEYS];
     for (child, lines) in &mut children {
         loop {
-            let line = lines
-                .recv_timeout(Duration::from_secs(120))
-                .expect("the child reports");
+            let line = lines.recv_timeout(Duration::from_secs(120)).expect("the child reports");
             if line == "done" {
                 break;
             }
@@ -142,16 +131,11 @@ fn four_processes_run_each_key_once() {
             got.iter().all(|r| r == &got[0]),
             "key {n}: every caller got the same result: {got:?}"
         );
-        assert!(
-            got[0].ends_with(&format!(":{n}")),
-            "key {n}: the result is this key's: {got:?}"
-        );
+        assert!(got[0].ends_with(&format!(":{n}")), "key {n}: the result is this key's: {got:?}");
     }
     let mut winners = std::collections::BTreeMap::<&str, usize>::new();
     for got in &results {
-        *winners
-            .entry(got[0].split(':').next().unwrap())
-            .or_default() += 1;
+        *winners.entry(got[0].split(':').next().unwrap()).or_default() += 1;
     }
     eprintln!("keys run, by owning process: {winners:?}");
     let effects = common::query_pairs(
@@ -160,9 +144,6 @@ fn four_processes_run_each_key_once() {
     );
     assert_eq!(effects.len(), KEYS, "every key's effect landed");
     for (n, count) in effects {
-        assert_eq!(
-            count, 1,
-            "key {n}: the effect ran {count} times across {PROCESSES} processes"
-        );
+        assert_eq!(count, 1, "key {n}: the effect ran {count} times across {PROCESSES} processes");
     }
 }

@@ -10,11 +10,7 @@ use idem_runtime::exec::block_on;
 use idem_runtime::{now_ms, Call, Error, Record, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
-    PgStore::builder(url)
-        .schema(schema)
-        .pool_size(4)
-        .connect()
-        .expect("the store connects")
+    PgStore::builder(url).schema(schema).pool_size(4).connect().expect("the store connects")
 }
 
 #[test]
@@ -23,19 +19,10 @@ fn a_live_lease_cannot_be_taken_over() {
         return;
     };
     let schema = common::unique_schema("live");
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
-    let mine = Record::reserve(
-        "k1",
-        "charge_card",
-        "s",
-        &format!("{}#1", a.owner_id()),
-        "f",
-        now_ms(),
-    );
+    let mine =
+        Record::reserve("k1", "charge_card", "s", &format!("{}#1", a.owner_id()), "f", now_ms());
     assert_eq!(block_on(a.reserve(&mine)).unwrap(), None, "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");
@@ -46,29 +33,14 @@ fn a_live_lease_cannot_be_taken_over() {
         !block_on(b.replace(&held, Some(&takeover))).unwrap(),
         "a live owner's record is not taken over"
     );
-    assert!(
-        !block_on(b.replace(&held, None)).unwrap(),
-        "nor released by another"
-    );
-    assert!(
-        block_on(a.renew(&held)).unwrap(),
-        "the owner renews its lease"
-    );
+    assert!(!block_on(b.replace(&held, None)).unwrap(), "nor released by another");
+    assert!(block_on(a.renew(&held)).unwrap(), "the owner renews its lease");
 
     let done = held.done(serde_json::json!(1), now_ms(), None);
-    assert!(
-        block_on(a.replace(&held, Some(&done))).unwrap(),
-        "the owner finishes"
-    );
+    assert!(block_on(a.replace(&held, Some(&done))).unwrap(), "the owner finishes");
     let finished = block_on(b.get("k1")).unwrap().unwrap();
-    assert_eq!(
-        (finished.status, finished.lease_until),
-        (Status::Done, None)
-    );
-    assert!(
-        !block_on(a.renew(&held)).unwrap(),
-        "a finished record has no lease to renew"
-    );
+    assert_eq!((finished.status, finished.lease_until), (Status::Done, None));
+    assert!(!block_on(a.renew(&held)).unwrap(), "a finished record has no lease to renew");
 }
 
 #[test]
@@ -77,26 +49,14 @@ fn works_inside_a_tokio_runtime_and_from_plain_threads() {
         return;
     };
     let schema = common::unique_schema("rt");
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let store: Arc<dyn Store> = runtime.block_on(async {
         // Both ways of connecting work inside a runtime, even a single-threaded one.
-        let blocking = PgStore::builder(&url)
-            .schema(&schema)
-            .connect()
-            .expect("connect inside a runtime");
+        let blocking =
+            PgStore::builder(&url).schema(&schema).connect().expect("connect inside a runtime");
         let store: Arc<dyn Store> = Arc::new(
-            PgStore::builder(&url)
-                .schema(&schema)
-                .connect_async()
-                .await
-                .expect("connect_async"),
+            PgStore::builder(&url).schema(&schema).connect_async().await.expect("connect_async"),
         );
         let got: u32 = Call::new("count", "rt", &1)
             .unwrap()
@@ -114,10 +74,7 @@ fn works_inside_a_tokio_runtime_and_from_plain_threads() {
         .store(Arc::clone(&store))
         .run(|| Ok::<_, Error>(8))
         .unwrap();
-    assert_eq!(
-        replayed, 7,
-        "a plain thread replays what the async call stored"
-    );
+    assert_eq!(replayed, 7, "a plain thread replays what the async call stored");
     runtime.block_on(async move { drop(store) });
 }
 
@@ -127,17 +84,11 @@ fn a_missing_table_is_an_error_when_not_creating() {
         return;
     };
     let schema = common::unique_schema("missing");
-    match PgStore::builder(&url)
-        .schema(&schema)
-        .create(false)
-        .connect()
-    {
+    match PgStore::builder(&url).schema(&schema).create(false).connect() {
         Err(e) => assert!(e.to_string().contains("no idem records table"), "{e}"),
         Ok(store) => panic!("opened a store that is not there: {store:?}"),
     }
-    let bad = PgStore::builder(&url)
-        .table("Robert'); DROP TABLE students;--")
-        .connect();
+    let bad = PgStore::builder(&url).table("Robert'); DROP TABLE students;--").connect();
     assert!(bad.unwrap_err().to_string().contains("not usable"));
 }
 
@@ -147,10 +98,7 @@ fn the_url_names_the_table() {
         return;
     };
     let schema = common::unique_schema("url");
-    let _guard = common::DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let joiner = if url.contains('?') { '&' } else { '?' };
     let store =
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");

@@ -56,7 +56,8 @@ fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
 pub fn list(store: &dyn Store, filter: &Filter) -> Result<Vec<Record>, Error> {
     let mut records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
     records.retain(|r| {
-        filter.status.is_none_or(|s| r.status == s) && filter.tool.as_deref().is_none_or(|t| r.tool == t)
+        filter.status.is_none_or(|s| r.status == s)
+            && filter.tool.as_deref().is_none_or(|t| r.tool == t)
     });
     records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
     Ok(records)
@@ -72,7 +73,11 @@ pub fn show(store: &dyn Store, key: &Key) -> Result<Record, Error> {
 /// Settles an in-doubt record (or an in-flight one whose owner is gone); anything else is
 /// refused with [`Error::NotResolvable`]. Returns the record as it now stands (`None` when
 /// released).
-pub fn resolve(store: &dyn Store, key: &Key, resolution: Resolution) -> Result<Option<Record>, Error> {
+pub fn resolve(
+    store: &dyn Store,
+    key: &Key,
+    resolution: Resolution,
+) -> Result<Option<Record>, Error> {
     let current = show(store, key)?;
     let settleable = match current.status {
         Status::InDoubt => true,
@@ -80,18 +85,25 @@ pub fn resolve(store: &dyn Store, key: &Key, resolution: Resolution) -> Result<O
         Status::Done => false,
     };
     if !settleable {
-        return Err(Error::NotResolvable { key: key.to_string(), tool: current.tool, status: current.status });
+        return Err(Error::NotResolvable {
+            key: key.to_string(),
+            tool: current.tool,
+            status: current.status,
+        });
     }
     let new = match resolution {
         Resolution::Release => None,
         Resolution::Done(result) => Some(current.done(result, now_ms(), None)),
     };
-    let swapped = block_on(store.replace(&current, new.as_ref())).map_err(|e| store_error(Some(key.as_str()), e))?;
+    let swapped = block_on(store.replace(&current, new.as_ref()))
+        .map_err(|e| store_error(Some(key.as_str()), e))?;
     if !swapped {
         return Err(Error::store(
             Some(key.as_str()),
             &current.tool,
-            crate::StoreError::new("the record changed while it was being resolved; look at it again with `idem show`"),
+            crate::StoreError::new(
+                "the record changed while it was being resolved; look at it again with `idem show`",
+            ),
         ));
     }
     tracing::info!(key = %key, tool = %current.tool, "idem: resolved by an operator");
@@ -112,7 +124,10 @@ pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
                 now.saturating_sub(finished) > age.as_millis() as u64
             }
         };
-        if remove && block_on(store.replace(record, None)).map_err(|e| store_error(Some(&record.key), e))? {
+        if remove
+            && block_on(store.replace(record, None))
+                .map_err(|e| store_error(Some(&record.key), e))?
+        {
             removed += 1;
         }
     }

@@ -55,10 +55,9 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
     tool: &str,
     value: &T,
 ) -> Result<String, Error> {
-    let node = value.serialize(NodeSerializer).map_err(|e| Error::Key {
-        tool: tool.to_owned(),
-        reason: e.0,
-    })?;
+    let node = value
+        .serialize(NodeSerializer)
+        .map_err(|e| Error::Key { tool: tool.to_owned(), reason: e.0 })?;
     let mut out = String::new();
     write_node(&node, &mut out);
     Ok(out)
@@ -282,9 +281,7 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<Node> {
-        Ok(Node::Array(
-            v.iter().map(|b| Node::Int(b.to_string())).collect(),
-        ))
+        Ok(Node::Array(v.iter().map(|b| Node::Int(b.to_string())).collect()))
     }
 
     fn serialize_none(self) -> Result<Node> {
@@ -350,24 +347,15 @@ impl ser::Serializer for NodeSerializer {
         variant: &'static str,
         len: usize,
     ) -> Result<VariantBuilder<SeqBuilder>> {
-        Ok(VariantBuilder {
-            variant,
-            inner: SeqBuilder(Vec::with_capacity(len)),
-        })
+        Ok(VariantBuilder { variant, inner: SeqBuilder(Vec::with_capacity(len)) })
     }
 
     fn serialize_map(self, _len: Option<usize>) -> Result<MapBuilder> {
-        Ok(MapBuilder {
-            entries: BTreeMap::new(),
-            key: None,
-        })
+        Ok(MapBuilder { entries: BTreeMap::new(), key: None })
     }
 
     fn serialize_struct(self, name: &'static str, _len: usize) -> Result<StructBuilder> {
-        Ok(StructBuilder {
-            name,
-            entries: BTreeMap::new(),
-        })
+        Ok(StructBuilder { name, entries: BTreeMap::new() })
     }
 
     fn serialize_struct_variant(
@@ -377,13 +365,7 @@ impl ser::Serializer for NodeSerializer {
         variant: &'static str,
         _len: usize,
     ) -> Result<VariantBuilder<StructBuilder>> {
-        Ok(VariantBuilder {
-            variant,
-            inner: StructBuilder {
-                name: "",
-                entries: BTreeMap::new(),
-            },
-        })
+        Ok(VariantBuilder { variant, inner: StructBuilder { name: "", entries: BTreeMap::new() } })
     }
 }
 
@@ -478,8 +460,7 @@ impl ser::SerializeStruct for StructBuilder {
         key: &'static str,
         value: &T,
     ) -> Result<()> {
-        self.entries
-            .insert(key.to_owned(), value.serialize(NodeSerializer)?);
+        self.entries.insert(key.to_owned(), value.serialize(NodeSerializer)?);
         Ok(())
     }
 
@@ -492,9 +473,7 @@ impl ser::SerializeStruct for StructBuilder {
         match (self.entries.remove(token), self.entries.is_empty()) {
             (Some(Node::Str(text)), true) if token == NUMBER_TOKEN => number_from_text(&text),
             (Some(Node::Str(text)), true) => raw_value(&text),
-            _ => Err(Refusal(format!(
-                "serde_json's {token} did not hold its text"
-            ))),
+            _ => Err(Refusal(format!("serde_json's {token} did not hold its text"))),
         }
     }
 }

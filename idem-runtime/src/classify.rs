@@ -47,18 +47,14 @@ impl ToolInfo {
     /// this classification implies.
     pub const fn annotations(&self) -> Annotations {
         match self.kind {
-            Kind::Read => Annotations {
-                read_only_hint: true,
-                idempotent_hint: true,
-                destructive_hint: false,
-            },
+            Kind::Read => {
+                Annotations { read_only_hint: true, idempotent_hint: true, destructive_hint: false }
+            }
             // An idempotent write still changes the world, and whether that change is only
             // additive is not something the attribute knows: keep MCP's cautious default.
-            Kind::Idempotent { .. } => Annotations {
-                read_only_hint: false,
-                idempotent_hint: true,
-                destructive_hint: true,
-            },
+            Kind::Idempotent { .. } => {
+                Annotations { read_only_hint: false, idempotent_hint: true, destructive_hint: true }
+            }
             Kind::Write => Annotations {
                 read_only_hint: false,
                 idempotent_hint: false,

@@ -8,10 +8,10 @@
 
 #![allow(missing_docs)]
 
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::future::Future;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -128,8 +128,9 @@ struct Charge {
 pub fn replays_typed_result(store: Arc<dyn Store>) {
     let scope = scope("typed");
     let first = Charge { id: "ch_1".into(), amount: 4200, tags: vec!["a".into()] };
-    let got: Charge =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(Charge { ..first_clone(&first) })).unwrap();
+    let got: Charge = call(&store, "charge_card", &scope)
+        .run(|| Ok::<_, Error>(Charge { ..first_clone(&first) }))
+        .unwrap();
     assert_eq!(got, first);
     let replayed: Charge = call(&store, "charge_card", &scope)
         .run(|| -> Result<Charge, Error> { panic!("the body must not run on replay") })
@@ -195,10 +196,11 @@ pub fn panic_leaves_in_doubt_and_rerun_takes_over(store: Arc<dyn Store>) {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0, "in doubt under `fail` runs nothing");
 
-    let rerun: Result<String, Error> = call(&store, "send_email", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok("sent".to_string())
-    });
+    let rerun: Result<String, Error> =
+        call(&store, "send_email", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok("sent".to_string())
+        });
     assert_eq!(rerun.unwrap(), "sent");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "`rerun` runs the body again");
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
@@ -258,7 +260,10 @@ pub fn waiter_gets_owner_result(store: Arc<dyn Store>) {
     assert_eq!(owner.join().unwrap().unwrap(), "room-1");
     assert_eq!(waiter.join().unwrap().unwrap(), "room-1", "the waiter gets the owner's result");
     let waited = finished.elapsed();
-    assert!(waited < Duration::from_secs(5), "the waiter woke on the change, not by timing out ({waited:?})");
+    assert!(
+        waited < Duration::from_secs(5),
+        "the waiter woke on the change, not by timing out ({waited:?})"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
@@ -291,7 +296,11 @@ pub fn waiter_takes_over_after_release(store: Arc<dyn Store>) {
     std::thread::sleep(Duration::from_millis(50));
     finish_tx.send(()).unwrap();
     assert!(matches!(owner.join().unwrap(), Err(ToolError::Declined)));
-    assert_eq!(waiter.join().unwrap().unwrap(), "room-2", "the waiter runs once the owner releases");
+    assert_eq!(
+        waiter.join().unwrap().unwrap(),
+        "room-2",
+        "the waiter runs once the owner releases"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
@@ -345,17 +354,22 @@ pub fn expired_record_runs_again(store: Arc<dyn Store>) {
 
 pub fn replay_mismatch_is_an_error_and_keeps_record(store: Arc<dyn Store>) {
     let scope = scope("mismatch");
-    let _: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".to_string())).unwrap();
+    let _: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".to_string())).unwrap();
     let wrong: Result<u64, Error> = call(&store, "charge_card", &scope).run(|| Ok(9));
     let key = call(&store, "charge_card", &scope).key().clone();
     match wrong {
         Err(e @ Error::Replay { .. }) => {
             let text = e.to_string();
-            assert!(text.contains(key.as_str()) && text.contains("charge_card"), "names key and tool: {text}");
+            assert!(
+                text.contains(key.as_str()) && text.contains("charge_card"),
+                "names key and tool: {text}"
+            );
         }
         other => panic!("expected Replay, got {other:?}"),
     }
-    let again: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".to_string())).unwrap();
+    let again: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".to_string())).unwrap();
     assert_eq!(again, "ch_1", "the stored result is intact");
 }
 
@@ -414,29 +428,35 @@ pub fn one_key_many_tasks_runs_once(store: Arc<dyn Store>) {
 }
 
 pub fn distinct_keys_each_run_once(store: Arc<dyn Store>) {
+    // 8 threads, 500 keys each (4000 in all); each thread then calls its neighbour's keys too,
+    // so every key is also raced by a second caller.
     let scope = scope("distinct");
-    let counts = Arc::new(Mutex::new(vec![0u32; 500]));
-    let handles: Vec<_> = (0..8)
-        .map(|_| {
+    let counts = Arc::new(Mutex::new(vec![0u32; 8 * 500]));
+    let handles: Vec<_> = (0..8usize)
+        .map(|thread| {
             let (store, scope, counts) = (Arc::clone(&store), scope.clone(), Arc::clone(&counts));
             std::thread::spawn(move || {
-                for n in 0..500usize {
-                    let got: usize = Call::new("create_ticket", &scope, &serde_json::json!({ "n": n }))
-                        .unwrap()
-                        .store(Arc::clone(&store))
-                        .run(|| {
-                            counts.lock().unwrap()[n] += 1;
-                            Ok::<_, Error>(n)
-                        })
-                        .unwrap();
-                    assert_eq!(got, n);
+                let own = (0..500).map(move |n| thread * 500 + n);
+                let neighbour = (0..500).map(move |n| ((thread + 1) % 8) * 500 + n);
+                for n in own.chain(neighbour) {
+                    let got: usize =
+                        Call::new("create_ticket", &scope, &serde_json::json!({ "n": n }))
+                            .unwrap()
+                            .store(Arc::clone(&store))
+                            .run(|| {
+                                counts.lock().unwrap()[n] += 1;
+                                Ok::<_, Error>(n)
+                            })
+                            .unwrap();
+                    assert_eq!(got, n, "the caller gets its own key's result");
                 }
             })
         })
         .collect();
     handles.into_iter().for_each(|h| h.join().unwrap());
     let counts = counts.lock().unwrap();
-    assert!(counts.iter().all(|&c| c == 1), "each of 500 keys ran exactly once: {:?}", &counts[..]);
+    let wrong: Vec<_> = counts.iter().enumerate().filter(|(_, &c)| c != 1).collect();
+    assert!(wrong.is_empty(), "each of 4000 keys runs exactly once; (key, runs) off: {wrong:?}");
 }
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
@@ -447,10 +467,15 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
     }));
     eventually_status(&store, &key, Status::InDoubt);
     let doubtful = block_on(store.get(key.as_str())).unwrap().unwrap();
-    let _: String =
-        call(&store, "send_email", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| Ok::<_, Error>("sent".into())).unwrap();
+    let _: String = call(&store, "send_email", &scope)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok::<_, Error>("sent".into()))
+        .unwrap();
     let stale_done = doubtful.done(serde_json::json!("late"), crate::now_ms(), None);
-    assert!(!block_on(store.replace(&doubtful, Some(&stale_done))).unwrap(), "a stale write is refused");
+    assert!(
+        !block_on(store.replace(&doubtful, Some(&stale_done))).unwrap(),
+        "a stale write is refused"
+    );
     assert!(!block_on(store.replace(&doubtful, None)).unwrap(), "a stale release is refused");
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!(record.result, Some(serde_json::json!("sent")), "the new owner's result stands");
@@ -463,11 +488,16 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
         let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
     }));
     eventually_status(&store, &key, Status::InDoubt);
-    let doubtful = admin::list(store.as_ref(), &Filter { status: Some(Status::InDoubt), tool: None }).unwrap();
+    let doubtful =
+        admin::list(store.as_ref(), &Filter { status: Some(Status::InDoubt), tool: None }).unwrap();
     assert!(doubtful.iter().any(|r| r.key == key.as_str()), "ls --status in-doubt lists it");
 
     admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO)).expect("purge runs");
-    assert_eq!(status(&store, &key), Some(Status::InDoubt), "purge never removes an in-doubt record");
+    assert_eq!(
+        status(&store, &key),
+        Some(Status::InDoubt),
+        "purge never removes an in-doubt record"
+    );
 
     admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("ch_manual"))).unwrap();
     let runs = AtomicUsize::new(0);
@@ -477,7 +507,11 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
             Ok::<_, Error>("ch_again".to_string())
         })
         .unwrap();
-    assert_eq!((got.as_str(), runs.load(Ordering::SeqCst)), ("ch_manual", 0), "the resolved result replays");
+    assert_eq!(
+        (got.as_str(), runs.load(Ordering::SeqCst)),
+        ("ch_manual", 0),
+        "the resolved result replays"
+    );
 
     match admin::resolve(store.as_ref(), &key, Resolution::Release) {
         Err(Error::NotResolvable { status: Status::Done, .. }) => {}
@@ -491,7 +525,8 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
 
 pub fn bad_arguments_are_refused_and_nothing_is_lost(store: Arc<dyn Store>) {
     let scope = scope("bad");
-    let kept: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+    let kept: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
     let before = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
     #[derive(serde::Serialize)]
     struct Ratio {
@@ -513,20 +548,23 @@ pub fn bad_arguments_are_refused_and_nothing_is_lost(store: Arc<dyn Store>) {
     assert!(matches!(Call::new("charge_card", &scope, &Refuses), Err(Error::Key { .. })));
     let after = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
     assert_eq!(before, after, "no record was added or lost");
-    let replayed: String = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".into())).unwrap();
+    let replayed: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".into())).unwrap();
     assert_eq!((kept.as_str(), replayed.as_str()), ("ch_1", "ch_1"));
 }
 
 pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
     let scope = scope("current");
     let expected = call(&store, "charge_card", &scope).key().clone();
-    let seen = call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::current_key())).unwrap();
+    let seen =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::current_key())).unwrap();
     assert_eq!(seen, expected);
     assert_eq!(crate::try_current_key(), None, "no key outside a call");
     let scope2 = format!("{scope}-async");
     let expected = call(&store, "charge_card", &scope2).key().clone();
     let seen = block_on(
-        call(&store, "charge_card", &scope2).run_async(|| async { Ok::<_, Error>(crate::current_key()) }),
+        call(&store, "charge_card", &scope2)
+            .run_async(|| async { Ok::<_, Error>(crate::current_key()) }),
     )
     .unwrap();
     assert_eq!(seen, expected);

@@ -92,9 +92,15 @@ impl Args {
     }
 
     /// Adds parameter `name` (an identifier: it needs no escaping).
-    pub fn arg<V: Serialize + ?Sized>(mut self, name: &'static str, value: &V) -> Result<Args, Error> {
+    pub fn arg<V: Serialize + ?Sized>(
+        mut self,
+        name: &'static str,
+        value: &V,
+    ) -> Result<Args, Error> {
         let text = canonical_json_for(&self.tool, value).map_err(|e| match e {
-            Error::Key { tool, reason } => Error::Key { tool, reason: format!("parameter `{name}`: {reason}") },
+            Error::Key { tool, reason } => {
+                Error::Key { tool, reason: format!("parameter `{name}`: {reason}") }
+            }
             other => other,
         })?;
         self.fields.push((name, text));
@@ -168,7 +174,7 @@ static CALL_SEQ: AtomicU64 = AtomicU64::new(0);
 
 enum Acquired<T> {
     Replay(T),
-    Owned(Owned),
+    Owned(Box<Owned>),
 }
 
 /// The reservation a call holds while its body runs. Dropped unsettled, it marks the record in
@@ -198,7 +204,11 @@ impl Call {
     /// A call of `tool` in `scope` with `args` (any `Serialize` value; a struct or map of the
     /// tool's parameters by name). Fails with [`Error::Key`] when the arguments cannot be put in
     /// canonical JSON (NaN, a failing `Serialize`).
-    pub fn new(tool: &str, scope: impl Display, args: &(impl Serialize + ?Sized)) -> Result<Call, Error> {
+    pub fn new(
+        tool: &str,
+        scope: impl Display,
+        args: &(impl Serialize + ?Sized),
+    ) -> Result<Call, Error> {
         let canonical = canonical_json_for(tool, args)?;
         Ok(Call::from_canonical(tool, scope, &canonical))
     }
@@ -251,7 +261,9 @@ impl Call {
         match &self.store {
             Some(store) => Ok(Arc::clone(store)),
             None => crate::default::default_store().map_err(|e| match e {
-                Error::Store { source, .. } => Error::store(Some(self.key.as_str()), &self.tool, source),
+                Error::Store { source, .. } => {
+                    Error::store(Some(self.key.as_str()), &self.tool, source)
+                }
                 other => other,
             }),
         }
@@ -263,7 +275,14 @@ impl Call {
 
     fn fresh_record(&self, store: &dyn Store) -> Record {
         let owner = format!("{}#{}", store.owner_id(), CALL_SEQ.fetch_add(1, Ordering::Relaxed));
-        Record::reserve(self.key.as_str(), &self.tool, &self.scope, &owner, &self.fingerprint, now_ms())
+        Record::reserve(
+            self.key.as_str(),
+            &self.tool,
+            &self.scope,
+            &owner,
+            &self.fingerprint,
+            now_ms(),
+        )
     }
 
     fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
@@ -277,17 +296,21 @@ impl Call {
     }
 
     /// Reserves the key, or finds its result, or waits for its owner.
-    async fn acquire<T: DeserializeOwned>(&self, store: &Arc<dyn Store>) -> Result<Acquired<T>, Error> {
+    async fn acquire<T: DeserializeOwned>(
+        &self,
+        store: &Arc<dyn Store>,
+    ) -> Result<Acquired<T>, Error> {
         let wait = self.wait.unwrap_or_else(|| store.default_wait());
         let deadline = Instant::now() + wait;
         'reserve: loop {
             let mine = self.fresh_record(store.as_ref());
-            let mut pending = Owned { store: Arc::clone(store), record: mine, started: false, settled: false };
+            let mut pending =
+                Owned { store: Arc::clone(store), record: mine, started: false, settled: false };
             let found = store.reserve(&pending.record).await;
             let mut existing = match found {
                 Ok(None) => {
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
-                    return Ok(Acquired::Owned(pending));
+                    return Ok(Acquired::Owned(Box::new(pending)));
                 }
                 Ok(Some(existing)) => {
                     pending.settled = true;
@@ -342,12 +365,12 @@ impl Call {
                     match store.replace(&existing, Some(&mine)).await {
                         Ok(true) => {
                             tracing::info!(key = %self.key, tool = %self.tool, attempts = mine.attempts, "idem: took over");
-                            return Ok(Acquired::Owned(Owned {
+                            return Ok(Acquired::Owned(Box::new(Owned {
                                 store: Arc::clone(store),
                                 record: mine,
                                 started: false,
                                 settled: false,
-                            }));
+                            })));
                         }
                         Ok(false) => match store.get(self.key.as_str()).await {
                             Ok(Some(now)) => existing = now,
@@ -363,13 +386,17 @@ impl Call {
 
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
     /// the record in doubt.
-    async fn complete<T: Serialize>(&self, mut owned: Owned, value: &T) -> Result<(), Error> {
+    async fn complete<T: Serialize>(&self, mut owned: Box<Owned>, value: &T) -> Result<(), Error> {
         let json = match serde_json::to_value(value) {
             Ok(json) => json,
             Err(e) => {
                 // Drop marks it in doubt.
                 drop(owned);
-                return Err(Error::Result { key: self.key.to_string(), tool: self.tool.clone(), reason: e.to_string() });
+                return Err(Error::Result {
+                    key: self.key.to_string(),
+                    tool: self.tool.clone(),
+                    reason: e.to_string(),
+                });
             }
         };
         let done = owned.record.done(json, now_ms(), self.ttl);
@@ -390,10 +417,12 @@ impl Call {
         }
     }
 
-    async fn release(&self, mut owned: Owned) {
+    async fn release(&self, mut owned: Box<Owned>) {
         owned.settled = true;
         match owned.store.replace(&owned.record, None).await {
-            Ok(_) => tracing::debug!(key = %self.key, tool = %self.tool, "idem: released after an error"),
+            Ok(_) => {
+                tracing::debug!(key = %self.key, tool = %self.tool, "idem: released after an error")
+            }
             Err(e) => {
                 tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot release the key after an error")
             }

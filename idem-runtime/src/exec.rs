@@ -1,8 +1,8 @@
 //! The few executor pieces the engine needs without tying it to a runtime: a thread-parking
 //! `block_on` for sync tools, and a deadline timer served by one shared thread.
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -102,12 +102,16 @@ impl Future for Sleep {
         }
         let timers = timers();
         let first = self.id.is_none();
-        let id = *self
-            .id
-            .get_or_insert_with(|| timers.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let id = *self.id.get_or_insert_with(|| {
+            timers.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        });
         timers.wakers.lock().unwrap_or_else(|e| e.into_inner()).insert(id, cx.waker().clone());
         if first {
-            timers.queue.lock().unwrap_or_else(|e| e.into_inner()).push(Reverse((self.deadline, id)));
+            timers
+                .queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Reverse((self.deadline, id)));
             timers.changed.notify_one();
         }
         // The timer may have fired between the check above and the insert: look again, so that

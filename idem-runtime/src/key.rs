@@ -89,13 +89,8 @@ impl Key {
     /// );
     /// ```
     pub fn derive_canonical(tool: &str, scope: &str, canonical: &str) -> Key {
-        let mut digest = sha256_hex(&[
-            scope.as_bytes(),
-            b"\0",
-            tool.as_bytes(),
-            b"\0",
-            canonical.as_bytes(),
-        ]);
+        let mut digest =
+            sha256_hex(&[scope.as_bytes(), b"\0", tool.as_bytes(), b"\0", canonical.as_bytes()]);
         digest.truncate(KEY_LEN);
         Key(digest)
     }
@@ -124,10 +119,7 @@ impl Key {
         if is_key {
             Ok(Key(s.to_owned()))
         } else {
-            Err(Error::Key {
-                tool: "-".into(),
-                reason: not_a_key(s),
-            })
+            Err(Error::Key { tool: "-".into(), reason: not_a_key(s) })
         }
     }
 

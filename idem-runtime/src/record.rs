@@ -7,13 +7,15 @@ use serde::{Deserialize, Serialize};
 
 /// Where a key stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Status {
     /// Reserved by an owner that is running the body.
+    #[serde(alias = "in_flight")]
     InFlight,
     /// The body returned `Ok`; the result is stored and replayed.
     Done,
     /// An attempt was interrupted (crash, panic, dropped future): the effect may have landed.
+    #[serde(alias = "in_doubt")]
     InDoubt,
 }
 

@@ -11,10 +11,7 @@ use serde::ser::{Error as _, Serializer};
 use serde::Serialize;
 use serde_json::Value;
 
-const VECTORS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/vectors/keys.jsonl"
-);
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
 
 /// One line of the shared vectors, computed by the Python reference.
 struct Vector {
@@ -41,10 +38,7 @@ fn vectors() -> Vec<Vector> {
                 .unwrap_or_else(|e| panic!("{VECTORS} line {}: not JSON: {e}", i + 1));
             let mut text = |field: &str| match v[field].take() {
                 Value::String(s) => s,
-                other => panic!(
-                    "{VECTORS} line {}: `{field}` is not a string: {other}",
-                    i + 1
-                ),
+                other => panic!("{VECTORS} line {}: `{field}` is not a string: {other}", i + 1),
             };
             Vector {
                 tool: text("tool"),
@@ -55,11 +49,7 @@ fn vectors() -> Vec<Vector> {
             }
         })
         .collect();
-    assert!(
-        vectors.len() >= 10,
-        "{VECTORS} holds only {} vectors",
-        vectors.len()
-    );
+    assert!(vectors.len() >= 10, "{VECTORS} holds only {} vectors", vectors.len());
     vectors
 }
 
@@ -77,21 +67,9 @@ fn refusal<T: Serialize + ?Sized>(value: &T) -> String {
 #[test]
 fn every_vector_matches_when_args_are_a_json_value() {
     for v in vectors() {
-        assert_eq!(
-            canonical(&v.args),
-            v.canonical,
-            "canonical JSON of {}",
-            v.args
-        );
+        assert_eq!(canonical(&v.args), v.canonical, "canonical JSON of {}", v.args);
         let key = Key::derive(&v.tool, &v.scope, &v.args).unwrap();
-        assert_eq!(
-            key.as_str(),
-            v.key,
-            "key of {} / {} / {}",
-            v.tool,
-            v.scope,
-            v.args
-        );
+        assert_eq!(key.as_str(), v.key, "key of {} / {} / {}", v.tool, v.scope, v.args);
         assert_eq!(Key::derive_canonical(&v.tool, &v.scope, &v.canonical), key);
     }
 }
@@ -166,27 +144,15 @@ fn every_vector_matches_when_args_are_structs_declared_in_another_order() {
     let check = |i: usize, args: &dyn erased::Args| {
         let v = &vectors[i];
         assert_eq!(args.canonical(), v.canonical, "vector {i} ({})", v.tool);
-        assert_eq!(
-            args.key(&v.tool, &v.scope).as_str(),
-            v.key,
-            "vector {i} ({})",
-            v.tool
-        );
+        assert_eq!(args.key(&v.tool, &v.scope).as_str(), v.key, "vector {i} ({})", v.tool);
     };
-    let charge = ChargeCard {
-        customer: "cus_123",
-        amount: 4200,
-    };
+    let charge = ChargeCard { customer: "cus_123", amount: 4200 };
     check(0, &charge);
     check(1, &charge);
     check(2, &charge);
     check(
         3,
-        &SendEmail {
-            to: "ada@example.com",
-            subject: "Your receipt",
-            body: "Thanks!\nLine two",
-        },
+        &SendEmail { to: "ada@example.com", subject: "Your receipt", body: "Thanks!\nLine two" },
     );
     check(
         4,
@@ -200,42 +166,15 @@ fn every_vector_matches_when_args_are_structs_declared_in_another_order() {
     check(
         5,
         &BookRoom {
-            slots: vec![Slot {
-                start: "09:00",
-                end: "10:00",
-            }],
-            room: Room {
-                name: "Lovelace",
-                floor: 3,
-            },
+            slots: vec![Slot { start: "09:00", end: "10:00" }],
+            room: Room { name: "Lovelace", floor: 3 },
             confirm: true,
         },
     );
     check(6, &Noop {});
-    check(
-        7,
-        &Transfer {
-            neg: i64::MIN,
-            big: u64::MAX,
-            amount: -15,
-        },
-    );
-    check(
-        8,
-        &Tag {
-            tab: "a\tb",
-            quote: "say \"hi\"",
-            ctrl: "\u{1}",
-            backslash: "a\\b",
-        },
-    );
-    check(
-        9,
-        &Greet {
-            name: "Zoë",
-            city: "Zürich",
-        },
-    );
+    check(7, &Transfer { neg: i64::MIN, big: u64::MAX, amount: -15 });
+    check(8, &Tag { tab: "a\tb", quote: "say \"hi\"", ctrl: "\u{1}", backslash: "a\\b" });
+    check(9, &Greet { name: "Zoë", city: "Zürich" });
 }
 
 /// Lets the struct test above hold different argument types in one closure.
@@ -305,27 +244,15 @@ fn nan_and_infinities_are_refused_naming_the_tool() {
     assert!(refusal(&BTreeMap::from([("deep", vec![1.0, f64::NAN])])).contains("NaN"));
 
     let err = Key::derive("weigh", "s", &BTreeMap::from([("kg", f64::INFINITY)])).unwrap_err();
-    assert!(
-        matches!(&err, Error::Key { tool, .. } if tool == "weigh"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Error::Key { tool, .. } if tool == "weigh"), "{err:?}");
     assert!(err.to_string().contains("`weigh`"), "{err}");
 }
 
 #[test]
 fn integers_of_any_width_are_written_as_they_are() {
-    assert_eq!(
-        canonical(&u128::MAX),
-        "340282366920938463463374607431768211455"
-    );
-    assert_eq!(
-        canonical(&i128::MIN),
-        "-170141183460469231731687303715884105728"
-    );
-    assert_eq!(
-        canonical(&i128::MAX),
-        "170141183460469231731687303715884105727"
-    );
+    assert_eq!(canonical(&u128::MAX), "340282366920938463463374607431768211455");
+    assert_eq!(canonical(&i128::MIN), "-170141183460469231731687303715884105728");
+    assert_eq!(canonical(&i128::MAX), "170141183460469231731687303715884105727");
     assert_eq!(canonical(&u64::MAX), "18446744073709551615");
     assert_eq!(canonical(&i64::MIN), "-9223372036854775808");
     assert_eq!(canonical(&(0u8, -1i8, 65535u16)), "[0,-1,65535]");
@@ -335,19 +262,13 @@ fn integers_of_any_width_are_written_as_they_are() {
 fn non_ascii_is_escaped_with_surrogate_pairs_above_the_bmp() {
     assert_eq!(canonical("😀"), r#""\ud83d\ude00""#);
     assert_eq!(canonical("Zoë"), r#""Zo\u00eb""#);
-    assert_eq!(
-        canonical("\u{80}\u{7ff}\u{ffff}\u{2028}"),
-        r#""\u0080\u07ff\uffff\u2028""#
-    );
+    assert_eq!(canonical("\u{80}\u{7ff}\u{ffff}\u{2028}"), r#""\u0080\u07ff\uffff\u2028""#);
     assert_eq!(canonical(&'é'), r#""\u00e9""#);
 }
 
 #[test]
 fn control_characters_quotes_and_backslashes_are_escaped_like_python() {
-    assert_eq!(
-        canonical("\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}"),
-        r#""\"\\\n\r\t\b\f\u0000\u001f""#
-    );
+    assert_eq!(canonical("\"\\\n\r\t\u{8}\u{c}\u{0}\u{1f}"), r#""\"\\\n\r\t\b\f\u0000\u001f""#);
 }
 
 #[test]
@@ -406,10 +327,7 @@ fn serde_data_model_is_shaped_as_serde_json_shapes_it() {
         (canonical(&Shape::Unit), r#""Unit""#),
         (canonical(&Shape::Newtype(7)), r#"{"Newtype":7}"#),
         (canonical(&Shape::Tuple(1, "x")), r#"{"Tuple":[1,"x"]}"#),
-        (
-            canonical(&Shape::Struct { z: true, a: None }),
-            r#"{"Struct":{"a":null,"z":true}}"#,
-        ),
+        (canonical(&Shape::Struct { z: true, a: None }), r#"{"Struct":{"a":null,"z":true}}"#),
         (canonical(&()), "null"),
         (canonical(&Unit), "null"),
         (canonical(&Some(Meters(2.0))), "2.0"),
@@ -425,27 +343,12 @@ fn serde_data_model_is_shaped_as_serde_json_shapes_it() {
 
 #[test]
 fn non_string_map_keys_are_stringified_then_sorted_as_text() {
-    assert_eq!(
-        canonical(&BTreeMap::from([(10, "a"), (9, "b")])),
-        r#"{"10":"a","9":"b"}"#
-    );
-    assert_eq!(
-        canonical(&BTreeMap::from([(true, 1), (false, 2)])),
-        r#"{"false":2,"true":1}"#
-    );
+    assert_eq!(canonical(&BTreeMap::from([(10, "a"), (9, "b")])), r#"{"10":"a","9":"b"}"#);
+    assert_eq!(canonical(&BTreeMap::from([(true, 1), (false, 2)])), r#"{"false":2,"true":1}"#);
     assert_eq!(canonical(&BTreeMap::from([('é', 1)])), r#"{"\u00e9":1}"#);
-    assert_eq!(
-        canonical(&BTreeMap::from([(u128::MAX, 1)])),
-        format!(r#"{{"{}":1}}"#, u128::MAX)
-    );
-    assert_eq!(
-        canonical(&[(1e16, 1)].map(|(k, v)| FloatKey(k, v))),
-        r#"[{"1e+16":1}]"#
-    );
-    assert_eq!(
-        canonical(&BTreeMap::from([(Compass::North, 1)])),
-        r#"{"North":1}"#
-    );
+    assert_eq!(canonical(&BTreeMap::from([(u128::MAX, 1)])), format!(r#"{{"{}":1}}"#, u128::MAX));
+    assert_eq!(canonical(&[(1e16, 1)].map(|(k, v)| FloatKey(k, v))), r#"[{"1e+16":1}]"#);
+    assert_eq!(canonical(&BTreeMap::from([(Compass::North, 1)])), r#"{"North":1}"#);
 }
 
 #[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -487,10 +390,7 @@ fn errors_of_serialize_impls_become_key_errors_with_their_message() {
     let reason = refusal(&BTreeMap::from([("session", Unserializable)]));
     assert_eq!(reason, "the session handle cannot be serialized");
     let err = Key::derive("login", "s", &vec![Unserializable]).unwrap_err();
-    assert!(
-        matches!(&err, Error::Key { tool, .. } if tool == "login"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, Error::Key { tool, .. } if tool == "login"), "{err:?}");
 }
 
 #[test]
@@ -500,20 +400,14 @@ fn key_is_32_hex_digits_of_scope_tool_and_canonical_args() {
     assert_eq!(key.as_str().len(), 32);
     assert_eq!(key.to_string(), key.as_str());
     assert_eq!(AsRef::<str>::as_ref(&key), key.as_str());
-    assert_eq!(
-        Key::derive_canonical("charge_card", "step-7", r#"{"amount":4200}"#),
-        key
-    );
+    assert_eq!(Key::derive_canonical("charge_card", "step-7", r#"{"amount":4200}"#), key);
     assert_ne!(Key::derive("step-7", "charge_card", &args).unwrap(), key);
     assert_ne!(
         Key::derive("charge_card", "step-7", &BTreeMap::from([("amount", 4201)])).unwrap(),
         key
     );
     // The separators keep a scope and tool that run into each other apart.
-    assert_ne!(
-        Key::derive_canonical("b", "a", "{}"),
-        Key::derive_canonical("", "ab", "{}")
-    );
+    assert_ne!(Key::derive_canonical("b", "a", "{}"), Key::derive_canonical("", "ab", "{}"));
 }
 
 #[test]
@@ -530,9 +424,7 @@ fn key_parse_accepts_exactly_32_lower_case_hex_digits() {
         " 82e1e1a327aa97bb3929e05cc4ca3bd",
     ] {
         let err = Key::parse(bad).unwrap_err();
-        let Error::Key { reason, .. } = &err else {
-            panic!("expected Error::Key, got {err:?}")
-        };
+        let Error::Key { reason, .. } = &err else { panic!("expected Error::Key, got {err:?}") };
         assert!(reason.contains(&format!("{bad:?}")), "{reason}");
         assert!(reason.contains("32 lower-case hex digits"), "{reason}");
     }
@@ -545,10 +437,7 @@ fn key_serializes_as_its_text_and_refuses_other_text() {
     assert_eq!(json, r#""363d96d70c0e4e0cc4612aaaf7f84ad7""#);
     assert_eq!(serde_json::from_str::<Key>(&json).unwrap(), key);
     let err = serde_json::from_str::<Key>(r#""nope""#).unwrap_err();
-    assert!(
-        err.to_string().contains("32 lower-case hex digits"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("32 lower-case hex digits"), "{err}");
 }
 
 #[test]

@@ -44,10 +44,7 @@ impl Drop for DropSchema {
 
 /// Runs `sql` on a connection of its own (from a plain thread).
 pub fn run_sql(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
         let driver = tokio::spawn(connection);
@@ -60,14 +57,10 @@ pub fn run_sql(url: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
 
 /// Runs a query returning `(i64, i64)` rows on a connection of its own.
 pub fn query_pairs(url: &str, sql: &str) -> Vec<(i64, i64)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
+        let (client, connection) =
+            tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(connection);
         let rows = client.query(sql, &[]).await.unwrap();
         rows.iter().map(|r| (r.get(0), r.get(1))).collect()

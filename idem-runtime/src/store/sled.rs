@@ -115,7 +115,11 @@ fn encode(record: &Record) -> Vec<u8> {
     serde_json::to_vec(record).expect("a Record always serializes")
 }
 
-fn io_error(path: &Path, what: &str, e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+fn io_error(
+    path: &Path,
+    what: &str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> StoreError {
     StoreError::with_source(format!("{what} {}", path.display()), e)
 }
 
@@ -167,7 +171,8 @@ impl SledStore {
             let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
             match &opened {
                 Ok(Err(sled::Error::Io(e)))
-                    if e.to_string().contains("could not acquire lock") && Instant::now() < lock_deadline =>
+                    if e.to_string().contains("could not acquire lock")
+                        && Instant::now() < lock_deadline =>
                 {
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -296,7 +301,12 @@ impl SledStore {
     }
 
     /// sled's compare-and-swap; `Ok(false)` when the stored bytes were not `old`.
-    fn cas(&self, key: &[u8], old: Option<&[u8]>, new: Option<&Record>) -> Result<bool, StoreError> {
+    fn cas(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&Record>,
+    ) -> Result<bool, StoreError> {
         let new = new.map(encode);
         match self.tree.compare_and_swap(key, old, new) {
             Ok(Ok(())) => {
@@ -353,7 +363,11 @@ impl Store for SledStore {
         Box::pin(async move { Ok(self.read(key)?.map(|(_, r)| r)) })
     }
 
-    fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>) -> StoreFuture<'a, bool> {
+    fn replace<'a>(
+        &'a self,
+        current: &'a Record,
+        new: Option<&'a Record>,
+    ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let swapped = self.replace_now(current, new)?;
             if swapped {
@@ -373,7 +387,9 @@ impl Store for SledStore {
                 drop(self.ticket());
             }
             Ok(false) => {}
-            Err(e) => tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record"),
+            Err(e) => {
+                tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record")
+            }
         }
     }
 

@@ -44,7 +44,8 @@ pub(crate) struct Syncer {
 
 impl Syncer {
     pub(crate) fn start(name: &str, mut sync: SyncFn) -> std::io::Result<Syncer> {
-        let shared = Arc::new(Shared { state: Mutex::new(State::default()), wanted: Condvar::new() });
+        let shared =
+            Arc::new(Shared { state: Mutex::new(State::default()), wanted: Condvar::new() });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || loop {
             let target = {
@@ -110,10 +111,8 @@ impl Future for Ticket {
             state.wakers.push(cx.waker().clone());
             return Poll::Pending;
         }
-        let failed = state
-            .failures
-            .iter()
-            .find(|(from, to, _)| (*from..=*to).contains(&self.generation));
+        let failed =
+            state.failures.iter().find(|(from, to, _)| (*from..=*to).contains(&self.generation));
         match failed {
             Some((_, _, reason)) => Poll::Ready(Err(StoreError::new(format!(
                 "the store could not make a write durable ({reason}); check the disk and retry"
