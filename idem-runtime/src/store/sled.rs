@@ -100,8 +100,8 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Record, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| {
         StoreError::with_source(
             format!(
-                "the record under key {} is damaged; inspect it with `idem show`, or remove it \
-                 with `idem resolve --release` if it is in doubt",
+                "the record under key {} is damaged (not a readable record); nothing was run \
+                 for it: stop the agents, copy the store aside, and inspect it",
                 String::from_utf8_lossy(key)
             ),
             e,

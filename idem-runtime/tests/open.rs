@@ -1,0 +1,119 @@
+//! Opening stores that cannot be used: held by another process, damaged, missing, or holding a
+//! damaged record. Each is a clear error, never a panic, and loses nothing that was stored.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::{admin, Call, Error, SledStore, Store};
+
+const HOLDER: &str = "IDEM_OPEN_HOLDER";
+
+/// Child mode: hold the store open until stdin closes.
+#[test]
+fn holder_child() {
+    let Ok(path) = std::env::var(HOLDER) else { return };
+    let _store = SledStore::open(&path).unwrap();
+    println!("HOLDING");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+}
+
+fn charge(store: &Arc<dyn Store>, order: &str) -> Result<String, Error> {
+    Call::new("charge_card", order, &serde_json::json!({ "amount": 4200 }))?
+        .store(Arc::clone(store))
+        .run(|| Ok(format!("ch_{order}")))
+}
+
+#[test]
+fn store_held_by_another_process_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
+        charge(&store, "order-1").unwrap();
+    }
+    let mut holder = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "holder_child", "--nocapture", "--test-threads=1"])
+        .env(HOLDER, &path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("HOLDING") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the holder died");
+    }
+    let refused = SledStore::open(&path).map(|_| ()).unwrap_err();
+    let text = refused.to_string();
+    assert!(matches!(refused, Error::Store { .. }), "{refused:?}");
+    assert!(text.contains("another process"), "says why: {text}");
+    assert!(text.contains(&path.display().to_string()), "names the store: {text}");
+    drop(holder.stdin.take());
+    holder.wait().unwrap();
+
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap());
+    assert_eq!(charge(&store, "order-1").unwrap(), "ch_order-1", "the record survived");
+}
+
+#[test]
+fn damaged_store_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    drop(SledStore::open(&path).unwrap());
+    for file in ["conf", "db"] {
+        std::fs::write(path.join(file), b"\x00\x01 this is not a sled file \xff\xfe".repeat(64)).unwrap();
+    }
+    let opened = std::panic::catch_unwind(|| SledStore::open(&path).map(|_| ()));
+    let error = opened.expect("opening never panics").expect_err("a damaged store does not open");
+    let text = error.to_string();
+    assert!(text.contains(&path.display().to_string()), "names the store: {text}");
+}
+
+#[test]
+fn a_file_where_the_store_should_be_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    std::fs::write(&path, b"notes").unwrap();
+    let text = SledStore::open(&path).map(|_| ()).unwrap_err().to_string();
+    assert!(text.contains("not a store directory"), "{text}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"notes", "the file is untouched");
+}
+
+#[test]
+fn missing_store_is_not_created_when_asked_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.sled");
+    let text = SledStore::builder(&path).create(false).open().map(|_| ()).unwrap_err().to_string();
+    assert!(text.contains("no idem store"), "{text}");
+    assert!(!path.exists(), "no empty store was created");
+}
+
+#[test]
+fn damaged_record_names_its_key_and_leaves_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let (good, bad) = {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
+        charge(&store, "order-1").unwrap();
+        let good = Call::new("charge_card", "order-1", &serde_json::json!({ "amount": 4200 })).unwrap();
+        let bad = Call::new("charge_card", "order-2", &serde_json::json!({ "amount": 4200 })).unwrap();
+        (good.key().clone(), bad.key().clone())
+    };
+    {
+        // Damage one record behind the store's back.
+        let db = sled::open(&path).unwrap();
+        db.open_tree("idem.records").unwrap().insert(bad.as_str(), &b"{not json"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap());
+    let error = charge(&store, "order-2").unwrap_err();
+    assert!(error.to_string().contains(bad.as_str()), "names the damaged key: {error}");
+    assert_eq!(charge(&store, "order-1").unwrap(), "ch_order-1", "other records still replay");
+    assert_eq!(admin::show(store.as_ref(), &good).unwrap().key, good.as_str());
+}
