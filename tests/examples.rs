@@ -1,0 +1,65 @@
+//! The examples are the README's demonstration: run each one as a user would and check that it
+//! succeeds and says what it should.
+//!
+//! Each runs through `cargo run --example`, with the cargo that runs these tests: that builds
+//! the example when `cargo test` did not (`cargo test --test examples`), and never runs a stale
+//! one.
+
+use std::process::Command;
+
+/// Runs `cargo run --example NAME` and returns its standard output; fails the test on a non-zero
+/// exit status.
+fn run_example(name: &str) -> String {
+    let output = Command::new(env!("CARGO"))
+        .args(["run", "--quiet", "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "example {name} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        output.status
+    );
+    stdout
+}
+
+/// The table row whose label starts with `label`, split into words.
+fn row<'a>(stdout: &'a str, label: &str) -> Vec<&'a str> {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|line| line.starts_with(label))
+        .unwrap_or_else(|| panic!("no table row {label:?} in:\n{stdout}"));
+    line.split_whitespace().collect()
+}
+
+#[test]
+fn agent_loop_charges_once_only_when_the_key_reaches_the_vendor() {
+    let stdout = run_example("agent_loop");
+    // Each row: label words, then attempts, charges, and the agent's answer.
+    let unprotected = row(&stdout, "1  none");
+    assert_eq!(unprotected[2..5], ["3", "3", "charged:"], "{stdout}");
+    let local = row(&stdout, "2  #[idempotent], key kept local");
+    assert_eq!(local[6], "1", "one charge, in doubt:\n{stdout}");
+    assert!(local.ends_with(&["in", "doubt"]), "{stdout}");
+    let released = row(&stdout, "2b ");
+    assert!(released.ends_with(&["3", "3", "charged:", "ch_3"]), "{stdout}");
+    let pushed = row(&stdout, "3  #[idempotent], current_key() sent to the vendor");
+    assert!(pushed.ends_with(&["3", "1", "charged:", "ch_1"]), "{stdout}");
+    assert!(stdout.contains("ok: every row is as expected"), "{stdout}");
+}
+
+#[test]
+fn crash_recovery_settles_the_key_in_doubt_and_replays_it() {
+    let stdout = run_example("crash_recovery");
+    assert!(stdout.contains("[crash] effect landed: ch_1"), "{stdout}");
+    assert!(stdout.contains("[retry] in doubt: "), "{stdout}");
+    assert!(
+        stdout.contains(" resolve ") && stdout.contains(r#"--done '{"amount":4200,"id":"ch_1"}'"#),
+        "{stdout}"
+    );
+    assert!(stdout.contains("[replay] replayed: ch_1"), "{stdout}");
+    assert!(stdout.contains("ok: charged once"), "{stdout}");
+}
