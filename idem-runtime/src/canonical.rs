@@ -6,6 +6,7 @@
 //! serde_json's cargo features (`preserve_order`, `arbitrary_precision`, `float_roundtrip`),
 //! which feature unification can switch on in any user's build.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 
@@ -58,7 +59,7 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
     let node = value
         .serialize(NodeSerializer)
         .map_err(|e| Error::Key { tool: tool.to_owned(), reason: e.0 })?;
-    let mut out = String::new();
+    let mut out = String::with_capacity(128);
     write_node(&node, &mut out);
     Ok(out)
 }
@@ -87,30 +88,63 @@ pub(crate) fn sha256_hex(parts: &[&[u8]]) -> String {
         hasher.update(part);
     }
     let digest = hasher.finalize();
-    let mut out = String::with_capacity(digest.len() * 2);
-    for byte in digest {
-        out.push(hex_digit(byte >> 4));
-        out.push(hex_digit(byte & 0x0f));
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = [0u8; 64];
+    for (pair, byte) in hex.chunks_exact_mut(2).zip(digest) {
+        pair[0] = HEX[usize::from(byte >> 4)];
+        pair[1] = HEX[usize::from(byte & 0x0f)];
     }
-    out
-}
-
-fn hex_digit(nibble: u8) -> char {
-    char::from(b"0123456789abcdef"[usize::from(nibble)])
+    // Hex digits are ASCII.
+    String::from_utf8_lossy(&hex).into_owned()
 }
 
 /// A JSON value as Python would see it.
 enum Node {
     Null,
     Bool(bool),
-    /// An integer, already in its decimal text.
-    Int(String),
+    /// An integer.
+    Int(Int),
     /// A finite float.
     Float(f64),
     Str(String),
     Array(Vec<Node>),
     /// Sorted by key: UTF-8 byte order is code point order, which is how Python sorts `str`.
-    Object(BTreeMap<String, Node>),
+    /// Struct field names are borrowed: most keys cost no allocation.
+    Object(BTreeMap<Cow<'static, str>, Node>),
+}
+
+/// An integer, kept as a number so that building the tree allocates nothing for it.
+enum Int {
+    Signed(i128),
+    Unsigned(u128),
+    /// Decimal text, normalized (from serde_json's `arbitrary_precision`).
+    Text(String),
+}
+
+impl Int {
+    fn write(&self, out: &mut String) {
+        // Writing to a String cannot fail.
+        match self {
+            Int::Signed(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Int::Unsigned(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Int::Text(text) => out.push_str(text),
+        }
+    }
+
+    fn into_text(self) -> String {
+        match self {
+            Int::Text(text) => text,
+            other => {
+                let mut text = String::new();
+                other.write(&mut text);
+                text
+            }
+        }
+    }
 }
 
 impl Node {
@@ -168,9 +202,9 @@ fn number_from_text(text: &str) -> Result<Node> {
         // Python's int has no leading zeros and no negative zero.
         let digits = magnitude.trim_start_matches('0');
         return Ok(match (digits.is_empty(), negative) {
-            (true, _) => Node::Int("0".to_owned()),
-            (false, true) => Node::Int(format!("-{digits}")),
-            (false, false) => Node::Int(digits.to_owned()),
+            (true, _) => Node::Int(Int::Unsigned(0)),
+            (false, true) => Node::Int(Int::Text(format!("-{digits}"))),
+            (false, false) => Node::Int(Int::Text(digits.to_owned())),
         });
     }
     match text.parse::<f64>() {
@@ -191,7 +225,8 @@ fn raw_value(text: &str) -> Result<Node> {
 /// The text of a map key, as serde_json and Python turn keys into strings.
 fn key_text(key: Node) -> Result<String> {
     match key {
-        Node::Str(text) | Node::Int(text) => Ok(text),
+        Node::Str(text) => Ok(text),
+        Node::Int(int) => Ok(int.into_text()),
         Node::Bool(value) => Ok(value.to_string()),
         Node::Float(value) => {
             let mut text = String::new();
@@ -224,43 +259,43 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_i8(self, v: i8) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Signed(v.into())))
     }
 
     fn serialize_i16(self, v: i16) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Signed(v.into())))
     }
 
     fn serialize_i32(self, v: i32) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Signed(v.into())))
     }
 
     fn serialize_i64(self, v: i64) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Signed(v.into())))
     }
 
     fn serialize_i128(self, v: i128) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Signed(v.into())))
     }
 
     fn serialize_u8(self, v: u8) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Unsigned(v.into())))
     }
 
     fn serialize_u16(self, v: u16) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Unsigned(v.into())))
     }
 
     fn serialize_u32(self, v: u32) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Unsigned(v.into())))
     }
 
     fn serialize_u64(self, v: u64) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Unsigned(v.into())))
     }
 
     fn serialize_u128(self, v: u128) -> Result<Node> {
-        Ok(Node::Int(v.to_string()))
+        Ok(Node::Int(Int::Unsigned(v.into())))
     }
 
     fn serialize_f32(self, v: f32) -> Result<Node> {
@@ -281,7 +316,7 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<Node> {
-        Ok(Node::Array(v.iter().map(|b| Node::Int(b.to_string())).collect()))
+        Ok(Node::Array(v.iter().map(|b| Node::Int(Int::Unsigned((*b).into()))).collect()))
     }
 
     fn serialize_none(self) -> Result<Node> {
@@ -325,7 +360,7 @@ impl ser::Serializer for NodeSerializer {
         value: &T,
     ) -> Result<Node> {
         let inner = value.serialize(NodeSerializer)?;
-        Ok(Node::Object(BTreeMap::from([(variant.to_owned(), inner)])))
+        Ok(Node::Object(BTreeMap::from([(Cow::Borrowed(variant), inner)])))
     }
 
     fn serialize_seq(self, len: Option<usize>) -> Result<SeqBuilder> {
@@ -418,7 +453,7 @@ impl ser::SerializeTupleStruct for SeqBuilder {
 }
 
 struct MapBuilder {
-    entries: BTreeMap<String, Node>,
+    entries: BTreeMap<Cow<'static, str>, Node>,
     /// The key given by `serialize_key`, waiting for its value.
     key: Option<String>,
 }
@@ -437,7 +472,7 @@ impl ser::SerializeMap for MapBuilder {
             .key
             .take()
             .ok_or_else(|| Refusal("a map value was serialized before its key".to_owned()))?;
-        self.entries.insert(key, value.serialize(NodeSerializer)?);
+        self.entries.insert(Cow::Owned(key), value.serialize(NodeSerializer)?);
         Ok(())
     }
 
@@ -448,7 +483,7 @@ impl ser::SerializeMap for MapBuilder {
 
 struct StructBuilder {
     name: &'static str,
-    entries: BTreeMap<String, Node>,
+    entries: BTreeMap<Cow<'static, str>, Node>,
 }
 
 impl ser::SerializeStruct for StructBuilder {
@@ -460,7 +495,7 @@ impl ser::SerializeStruct for StructBuilder {
         key: &'static str,
         value: &T,
     ) -> Result<()> {
-        self.entries.insert(key.to_owned(), value.serialize(NodeSerializer)?);
+        self.entries.insert(Cow::Borrowed(key), value.serialize(NodeSerializer)?);
         Ok(())
     }
 
@@ -486,7 +521,7 @@ struct VariantBuilder<B> {
 
 impl<B> VariantBuilder<B> {
     fn wrap(self, inner: Node) -> Node {
-        Node::Object(BTreeMap::from([(self.variant.to_owned(), inner)]))
+        Node::Object(BTreeMap::from([(Cow::Borrowed(self.variant), inner)]))
     }
 }
 
@@ -527,7 +562,7 @@ fn write_node(node: &Node, out: &mut String) {
         Node::Null => out.push_str("null"),
         Node::Bool(true) => out.push_str("true"),
         Node::Bool(false) => out.push_str("false"),
-        Node::Int(text) => out.push_str(text),
+        Node::Int(int) => int.write(out),
         Node::Float(value) => write_float(*value, out),
         Node::Str(text) => write_str(text, out),
         Node::Array(items) => {
@@ -559,7 +594,15 @@ fn write_node(node: &Node, out: &mut String) {
 /// ASCII is written as is; DEL and everything above it become `\uXXXX`.
 fn write_str(text: &str, out: &mut String) {
     out.push('"');
-    for c in text.chars() {
+    // Runs of printable ASCII other than `"` and `\\` go out as they are, in one copy.
+    let plain = |b: u8| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\';
+    let mut rest = text;
+    while !rest.is_empty() {
+        let run = rest.bytes().position(|b| !plain(b)).unwrap_or(rest.len());
+        out.push_str(&rest[..run]);
+        rest = &rest[run..];
+        let Some(c) = rest.chars().next() else { break };
+        rest = &rest[c.len_utf8()..];
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),

@@ -285,8 +285,8 @@ impl Call {
         )
     }
 
-    fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
-        let value = record.result.clone().unwrap_or(serde_json::Value::Null);
+    fn replay<T: DeserializeOwned>(&self, record: Record) -> Result<T, Error> {
+        let value = record.result.unwrap_or(serde_json::Value::Null);
         tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
         serde_json::from_value(value).map_err(|source| Error::Replay {
             key: self.key.to_string(),
@@ -324,7 +324,7 @@ impl Call {
             loop {
                 let takeover = match existing.status {
                     Status::Done if !existing.is_expired(now_ms()) => {
-                        return self.replay(&existing).map(Acquired::Replay)
+                        return self.replay(existing).map(Acquired::Replay)
                     }
                     Status::Done => Some(self.fresh_record(store.as_ref())),
                     Status::InFlight if store.owner_alive(&existing) => {
