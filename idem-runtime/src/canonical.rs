@@ -275,7 +275,7 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_i128(self, v: i128) -> Result<Node> {
-        Ok(Node::Int(Int::Signed(v.into())))
+        Ok(Node::Int(Int::Signed(v)))
     }
 
     fn serialize_u8(self, v: u8) -> Result<Node> {
@@ -295,7 +295,7 @@ impl ser::Serializer for NodeSerializer {
     }
 
     fn serialize_u128(self, v: u128) -> Result<Node> {
-        Ok(Node::Int(Int::Unsigned(v.into())))
+        Ok(Node::Int(Int::Unsigned(v)))
     }
 
     fn serialize_f32(self, v: f32) -> Result<Node> {
