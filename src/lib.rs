@@ -6,8 +6,373 @@
 //! atomically in a durable store, runs the effect once, records the result and replays it to
 //! every later attempt. Where a crash leaves it unknown whether an effect landed, the key is
 //! reported in doubt instead of guessed.
+//!
+//! `cargo run --example agent_loop` shows a double charge and what each protection does about
+//! it; `cargo run --example crash_recovery` shows a process killed mid-effect and an operator
+//! settling the key it left in doubt.
+//!
+//! ## Quick start
+//!
+//! Mark the tool with [`#[idempotent]`](idempotent), naming the parameter that identifies the
+//! unit of work. Its result must be `Serialize + DeserializeOwned` (it is stored and replayed)
+//! and its error type must take an [`Error`] (the store can fail).
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//!
+//! #[derive(Debug)]
+//! enum PayError {
+//!     Idem(idem::Error),
+//! }
+//!
+//! impl From<idem::Error> for PayError {
+//!     fn from(error: idem::Error) -> Self {
+//!         PayError::Idem(error)
+//!     }
+//! }
+//!
+//! static CHARGES: AtomicU32 = AtomicU32::new(0);
+//!
+//! #[idem::idempotent(scope = "order_id")]
+//! fn charge_card(amount: u64, customer: &str, order_id: &str) -> Result<String, PayError> {
+//!     let n = CHARGES.fetch_add(1, Ordering::SeqCst) + 1;
+//!     Ok(format!("ch_{n}"))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Without this, the store opens at $IDEM_STORE, else ./idem.sled.
+//! let dir = tempfile::tempdir()?;
+//! idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
+//!
+//! // The orchestration retries, the model calls again: one charge, the same answer each time.
+//! for _ in 0..3 {
+//!     assert_eq!(charge_card(4200, "cus_42", "o-17").unwrap(), "ch_1");
+//! }
+//! assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
+//!
+//! // Another order is another intent.
+//! assert_eq!(charge_card(4200, "cus_42", "o-18").unwrap(), "ch_2");
+//! # Ok(()) }
+//! ```
+//!
+//! The same works on `async fn` (the store's syncs never block the executor), on methods (`self`
+//! is never part of the key), and stacked with `#[async_trait]` or rmcp's `#[tool]`.
+//!
+//! ## What happens on each call
+//!
+//! The key is `sha256(scope, tool, canonical JSON of the arguments)`, the same one a Python
+//! service derives with `json.dumps(args, sort_keys=True, separators=(",", ":"))` (see
+//! [`Key::derive`]). Then:
+//!
+//! | the store holds for the key | the call |
+//! | --- | --- |
+//! | nothing | reserves it durably, runs the body |
+//! | a finished result | returns it without running the body (a *replay*) |
+//! | a call still running | waits for it (`wait`, 30 s), then replays its result |
+//! | a record in doubt | returns [`Error::InDoubt`] and runs nothing (or reruns with `in_doubt = "rerun"`) |
+//!
+//! And once the body has run:
+//!
+//! | the body | the record |
+//! | --- | --- |
+//! | returned `Ok(v)` | `v` is stored durably and replayed to every later call |
+//! | returned `Err(e)` | the key is released: an error means nothing landed, and the next call runs again |
+//! | panicked, its future was dropped, or the process died | in doubt: the effect may have landed |
+//!
+//! So a tool that turns "no answer in time" into `Err` tells idem that nothing landed, and the
+//! next attempt runs the body again. If the target system may have acted, send it the key (next
+//! section): then running again is harmless.
+//!
+//! ## Sending the key to the vendor
+//!
+//! idem's record knows what the body reported, not what the vendor did while a response was
+//! lost. Vendors that take an idempotency key (Stripe's `Idempotency-Key` header and many
+//! others) close that gap: inside the body, [`current_key()`] is the call's key, the same on
+//! every attempt of the same intent.
+//!
+//! ```
+//! #[idem::idempotent(scope = "order_id", in_doubt = "rerun")]
+//! fn charge_card(amount: u64, order_id: &str) -> Result<String, idem::Error> {
+//!     let key = idem::current_key();
+//!     // payments.post("/v1/charges").header("Idempotency-Key", key.as_str()) …
+//!     Ok(format!("charged {amount} under key {key}"))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
+//! let key = idem::Key::derive("charge_card", "o-17", &serde_json::json!({"amount": 4200}))?;
+//! assert_eq!(charge_card(4200, "o-17")?, format!("charged 4200 under key {key}"));
+//! assert!(idem::try_current_key().is_none(), "outside a call there is no key");
+//! # Ok(()) }
+//! ```
+//!
+//! With the vendor deduplicating, `in_doubt = "rerun"` is safe: a call that finds its key in
+//! doubt runs the body again with the same key, and the vendor answers with what it already did.
+//!
+//! ## Choosing the scope
+//!
+//! The scope says which unit of work the effect belongs to: an order, a ticket, a step of a
+//! plan. It is required because only the caller knows it.
+//!
+//! - Too broad (the customer, the conversation) and a genuine second charge with the same
+//!   arguments is swallowed as a replay of the first.
+//! - Too narrow (a timestamp, a random id per attempt) and every retry is a new intent: nothing
+//!   is deduplicated.
+//! - Never the model's tool-call id: the model issues a new one when it calls again, which is
+//!   exactly the repeat to catch.
+//!
+//! `scope = "req.order_id"` reaches into a parameter's fields. Parameters that are not part of
+//! the intent (a client handle, a logger) are left out of the key with `#[idem(skip)]`.
+//!
+//! ## Reads, unkeyed writes, and `retry!`
+//!
+//! [`#[read]`](read) and [`#[write]`](write) classify tools that take no key. The classification
+//! is known at compile time ([`tool_info!`], [`Kind`], and the MCP hints of [`Annotations`]), and
+//! [`retry!`] uses it: it retries a read or an idempotent tool with exponential backoff and
+//! jitter ([`Backoff`]), and refuses, at compile time, a `#[write]` or an unclassified function.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::time::Duration;
+//!
+//! static TRIES: AtomicU32 = AtomicU32::new(0);
+//!
+//! /// Fails twice, then answers.
+//! #[idem::read]
+//! fn get_balance(customer: &str) -> Result<u64, String> {
+//!     match TRIES.fetch_add(1, Ordering::SeqCst) {
+//!         0 | 1 => Err("the service is busy".to_owned()),
+//!         _ => Ok(customer.len() as u64 * 100),
+//!     }
+//! }
+//!
+//! #[idem::write]
+//! fn send_fax(to: &str) -> Result<(), String> {
+//!     Ok(())
+//! }
+//!
+//! # fn main() {
+//! let quick = idem::Backoff::default().min_delay(Duration::from_millis(1));
+//! assert_eq!(idem::retry!(get_balance("cus_42"), backoff = quick), Ok(600));
+//! assert_eq!(TRIES.load(Ordering::SeqCst), 3);
+//!
+//! // Stop early on errors another attempt cannot fix.
+//! let _ = idem::retry!(get_balance("cus_42"), when = |e: &String| e.contains("busy"));
+//!
+//! assert_eq!(idem::tool_info!(send_fax).kind, idem::Kind::Write);
+//! // idem::retry!(send_fax("+1 555")) does not compile: a write with no key is never retried.
+//! # }
+//! ```
+//!
+//! `retry!` takes free functions declared at module level (not inside another function's body):
+//! a method has no compile-time classification to check, so retry a free function that calls it.
+//!
+//! ## Errors
+//!
+//! Every failure travels in the tool's own error type as an [`Error`], whose message names the
+//! key and the tool and says what to do. The one to plan for is [`Error::InDoubt`]: an earlier
+//! attempt was interrupted after its body started, and idem will not guess whether the effect
+//! landed. Someone checks the target system and settles the key, with `idem resolve` or
+//! [`admin::resolve`]:
+//!
+//! ```
+//! use idem::admin::Resolution;
+//!
+//! #[derive(Debug)]
+//! enum MailError {
+//!     Idem(idem::Error),
+//! }
+//!
+//! impl From<idem::Error> for MailError {
+//!     fn from(error: idem::Error) -> Self {
+//!         MailError::Idem(error)
+//!     }
+//! }
+//!
+//! #[idem::idempotent(scope = "ticket")]
+//! fn send_reply(ticket: u32, text: &str) -> Result<String, MailError> {
+//!     panic!("the mail server hung up after accepting the message");
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let store = std::sync::Arc::new(idem::SledStore::open(dir.path())?);
+//! idem::set_default_store(store.clone());
+//!
+//! // The body panicked: the reply may have gone out.
+//! assert!(std::panic::catch_unwind(|| send_reply(7, "Fixed.")).is_err());
+//!
+//! let key = match send_reply(7, "Fixed.") {
+//!     Err(MailError::Idem(error @ idem::Error::InDoubt { .. })) => {
+//!         assert!(error.to_string().contains("idem resolve"));
+//!         idem::Key::parse(error.key().unwrap())?
+//!     }
+//!     other => panic!("expected the key in doubt, got {other:?}"),
+//! };
+//!
+//! // The mail log shows the reply was sent: record that, and later calls replay it.
+//! idem::admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("sent")))?;
+//! assert_eq!(send_reply(7, "Fixed.").unwrap(), "sent");
+//! # Ok(()) }
+//! ```
+//!
+//! The other variants: [`Error::InFlight`] (another call held the key past the wait),
+//! [`Error::Replay`] (a stored result no longer fits the return type), [`Error::Key`] (the
+//! arguments have no canonical JSON, such as a NaN), [`Error::Result`] (the `Ok` value cannot be
+//! stored) and [`Error::Store`] (the backend failed). The enum is `#[non_exhaustive]`.
+//!
+//! ## Stores and durability
+//!
+//! A [`Store`] keeps one record per key. The embedded default is [`SledStore`], on sled 0.34 (its
+//! stable line, pinned to 0.34.7): one process at a time, opened explicitly or lazily at
+//! `$IDEM_STORE`, else `./idem.sled`. Its [`Durability`] says how far a write goes before the
+//! call goes on: `Fsync` (the default; survives a power loss), `Flush` (survives a process
+//! crash) or `None` (tests).
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::{Arc, OnceLock};
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = idem::SledStore::builder(dir.path().join("idem.sled"))
+//!     .durability(idem::Durability::Flush)
+//!     .default_wait(Duration::from_secs(10))
+//!     .open()?;
+//! idem::set_default_store(Arc::new(store));
+//!
+//! // A tool may name its own store instead: `store = path` takes a function or a static.
+//! static AUDIT: OnceLock<Arc<dyn idem::Store>> = OnceLock::new();
+//! fn audit_store() -> Arc<dyn idem::Store> {
+//!     Arc::clone(AUDIT.get().expect("opened at start-up"))
+//! }
+//!
+//! #[idem::idempotent(scope = "entry", store = audit_store, ttl = "24h")]
+//! fn record_audit(entry: &str) -> Result<u32, idem::Error> {
+//!     Ok(entry.len() as u32)
+//! }
+//!
+//! let audit = idem::SledStore::open(dir.path().join("audit.sled"))?;
+//! AUDIT.set(Arc::new(audit)).ok();
+//! assert_eq!(record_audit("refund o-17")?, 11);
+//! # Ok(()) }
+//! ```
+//!
+//! Several processes or machines share one store with `idem-postgres`'s `PgStore` (atomic
+//! inserts, leases with heartbeats so that a dead owner is noticed, `LISTEN/NOTIFY` for waiters).
+//!
+//! ## The `idem` command
+//!
+//! The `idem-cli` crate installs `idem`, the operator's view of a store (sled or `postgres://`):
+//! `idem key` computes a key, `idem ls --status in-doubt` and `idem show KEY` inspect records,
+//! `idem resolve KEY --release | --done JSON` settles one in doubt, `idem purge` removes finished
+//! ones and `idem stats` counts them. [`admin`] holds the same operations as functions.
 
-pub use idem_macros::{idempotent, read, retry, write};
+/// Runs a side-effecting tool at most once per intent: later calls with the same scope and
+/// arguments replay its recorded result.
+///
+/// ```text
+/// #[idem::idempotent(scope = "order_id")]
+/// #[idem::idempotent(scope = "req.order_id", tool = "charge_card", wait = "10s", ttl = "7d")]
+/// #[idem::idempotent(scope = "order_id", store = my_store, in_doubt = "rerun")]
+/// ```
+///
+/// | option | meaning | default |
+/// | --- | --- | --- |
+/// | `scope = "param"` or `"param.field"` | the unit of work the effect belongs to (see the crate docs) | required |
+/// | `tool = "name"` | the tool name in the key: pin it to keep keys across a rename | the function's name |
+/// | `store = path` | a function or static giving the store | the process default store |
+/// | `wait = "30s"` | how long a concurrent caller waits for the running one | 30 s |
+/// | `ttl = "24h"` | how long a finished result is replayed | until purged |
+/// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
+/// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |
+///
+/// A parameter marked `#[idem(skip)]` is left out of the key. The function must return
+/// `Result<T, E>` with `T: Serialize + DeserializeOwned` and `E: From<idem::Error>`; each misuse
+/// is a compile error that says how to fix it.
+///
+/// ```
+/// #[idem::idempotent(scope = "step", tool = "book_room")]
+/// async fn book(#[idem(skip)] client: &str, room: u32, step: &str) -> Result<String, idem::Error> {
+///     Ok(format!("{client} booked {room} ({})", idem::current_key()))
+/// }
+///
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
+/// let first = book("https://a.example", 12, "plan-3/step-2").await?;
+/// let again = book("https://b.example", 12, "plan-3/step-2").await?;
+/// assert_eq!(first, again, "the client is skipped: the same intent, replayed");
+/// # Ok(()) }
+/// ```
+pub use idem_macros::idempotent;
+
+/// Classifies a tool as a read: no effect, safe to repeat, accepted by [`retry!`]. The body runs
+/// on every call; nothing is stored.
+///
+/// ```
+/// #[idem::read]
+/// fn get_balance(customer: &str) -> Result<u64, std::io::Error> {
+///     Ok(customer.len() as u64)
+/// }
+///
+/// # fn main() {
+/// assert_eq!(idem::tool_info!(get_balance).kind, idem::Kind::Read);
+/// assert!(idem::tool_info!(get_balance).annotations().read_only_hint);
+/// assert_eq!(idem::retry!(get_balance("cus_42")).unwrap(), 6);
+/// # }
+/// ```
+pub use idem_macros::read;
+
+/// Classifies a tool as a write with no key: it runs on every call, and [`retry!`] refuses it at
+/// compile time. Use it for effects you have decided not to key, so that the decision is visible.
+///
+/// ```
+/// #[idem::write]
+/// fn send_fax(to: &str) -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+///
+/// let info = idem::tool_info!(send_fax);
+/// assert!(!info.retry_safe() && info.annotations().destructive_hint);
+/// ```
+pub use idem_macros::write;
+
+/// Calls a `#[read]` or `#[idempotent]` function again with exponential backoff and jitter until
+/// it succeeds, `when` refuses its error, or the [`Backoff`] gives up (5 retries by default);
+/// returns the last result.
+///
+/// ```text
+/// idem::retry!(get_balance("cus_42"))
+/// idem::retry!(charge_card(4200, "cus_42", "o-17").await, backoff = idem::Backoff::default().max_retries(3))
+/// idem::retry!(get_balance("cus_42"), when = |e: &MyError| e.is_transient())
+/// ```
+///
+/// It takes a call of a free function by its path, and checks at compile time that the function
+/// is safe to repeat: a `#[write]`, an unclassified function or a method is a compile error that
+/// names the fix. An async call sleeps on tokio's timer; a sync one sleeps the thread.
+///
+/// ```
+/// # use std::sync::atomic::{AtomicU32, Ordering};
+/// static TRIES: AtomicU32 = AtomicU32::new(0);
+///
+/// #[idem::read]
+/// async fn fetch_rate(currency: &str) -> Result<f64, String> {
+///     if TRIES.fetch_add(1, Ordering::SeqCst) == 0 {
+///         return Err(format!("{currency}: timed out"));
+///     }
+///     Ok(1.08)
+/// }
+///
+/// # #[tokio::main]
+/// # async fn main() {
+/// let quick = idem::Backoff::default().min_delay(std::time::Duration::from_millis(1));
+/// assert_eq!(idem::retry!(fetch_rate("EUR").await, backoff = quick), Ok(1.08));
+/// # }
+/// ```
+pub use idem_macros::retry;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
     set_default_store, try_current_key, Annotations, Args, Backoff, Call, Classified, Durability,
