@@ -23,7 +23,7 @@ pub enum Kind {
 ///
 /// ```ignore
 /// #[idem::read]
-/// fn get_balance(customer: &str) -> Result<u64, PayError> { … }
+/// fn get_balance(customer: &str) -> Result<u64, PayError> { Ok(customer.len() as u64) }
 ///
 /// const INFO: idem::ToolInfo = idem::tool_info!(get_balance);
 /// assert_eq!(INFO.kind, idem::Kind::Read);
