@@ -1,0 +1,354 @@
+//! What criterion does not fit: throughput with concurrent callers, the wake-up latency of
+//! waiters, memory and disk after many records; then the table of BENCHMARKS.md, with the rows of
+//! the last `cargo bench --bench calls` run and the ratios against the targets.
+//!
+//! `cargo bench --bench limits` (after `cargo bench --bench calls`). `-- memory N` is the child
+//! process that fills a store with N records and reports its RSS; `-- syncs N` opens a store and
+//! makes N fresh calls, for counting syncs under strace.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use idem::{Call, Durability, Error, SledStore, Store};
+
+const WAITERS: usize = 8;
+const WAIT_ROUNDS: usize = 12;
+const OWNER_BODY: Duration = Duration::from_millis(50);
+const THROUGHPUT_FOR: Duration = Duration::from_secs(4);
+
+fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
+    let store = SledStore::builder(dir.path().join("idem.sled"))
+        .durability(durability)
+        .open()
+        .expect("open the sled store");
+    (dir, Arc::new(store))
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn fresh_call(store: &Arc<dyn Store>) {
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    let out: Result<u64, Error> = Call::new("charge_card", n, &("cus_123", 4200))
+        .expect("a key")
+        .store(store.clone())
+        .run(|| Ok(n));
+    out.expect("a fresh call");
+}
+
+/// Fresh calls per second with `callers` threads on distinct keys.
+fn throughput(callers: usize) -> f64 {
+    let (_dir, store) = temp_store(Durability::Fsync);
+    let start = Arc::new(Barrier::new(callers + 1));
+    let threads: Vec<_> = (0..callers)
+        .map(|_| {
+            let store = store.clone();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let mut calls = 0u64;
+                while began.elapsed() < THROUGHPUT_FOR {
+                    fresh_call(&store);
+                    calls += 1;
+                }
+                (calls, began.elapsed())
+            })
+        })
+        .collect();
+    start.wait();
+    threads
+        .into_iter()
+        .map(|t| {
+            let (calls, took) = t.join().expect("a caller");
+            calls as f64 / took.as_secs_f64()
+        })
+        .sum()
+}
+
+/// Waiter latencies in µs, measured from the end of the owner's body and from the return of its
+/// call (once its result is durable); negative when the waiter returned first.
+fn waiters() -> (Vec<f64>, Vec<f64>) {
+    let (_dir, store) = temp_store(Durability::Fsync);
+    let (mut from_body, mut from_return) = (Vec::new(), Vec::new());
+    for round in 0..WAIT_ROUNDS {
+        let scope = format!("wake-{round}");
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let owner = {
+            let (store, scope) = (store.clone(), scope.clone());
+            std::thread::spawn(move || {
+                let mut body_end = None;
+                let out: Result<u64, Error> =
+                    Call::new("charge_card", &scope, &1).unwrap().store(store).run(|| {
+                        started_tx.send(()).unwrap();
+                        std::thread::sleep(OWNER_BODY);
+                        body_end = Some(Instant::now());
+                        Ok(7)
+                    });
+                out.unwrap();
+                (body_end.unwrap(), Instant::now())
+            })
+        };
+        started_rx.recv().unwrap();
+        let waiting: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                let (store, scope) = (store.clone(), scope.clone());
+                std::thread::spawn(move || {
+                    let out: Result<u64, Error> = Call::new("charge_card", &scope, &1)
+                        .unwrap()
+                        .store(store)
+                        .run(|| unreachable!("the owner is alive: a waiter never runs the body"));
+                    assert_eq!(out.unwrap(), 7);
+                    Instant::now()
+                })
+            })
+            .collect();
+        let (body_end, owner_return) = owner.join().unwrap();
+        for waiter in waiting {
+            let returned = waiter.join().unwrap();
+            let signed = |from: Instant| match returned.checked_duration_since(from) {
+                Some(after) => after.as_secs_f64() * 1e6,
+                None => -(from.duration_since(returned).as_secs_f64() * 1e6),
+            };
+            from_body.push(signed(body_end));
+            from_return.push(signed(owner_return));
+        }
+    }
+    (from_body, from_return)
+}
+
+fn rss_kib() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// The child process: `records` finished records through the engine, in a store opened with
+/// the default cache (64 MiB). Filled with `Durability::None`: the syncs change the time taken,
+/// not what is kept in memory or on disk.
+fn memory_child(records: u64) {
+    let (dir, store) = temp_store(Durability::None);
+    for n in 0..records {
+        let out: Result<String, Error> = Call::new("charge_card", n, &("cus_123", 4200))
+            .unwrap()
+            .store(store.clone())
+            .run(|| Ok(format!("ch_{n:08}")));
+        out.unwrap();
+    }
+    // Let sled's flusher write what it holds before measuring.
+    std::thread::sleep(Duration::from_secs(1));
+    let (rss, peak) = rss_kib();
+    let sled_size = store.size_on_disk().unwrap_or(0);
+    let files = dir_bytes(dir.path());
+    println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
+}
+
+fn memory(records: u64) -> Option<[u64; 4]> {
+    let exe = std::env::current_exe().ok()?;
+    let out =
+        std::process::Command::new(exe).args(["memory", &records.to_string()]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("rss_kib="))?;
+    let mut values = line.split(' ').filter_map(|kv| kv.split_once('=')?.1.parse().ok());
+    Some([values.next()?, values.next()?, values.next()?, values.next()?])
+}
+
+/// One criterion result: median and min–max over its samples, in ns per iteration.
+struct Measured {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+fn criterion_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return home.into();
+    }
+    // This binary is target/<profile>/deps/limits-…; criterion writes to target/criterion.
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.ancestors().nth(3).map(|t| t.join("criterion")).unwrap_or_default()
+}
+
+fn criterion(id: &str) -> Option<Measured> {
+    let dir = criterion_dir().join(id).join("new");
+    let read = |name: &str| -> Option<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).ok()?).ok()
+    };
+    let estimates = read("estimates.json")?;
+    let sample = read("sample.json")?;
+    let median = estimates["median"]["point_estimate"].as_f64()?;
+    let iters = sample["iters"].as_array()?;
+    let times = sample["times"].as_array()?;
+    let per_iter: Vec<f64> =
+        iters.iter().zip(times).filter_map(|(i, t)| Some(t.as_f64()? / i.as_f64()?)).collect();
+    let min = per_iter.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = per_iter.iter().copied().fold(0.0, f64::max);
+    Some(Measured { median, min, max })
+}
+
+fn human(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    if let [mode, n] = args.as_slice() {
+        if mode == "memory" {
+            memory_child(n.parse().expect("a record count"));
+            return;
+        }
+        if mode == "syncs" {
+            // For strace: open a new store and make `n` fresh calls, nothing else. The syncs of
+            // `syncs 1` less those of `syncs 0` are one call's.
+            let (_dir, store) = temp_store(Durability::Fsync);
+            for _ in 0..n.parse().expect("a call count") {
+                fresh_call(&store);
+            }
+            return;
+        }
+    }
+    let mut table = String::new();
+    let mut row = |what: &str, figure: String| {
+        let _ = writeln!(table, "| {what} | {figure} |");
+        eprintln!("{what}: {figure}");
+    };
+
+    // The rows of the last criterion run of `calls`.
+    let rows = [
+        ("key derivation, 2 fields", "key/derive_2_fields"),
+        ("key derivation, 20 fields", "key/derive_20_fields"),
+        ("canonical JSON alone, 2 fields", "key/canonical_json_2_fields"),
+        ("canonical JSON alone, 20 fields", "key/canonical_json_20_fields"),
+        ("replay, sync (`Call::run`)", "replay/sync"),
+        ("replay, async (`Call::run_async`)", "replay/async"),
+        ("replay through `#[idempotent]`, sync", "replay/macro_sync"),
+        ("replay through `#[idempotent]`, async", "replay/macro_async"),
+        ("fresh call, `Durability::None`", "fresh/none"),
+        ("fresh call, `Durability::Flush`", "fresh/flush"),
+        ("fresh call, `Durability::Fsync`", "fresh/fsync"),
+        ("limit: raw sled durable point (CAS + flush + fdatasync)", "limit/sled_durable_point"),
+        ("limit: 64-byte write + fdatasync", "limit/write_64b_fdatasync"),
+        ("PostgreSQL store: fresh call", "postgres/fresh"),
+        ("PostgreSQL store: replay", "postgres/replay"),
+    ];
+    let mut found = std::collections::HashMap::new();
+    for (what, id) in rows {
+        match criterion(id) {
+            Some(m) => {
+                row(what, format!("{} ({} – {})", human(m.median), human(m.min), human(m.max)));
+                found.insert(id, m.median);
+            }
+            None => row(what, "not measured (run `cargo bench --bench calls` first)".into()),
+        }
+    }
+
+    let mut rates = Vec::new();
+    for callers in [1, 2, 8, 32] {
+        let rate = throughput(callers);
+        row(&format!("fresh `Fsync` calls/s, {callers} concurrent callers"), format!("{rate:.0}"));
+        rates.push((callers, rate));
+    }
+
+    let (mut from_body, mut from_return) = waiters();
+    let spread = |v: &mut Vec<f64>| {
+        let m = median(v);
+        let p90 = v[v.len() * 9 / 10];
+        format!("{:.0} µs (p90 {:.0} µs, {:.0} – {:.0} µs)", m, p90, v[0], v[v.len() - 1])
+    };
+    row(
+        "waiter wake-up, from the end of the owner's body (8 waiters × 12 rounds)",
+        spread(&mut from_body),
+    );
+    row("waiter wake-up, from the owner's return (its Done durable)", spread(&mut from_return));
+
+    let mut rss_1m = None;
+    for records in [100_000u64, 1_000_000] {
+        match memory(records) {
+            Some([rss, peak, sled_size, files]) => {
+                row(
+                    &format!("{records} finished records: RSS (peak)"),
+                    format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
+                );
+                row(
+                    &format!("{records} finished records: store size"),
+                    format!(
+                        "{:.1} MiB (sled's size_on_disk {:.1} MiB)",
+                        files as f64 / 1048576.0,
+                        sled_size as f64 / 1048576.0
+                    ),
+                );
+                if records == 1_000_000 {
+                    rss_1m = Some(rss as f64 / 1024.0);
+                }
+            }
+            None => row(&format!("{records} finished records"), "the child process failed".into()),
+        }
+    }
+
+    println!("\n| what | median (min – max) |\n| --- | --- |\n{table}");
+    println!("ratios against the targets, from this run:");
+    let ratio = |a: &str, b: &str| Some(found.get(a)? / found.get(b)?);
+    if let Some(r) = ratio("fresh/fsync", "limit/sled_durable_point") {
+        println!(
+            "- fresh Fsync call / one raw sled durable point = {r:.2} (target ≤ 2 × 1.1 = 2.2)"
+        );
+    }
+    let rate = |n| rates.iter().find(|(c, _)| *c == n).map(|(_, r)| *r);
+    if let (Some(one), Some(eight)) = (rate(1), rate(8)) {
+        println!("- 8 callers' throughput / 1 caller's = {:.2} (target ≥ 4)", eight / one);
+    }
+    for (id, target) in [
+        ("replay/sync", 1500.0),
+        ("replay/async", 1500.0),
+        ("replay/macro_sync", 1500.0),
+        ("key/derive_2_fields", 400.0),
+    ] {
+        if let Some(m) = found.get(id) {
+            println!(
+                "- {id} = {} (target ≤ {}): {:.2} of it",
+                human(*m),
+                human(target),
+                m / target
+            );
+        }
+    }
+    println!(
+        "- waiter wake-up median from the owner's return = {:.0} µs (target ≤ 1000 µs)",
+        median(&mut from_return)
+    );
+    if let Some(rss) = rss_1m {
+        println!("- 1 M records RSS = {rss:.1} MiB (target ≤ 128 MiB)");
+    }
+}
