@@ -43,7 +43,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::{Json, Router};
+use axum::Router;
 use serde::{Deserialize, Serialize};
 
 /// How long the orchestration lets one tool call run.
@@ -103,22 +103,28 @@ impl Vendor {
 async fn create_charge(
     State(vendor): State<Arc<Vendor>>,
     headers: HeaderMap,
-    Json(request): Json<ChargeRequest>,
+    body: axum::body::Bytes,
 ) -> Response {
+    let Ok(request) = serde_json::from_slice::<ChargeRequest>(&body) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            &serde_json::json!({"error": {"type": "invalid_request"}}),
+        );
+    };
     let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (response, lost) = {
         let mut ledger = vendor.ledger.lock().unwrap();
         let response = match key.as_deref().and_then(|k| ledger.keys.get(k)) {
             Some((first, charge)) if *first == request => {
                 println!("    vendor: key seen before: answers with {} again", charge.id);
-                (StatusCode::OK, Json(charge.clone())).into_response()
+                json(StatusCode::OK, charge)
             }
             Some(_) => {
                 let error = serde_json::json!({"error": {
                     "type": "idempotency_error",
                     "message": "this key was first used with other parameters",
                 }});
-                return (StatusCode::BAD_REQUEST, Json(error)).into_response();
+                return json(StatusCode::BAD_REQUEST, &error);
             }
             None => {
                 let charge = Charge {
@@ -135,7 +141,7 @@ async fn create_charge(
                 if let Some(key) = key {
                     ledger.keys.insert(key, (request, charge.clone()));
                 }
-                (StatusCode::OK, Json(charge)).into_response()
+                json(StatusCode::OK, &charge)
             }
         };
         let lost = ledger.lose > 0;
@@ -148,6 +154,14 @@ async fn create_charge(
         tokio::time::sleep(HOLD).await;
     }
     response
+}
+
+/// A JSON response. (axum's `json` feature would do this, but it turns on serde_json's
+/// `raw_value` for the whole workspace, which changes the compiler messages the trybuild cases
+/// expect.)
+fn json(status: StatusCode, body: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(body).expect("a charge or an error serializes");
+    (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// Starts the service on an ephemeral loopback port, losing the first `lose` responses.
