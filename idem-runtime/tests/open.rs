@@ -66,7 +66,8 @@ fn damaged_store_is_an_error_not_a_panic() {
     let path = dir.path().join("idem.sled");
     drop(SledStore::open(&path).unwrap());
     for file in ["conf", "db"] {
-        std::fs::write(path.join(file), b"\x00\x01 this is not a sled file \xff\xfe".repeat(64)).unwrap();
+        std::fs::write(path.join(file), b"\x00\x01 this is not a sled file \xff\xfe".repeat(64))
+            .unwrap();
     }
     let opened = std::panic::catch_unwind(|| SledStore::open(&path).map(|_| ()));
     let error = opened.expect("opening never panics").expect_err("a damaged store does not open");
@@ -100,8 +101,10 @@ fn damaged_record_names_its_key_and_leaves_the_others() {
     let (good, bad) = {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
         charge(&store, "order-1").unwrap();
-        let good = Call::new("charge_card", "order-1", &serde_json::json!({ "amount": 4200 })).unwrap();
-        let bad = Call::new("charge_card", "order-2", &serde_json::json!({ "amount": 4200 })).unwrap();
+        let good =
+            Call::new("charge_card", "order-1", &serde_json::json!({ "amount": 4200 })).unwrap();
+        let bad =
+            Call::new("charge_card", "order-2", &serde_json::json!({ "amount": 4200 })).unwrap();
         (good.key().clone(), bad.key().clone())
     };
     {
