@@ -271,25 +271,26 @@ impl SledStore {
             if record.status == Status::InFlight {
                 let doubt = record.in_doubt(now_ms());
                 tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-                self.cas(&key, Some(&bytes), Some(&doubt))?;
-                marked += 1;
+                if self.cas(&key, Some(&bytes), Some(&doubt))?.is_ok() {
+                    marked += 1;
+                }
             }
         }
         if marked > 0 {
-            self.durable_blocking()?;
+            crate::exec::block_on(self.durable())?;
         }
         Ok(())
     }
 
-    fn durable_blocking(&self) -> Result<(), StoreError> {
-        match self.ticket() {
-            Some(ticket) => crate::exec::block_on(ticket),
+    /// Completes once every write made so far is durable (at once when all already are, or
+    /// when the store keeps nothing durable). Readers await it before acting on what they read,
+    /// so that no caller is handed a result the store could still lose: a waiter woken by a
+    /// write, or a replay racing the owner's sync.
+    async fn durable(&self) -> Result<(), StoreError> {
+        match self.syncer.as_ref().and_then(Syncer::barrier) {
+            Some(ticket) => ticket.await,
             None => Ok(()),
         }
-    }
-
-    fn ticket(&self) -> Option<Ticket> {
-        self.syncer.as_ref().map(Syncer::request)
     }
 
     fn read(&self, key: &str) -> Result<Option<(sled::IVec, Record)>, StoreError> {
@@ -300,31 +301,52 @@ impl SledStore {
         }
     }
 
-    /// sled's compare-and-swap; `Ok(false)` when the stored bytes were not `old`.
+    /// sled's compare-and-swap. `Ok(Ok(ticket))` when it happened (the ticket, if any,
+    /// completes once it is durable), `Ok(Err(current))` with the stored bytes when they were
+    /// not `old`.
     fn cas(
         &self,
         key: &[u8],
         old: Option<&[u8]>,
         new: Option<&Record>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
         let new = new.map(encode);
-        match self.tree.compare_and_swap(key, old, new) {
+        if let Some(syncer) = &self.syncer {
+            syncer.begin_write();
+        }
+        let swapped = self.tree.compare_and_swap(key, old, new);
+        let won = matches!(swapped, Ok(Ok(())));
+        let ticket = self.syncer.as_ref().and_then(|syncer| syncer.end_write(won));
+        match swapped {
             Ok(Ok(())) => {
                 self.hub.notify(&String::from_utf8_lossy(key));
-                Ok(true)
+                Ok(Ok(ticket))
             }
-            Ok(Err(_)) => Ok(false),
+            Ok(Err(conflict)) => Ok(Err(conflict.current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
         }
     }
 
-    fn replace_now(&self, current: &Record, new: Option<&Record>) -> Result<bool, StoreError> {
+    /// Swaps `current` for `new` if it is still stored; the ticket of the swap, or `None`
+    /// when it was not (`Some(None)`: swapped, nothing to wait for).
+    fn replace_now(
+        &self,
+        current: &Record,
+        new: Option<&Record>,
+    ) -> Result<Option<Option<Ticket>>, StoreError> {
         match self.read(&current.key)? {
             Some((bytes, stored)) if same_state(&stored, current) => {
-                self.cas(current.key.as_bytes(), Some(&bytes), new)
+                Ok(self.cas(current.key.as_bytes(), Some(&bytes), new)?.ok())
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
+    }
+
+    /// The record under `key`, once it is durable.
+    async fn read_durable(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let record = self.read(key)?.map(|(_, r)| r);
+        self.durable().await?;
+        Ok(record)
     }
 }
 
@@ -341,33 +363,33 @@ impl Store for SledStore {
             if let Some(bytes) =
                 self.tree.get(key).map_err(|e| io_error(&self.path, "cannot read", e))?
             {
-                return decode(key, &bytes).map(Some);
+                let existing = decode(key, &bytes)?;
+                self.durable().await?;
+                return Ok(Some(existing));
             }
-            let bytes = encode(record);
-            let existing = self
-                .tree
-                .compare_and_swap(key, None as Option<&[u8]>, Some(bytes))
-                .map_err(|e| io_error(&self.path, "cannot write to", e))?;
-            match existing {
-                Ok(()) => {
-                    self.hub.notify(&record.key);
-                    if let Some(ticket) = self.ticket() {
+            match self.cas(key, None, Some(record))? {
+                Ok(ticket) => {
+                    if let Some(ticket) = ticket {
                         ticket.await?;
                     }
                     Ok(None)
                 }
-                Err(conflict) => match conflict.current {
-                    Some(bytes) => decode(key, &bytes).map(Some),
-                    // Cannot happen for an expected value of None, but a removal racing with
-                    // this call is harmless: report no record and let the engine retry.
-                    None => Ok(None),
-                },
+                Err(Some(bytes)) => {
+                    let existing = decode(key, &bytes)?;
+                    self.durable().await?;
+                    Ok(Some(existing))
+                }
+                // A swap expecting no value fails only when there is one.
+                Err(None) => Err(StoreError::new(format!(
+                    "key {}: sled refused to insert a record where it reports none; retry",
+                    record.key
+                ))),
             }
         })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move { Ok(self.read(key)?.map(|(_, r)| r)) })
+        Box::pin(self.read_durable(key))
     }
 
     fn replace<'a>(
@@ -376,24 +398,23 @@ impl Store for SledStore {
         new: Option<&'a Record>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let swapped = self.replace_now(current, new)?;
-            if swapped {
-                if let Some(ticket) = self.ticket() {
-                    ticket.await?;
+            match self.replace_now(current, new)? {
+                Some(ticket) => {
+                    if let Some(ticket) = ticket {
+                        ticket.await?;
+                    }
+                    Ok(true)
                 }
+                None => Ok(false),
             }
-            Ok(swapped)
         })
     }
 
     fn replace_detached(&self, current: &Record, new: Option<Record>) {
         match self.replace_now(current, new.as_ref()) {
-            Ok(true) => {
-                // Start a sync but do not wait for it: a crash before it lands leaves the record
-                // in flight, which the next open marks in doubt, the same outcome.
-                drop(self.ticket());
-            }
-            Ok(false) => {}
+            // The sync is asked for but not awaited: a crash before it lands leaves the record
+            // in flight, which the next open marks in doubt, the same outcome.
+            Ok(_) => {}
             Err(e) => {
                 tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record")
             }
@@ -409,13 +430,13 @@ impl Store for SledStore {
         Box::pin(async move {
             // Watch before reading, so that a change between the read and the wait is seen.
             let watch = self.hub.watch(key);
-            let current = self.read(key)?.map(|(_, r)| r);
+            let current = self.read_durable(key).await?;
             match &current {
                 Some(record) if same_state(record, seen) => {}
                 _ => return Ok(current),
             }
             let _ = crate::exec::until(watch, deadline).await;
-            Ok(self.read(key)?.map(|(_, r)| r))
+            self.read_durable(key).await
         })
     }
 
@@ -433,6 +454,7 @@ impl Store for SledStore {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
                 records.push(decode(&key, &bytes)?);
             }
+            self.durable().await?;
             Ok(records)
         })
     }

@@ -24,6 +24,8 @@ struct State {
     failures: VecDeque<(u64, u64, String)>,
     wakers: Vec<Waker>,
     shutdown: bool,
+    /// Writes applied (or being applied) whose durable point is not yet asked for.
+    writing: u64,
 }
 
 struct Shared {
@@ -77,13 +79,38 @@ impl Syncer {
     }
 
     /// A ticket that completes once everything written before this call is durable.
-    pub(crate) fn request(&self) -> Ticket {
-        let mut state = self.shared.lock();
+    fn ask(&self, state: &mut MutexGuard<'_, State>) -> Ticket {
         state.requested += 1;
         let generation = state.requested;
-        drop(state);
         self.shared.wanted.notify_one();
         Ticket { shared: Arc::clone(&self.shared), generation }
+    }
+
+    /// Announces a write that is about to be applied; [`Syncer::end_write`] must follow.
+    pub(crate) fn begin_write(&self) {
+        self.shared.lock().writing += 1;
+    }
+
+    /// Ends a write announced with [`Syncer::begin_write`]: when it changed the store, the
+    /// ticket completes once it is durable.
+    pub(crate) fn end_write(&self, changed: bool) -> Option<Ticket> {
+        let mut state = self.shared.lock();
+        state.writing -= 1;
+        changed.then(|| self.ask(&mut state))
+    }
+
+    /// For a reader: `None` when everything already written is durable, else a ticket that
+    /// completes once it is. Call it after the read, so that what was read is covered.
+    pub(crate) fn barrier(&self) -> Option<Ticket> {
+        let mut state = self.shared.lock();
+        if state.writing > 0 {
+            // A write may have landed without asking for its sync yet: ask for one.
+            Some(self.ask(&mut state))
+        } else if state.requested > state.finished {
+            Some(Ticket { shared: Arc::clone(&self.shared), generation: state.requested })
+        } else {
+            None
+        }
     }
 }
 
@@ -119,5 +146,104 @@ impl Future for Ticket {
             )))),
             None => Poll::Ready(Ok(())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    use std::task::{Context, Waker};
+
+    use super::*;
+    use crate::exec::block_on;
+
+    /// A syncer whose every sync waits for a go from the test, and counts itself.
+    fn gated() -> (Syncer, mpsc::Sender<Result<(), String>>, Arc<AtomicUsize>) {
+        let (go, gate) = mpsc::channel::<Result<(), String>>();
+        let gate = Mutex::new(gate);
+        let syncs = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&syncs);
+        let syncer = Syncer::start(
+            "test-sync",
+            Box::new(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+                gate.lock().unwrap().recv().unwrap()
+            }),
+        )
+        .unwrap();
+        (syncer, go, syncs)
+    }
+
+    fn pending(ticket: &mut Ticket) -> bool {
+        let mut cx = Context::from_waker(Waker::noop());
+        Pin::new(ticket).poll(&mut cx).is_pending()
+    }
+
+    #[test]
+    fn a_reader_waits_for_a_write_whose_sync_is_not_asked_yet() {
+        let (syncer, go, _) = gated();
+        assert!(syncer.barrier().is_none(), "nothing written: nothing to wait for");
+        syncer.begin_write();
+        let mut ticket = syncer.barrier().expect("a write in progress must be waited for");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(pending(&mut ticket), "not durable before the sync ran");
+        let writer = syncer.end_write(true).unwrap();
+        go.send(Ok(())).unwrap();
+        go.send(Ok(())).unwrap();
+        block_on(ticket).unwrap();
+        block_on(writer).unwrap();
+        assert!(syncer.barrier().is_none(), "all durable afterwards");
+    }
+
+    #[test]
+    fn a_reader_waits_for_a_sync_in_progress() {
+        let (syncer, go, _) = gated();
+        syncer.begin_write();
+        let writer = syncer.end_write(true).unwrap();
+        let mut reader = syncer.barrier().expect("the write's sync has not finished");
+        assert!(pending(&mut reader));
+        go.send(Ok(())).unwrap();
+        block_on(reader).unwrap();
+        block_on(writer).unwrap();
+    }
+
+    #[test]
+    fn one_sync_answers_every_write_made_before_it_started() {
+        let (syncer, go, syncs) = gated();
+        syncer.begin_write();
+        let first = syncer.end_write(true).unwrap();
+        // Let the first sync start (it blocks on the gate), then pile up ten more writes.
+        while syncs.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let later: Vec<Ticket> = (0..10)
+            .map(|_| {
+                syncer.begin_write();
+                syncer.end_write(true).unwrap()
+            })
+            .collect();
+        go.send(Ok(())).unwrap();
+        block_on(first).unwrap();
+        go.send(Ok(())).unwrap();
+        for ticket in later {
+            block_on(ticket).unwrap();
+        }
+        assert_eq!(syncs.load(Ordering::SeqCst), 2, "ten waiting writes share one sync");
+    }
+
+    #[test]
+    fn a_failed_sync_fails_the_writes_it_covered() {
+        let (syncer, go, _) = gated();
+        syncer.begin_write();
+        let failed = syncer.end_write(true).unwrap();
+        go.send(Err("disk full".into())).unwrap();
+        let error = block_on(failed).unwrap_err().to_string();
+        assert!(error.contains("disk full"), "{error}");
+        syncer.begin_write();
+        let next = syncer.end_write(true).unwrap();
+        go.send(Ok(())).unwrap();
+        block_on(next).unwrap();
+        assert_eq!(syncer.shared.lock().writing, 0, "every begun write ended");
     }
 }
