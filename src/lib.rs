@@ -375,9 +375,9 @@ pub use idem_macros::write;
 pub use idem_macros::retry;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    set_default_store, try_current_key, Annotations, Args, Backoff, Call, Classified, Durability,
-    Error, InDoubtPolicy, Key, Kind, Record, RetrySafe, SledStore, SledStoreBuilder, Status, Store,
-    StoreError, StoreFuture, ToolInfo,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Backoff, Call,
+    Classified, Durability, Error, InDoubtPolicy, Key, Kind, Record, RetrySafe, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code names these items by

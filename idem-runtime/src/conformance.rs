@@ -50,7 +50,8 @@ macro_rules! conformance_suite {
             expired_record_runs_again, replay_mismatch_is_an_error_and_keeps_record,
             one_key_many_threads_runs_once, one_key_many_tasks_runs_once,
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
-            bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key);
+            bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
+            error_after_may_have_landed_leaves_in_doubt);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(
@@ -568,4 +569,34 @@ pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
     )
     .unwrap();
     assert_eq!(seen, expected);
+}
+
+pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {
+    let scope = scope("landed");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let runs = AtomicUsize::new(0);
+    let timed_out: Result<String, ToolError> = call(&store, "charge_card", &scope).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        assert!(crate::may_have_landed(), "inside a call");
+        Err(ToolError::Declined)
+    });
+    assert!(matches!(timed_out, Err(ToolError::Declined)), "the body's error comes back");
+    assert_eq!(status(&store, &key), Some(Status::InDoubt), "kept in doubt, not released");
+    let again: Result<String, ToolError> = call(&store, "charge_card", &scope).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok("ch_2".into())
+    });
+    assert!(matches!(again, Err(ToolError::Idem(Error::InDoubt { .. }))), "{again:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect is not run a second time");
+
+    let scope = format!("{scope}-async");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let timed_out: Result<String, ToolError> =
+        block_on(call(&store, "charge_card", &scope).run_async(|| async {
+            crate::may_have_landed();
+            Err(ToolError::Declined)
+        }));
+    assert!(timed_out.is_err());
+    assert_eq!(status(&store, &key), Some(Status::InDoubt), "async: kept in doubt too");
+    assert!(!crate::may_have_landed(), "outside a call it does nothing");
 }

@@ -5,7 +5,7 @@
 use std::cell::RefCell;
 use std::fmt::Display;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,20 +31,81 @@ pub enum InDoubtPolicy {
     Rerun,
 }
 
+/// What the body of the running call can reach: its key, and whether it said that its effect
+/// may have landed.
+#[derive(Clone)]
+struct Current {
+    key: Key,
+    may_have_landed: Arc<AtomicBool>,
+}
+
+impl Current {
+    fn new(key: &Key) -> Current {
+        Current { key: key.clone(), may_have_landed: Arc::default() }
+    }
+}
+
 tokio::task_local! {
-    static ASYNC_KEY: Key;
+    static ASYNC_CALL: Current;
 }
 
 thread_local! {
-    static SYNC_KEY: RefCell<Vec<Key>> = const { RefCell::new(Vec::new()) };
+    static SYNC_CALLS: RefCell<Vec<Current>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost idempotent call whose body is running on this task or thread.
+fn current() -> Option<Current> {
+    ASYNC_CALL
+        .try_with(Current::clone)
+        .ok()
+        .or_else(|| SYNC_CALLS.with(|calls| calls.borrow().last().cloned()))
 }
 
 /// The key of the idempotent call whose body is running, if any.
 pub fn try_current_key() -> Option<Key> {
-    ASYNC_KEY
-        .try_with(Key::clone)
-        .ok()
-        .or_else(|| SYNC_KEY.with(|keys| keys.borrow().last().cloned()))
+    current().map(|call| call.key)
+}
+
+/// Says, from inside the body, that the effect may have landed although the body is about to
+/// return `Err`: the key is then left in doubt instead of released, so that no retry runs the
+/// effect a second time.
+///
+/// Call it where the outcome is unknown: a request was sent and its answer timed out or the
+/// connection dropped. Without it an `Err` means "nothing landed" and the next call runs the
+/// body again. Returns `false` (and does nothing) outside the body of an idempotent call.
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store: std::sync::Arc<dyn idem_runtime::Store> =
+/// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+/// use idem_runtime::{Call, Error};
+///
+/// let outcome: Result<String, Error> = Call::new("charge_card", "order-17", &4200)?
+///     .store(store.clone())
+///     .run(|| {
+///         // … the request went out, and its answer timed out:
+///         idem_runtime::may_have_landed();
+///         Err(Error::Key { tool: "charge_card".into(), reason: "timed out".into() })
+///     });
+/// assert!(outcome.is_err());
+/// let again: Result<String, Error> = Call::new("charge_card", "order-17", &4200)?
+///     .store(store)
+///     .run(|| Ok("ch_2".to_string()));
+/// assert!(matches!(again, Err(Error::InDoubt { .. })), "not run a second time");
+/// # Ok(()) }
+/// ```
+pub fn may_have_landed() -> bool {
+    match current() {
+        Some(call) => {
+            call.may_have_landed.store(true, Ordering::SeqCst);
+            true
+        }
+        None => {
+            tracing::warn!("idem::may_have_landed() called outside an idempotent call: ignored");
+            false
+        }
+    }
 }
 
 /// The key of the idempotent call whose body is running: send it to the vendor as its
@@ -62,18 +123,18 @@ pub fn current_key() -> Key {
     )
 }
 
-struct SyncKeyScope;
+struct SyncCallScope;
 
-impl SyncKeyScope {
-    fn enter(key: &Key) -> SyncKeyScope {
-        SYNC_KEY.with(|keys| keys.borrow_mut().push(key.clone()));
-        SyncKeyScope
+impl SyncCallScope {
+    fn enter(call: &Current) -> SyncCallScope {
+        SYNC_CALLS.with(|calls| calls.borrow_mut().push(call.clone()));
+        SyncCallScope
     }
 }
 
-impl Drop for SyncKeyScope {
+impl Drop for SyncCallScope {
     fn drop(&mut self) {
-        SYNC_KEY.with(|keys| keys.borrow_mut().pop());
+        SYNC_CALLS.with(|calls| calls.borrow_mut().pop());
     }
 }
 
@@ -417,6 +478,30 @@ impl Call {
         }
     }
 
+    /// Settles the record after the body returned `Err`: released, unless the body said its
+    /// effect may have landed, in which case it is left in doubt.
+    async fn after_error(&self, owned: Box<Owned>, call: &Current) {
+        if call.may_have_landed.load(Ordering::SeqCst) {
+            self.leave_in_doubt(owned).await
+        } else {
+            self.release(owned).await
+        }
+    }
+
+    async fn leave_in_doubt(&self, mut owned: Box<Owned>) {
+        let doubt = owned.record.in_doubt(now_ms());
+        match owned.store.replace(&owned.record, Some(&doubt)).await {
+            Ok(_) => {
+                owned.settled = true;
+                tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: the body failed after its effect may have landed");
+            }
+            Err(e) => {
+                // Unsettled, the guard tries once more as it drops.
+                tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot mark the key in doubt")
+            }
+        }
+    }
+
     async fn release(&self, mut owned: Box<Owned>) {
         owned.settled = true;
         match owned.store.replace(&owned.record, None).await {
@@ -442,8 +527,9 @@ impl Call {
         };
         failpoint("after_reserve");
         owned.started = true;
+        let call = Current::new(&self.key);
         let outcome = {
-            let _scope = SyncKeyScope::enter(&self.key);
+            let _scope = SyncCallScope::enter(&call);
             body()
         };
         match outcome {
@@ -454,7 +540,7 @@ impl Call {
                 Ok(value)
             }
             Err(e) => {
-                block_on(self.release(owned));
+                block_on(self.after_error(owned, &call));
                 Err(e)
             }
         }
@@ -476,7 +562,8 @@ impl Call {
         };
         failpoint("after_reserve");
         owned.started = true;
-        let outcome = ASYNC_KEY.scope(self.key.clone(), body()).await;
+        let call = Current::new(&self.key);
+        let outcome = ASYNC_CALL.scope(call.clone(), body()).await;
         match outcome {
             Ok(value) => {
                 failpoint("after_body");
@@ -485,7 +572,7 @@ impl Call {
                 Ok(value)
             }
             Err(e) => {
-                self.release(owned).await;
+                self.after_error(owned, &call).await;
                 Err(e)
             }
         }

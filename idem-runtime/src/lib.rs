@@ -26,7 +26,7 @@ mod store;
 pub use canonical::{canonical_json, fingerprint};
 pub use classify::{Annotations, Classified, Kind, RetrySafe, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
-pub use engine::{current_key, try_current_key, Args, Call, InDoubtPolicy};
+pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
 pub use error::{Error, StoreError};
 pub use key::Key;
 pub use record::{now_ms, Record, Status};
