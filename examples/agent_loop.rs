@@ -25,6 +25,9 @@
 //!    `Err` on it. An `Err` tells idem that nothing landed, so the key is released and every
 //!    retry runs the body again: three charges, as with no protection. idem's own record cannot
 //!    know what a vendor did while the response was lost.
+//!
+//!    2c. As 2b, but on its timeout the tool calls `idem::may_have_landed()` before returning
+//!    `Err`: the key is left in doubt, not released, and nothing runs twice. One charge, in doubt.
 //! 3. **`#[idempotent]` with `idem::current_key()` sent as the `Idempotency-Key` header** (and
 //!    `in_doubt = "rerun"`): a rerun carries the same key, and the vendor answers with the charge
 //!    it already made. One charge, and the agent gets it. The key comes from the intent (tool,
@@ -269,6 +272,23 @@ async fn charge_card_local_key(
     payments.charge(&request, None).await
 }
 
+/// Row 2c: as 2b, but a timeout is reported as what it is: the charge may have landed.
+#[idem::idempotent(scope = "order", tool = "charge_card")]
+async fn charge_card_says_in_doubt(
+    #[idem(skip)] payments: &Payments,
+    amount: u64,
+    customer: &str,
+    order: &str,
+) -> Result<Charge, PayError> {
+    let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
+    let charged = payments.charge(&request, None).await;
+    if matches!(charged, Err(PayError::Timeout)) {
+        // The request went out and no answer came: keep the key in doubt, do not release it.
+        idem::may_have_landed();
+    }
+    charged
+}
+
 /// Row 3: the same key, also sent to the vendor, which deduplicates it; so a call found in doubt
 /// may safely run again.
 #[idem::idempotent(scope = "order", tool = "charge_card", in_doubt = "rerun")]
@@ -291,6 +311,7 @@ enum Protection {
     None,
     LocalKey,
     LocalKeyToolTimeout,
+    LocalKeyToolTimeoutInDoubt,
     VendorKey,
 }
 
@@ -300,6 +321,9 @@ impl Protection {
             Protection::None => "1  none",
             Protection::LocalKey => "2  #[idempotent], key kept local",
             Protection::LocalKeyToolTimeout => "2b as 2, but the tool's own timeout returns Err",
+            Protection::LocalKeyToolTimeoutInDoubt => {
+                "2c as 2b, and the tool calls may_have_landed()"
+            }
             Protection::VendorKey => "3  #[idempotent], current_key() sent to the vendor",
         }
     }
@@ -345,6 +369,9 @@ async fn call_tool(
         Protection::LocalKey | Protection::LocalKeyToolTimeout => {
             charge_card_local_key(payments, amount, customer, order).await
         }
+        Protection::LocalKeyToolTimeoutInDoubt => {
+            charge_card_says_in_doubt(payments, amount, customer, order).await
+        }
         Protection::VendorKey => charge_card(payments, amount, customer, order).await,
     }
 }
@@ -360,7 +387,11 @@ struct Outcome {
 async fn run_agent(protection: Protection) -> Result<Outcome, Box<dyn std::error::Error>> {
     let (vendor, base) = start_vendor(LOST_RESPONSES).await?;
     // Row 2b's client gives up a little before the orchestration would.
-    let own_timeout = (protection == Protection::LocalKeyToolTimeout).then_some(DEADLINE * 4 / 5);
+    let own_timeout = matches!(
+        protection,
+        Protection::LocalKeyToolTimeout | Protection::LocalKeyToolTimeoutInDoubt
+    )
+    .then_some(DEADLINE * 4 / 5);
     let payments = Payments::new(base, own_timeout);
     let request = Message::User("Charge order o-17: $42.00 to cus_42.".into());
     if let Message::User(text) = &request {
@@ -424,7 +455,9 @@ fn short(error: &PayError) -> String {
 fn expected(protection: Protection) -> (usize, &'static str) {
     match protection {
         Protection::None | Protection::LocalKeyToolTimeout => (3, "charged: ch_3"),
-        Protection::LocalKey => (1, "could not confirm the charge: it is in doubt"),
+        Protection::LocalKey | Protection::LocalKeyToolTimeoutInDoubt => {
+            (1, "could not confirm the charge: it is in doubt")
+        }
         Protection::VendorKey => (1, "charged: ch_1"),
     }
 }
@@ -436,6 +469,7 @@ async fn demo(dir: &std::path::Path) -> Result<Vec<String>, Box<dyn std::error::
         Protection::None,
         Protection::LocalKey,
         Protection::LocalKeyToolTimeout,
+        Protection::LocalKeyToolTimeoutInDoubt,
         Protection::VendorKey,
     ]
     .into_iter()
@@ -475,8 +509,9 @@ async fn demo(dir: &std::path::Path) -> Result<Vec<String>, Box<dyn std::error::
         "\nWhy 2b charges three times: the tool turned its timeout into Err, and an Err tells idem \
          that nothing landed,\nso the key is released and each retry runs the body again. Only the \
          vendor knows whether a lost response\ncharged the card: sending it idem's key (row 3) is \
-         what closes that gap. Row 2 charged once because the\ndeadline dropped the call mid-body, \
-         which idem records as in doubt; an operator settles it with `idem resolve`."
+         what closes that gap, and row 2c keeps the key in doubt by saying so with\n\
+         idem::may_have_landed(). Row 2 charged once because the deadline dropped the call \
+         mid-body,\nwhich idem records as in doubt; an operator settles it with `idem resolve`."
     );
     Ok(failures)
 }

@@ -77,11 +77,13 @@
 //! | --- | --- |
 //! | returned `Ok(v)` | `v` is stored durably and replayed to every later call |
 //! | returned `Err(e)` | the key is released: an error means nothing landed, and the next call runs again |
+//! | returned `Err(e)` after calling [`may_have_landed()`] | in doubt: the body said the effect may have landed |
 //! | panicked, its future was dropped, or the process died | in doubt: the effect may have landed |
 //!
-//! So a tool that turns "no answer in time" into `Err` tells idem that nothing landed, and the
-//! next attempt runs the body again. If the target system may have acted, send it the key (next
-//! section): then running again is harmless.
+//! So a tool that turns "no answer in time" into a plain `Err` tells idem that nothing landed,
+//! and the next attempt runs the body again. If the target system may have acted, either call
+//! [`may_have_landed()`] before returning that `Err` (the key stays in doubt and nothing runs
+//! twice), or send the vendor the key (next section): then running again is harmless.
 //!
 //! ## Sending the key to the vendor
 //!

@@ -46,6 +46,13 @@ fn agent_loop_charges_once_only_when_the_key_reaches_the_vendor() {
     assert!(local.ends_with(&["in", "doubt"]), "{stdout}");
     let released = row(&stdout, "2b ");
     assert!(released.ends_with(&["3", "3", "charged:", "ch_3"]), "{stdout}");
+    let said = row(&stdout, "2c ");
+    assert!(
+        said.ends_with(&[
+            "1", "could", "not", "confirm", "the", "charge:", "it", "is", "in", "doubt"
+        ]),
+        "{stdout}"
+    );
     let pushed = row(&stdout, "3  #[idempotent], current_key() sent to the vendor");
     assert!(pushed.ends_with(&["3", "1", "charged:", "ch_1"]), "{stdout}");
     assert!(stdout.contains("ok: every row is as expected"), "{stdout}");
