@@ -106,8 +106,9 @@ pub enum Error {
 
     /// Another caller owns the key and did not finish within the wait.
     #[error(
-        "key {key} (tool `{tool}`): another call has been running it since {since_ms} ms after \
-         the epoch and did not finish within the wait; retry later, or raise `wait`"
+        "key {key} (tool `{tool}`): another call has been running it since {} and did not \
+         finish within the wait; retry later, or raise `wait`",
+        crate::utc_timestamp(*since_ms)
     )]
     InFlight {
         /// The key that is in flight.
@@ -120,10 +121,11 @@ pub enum Error {
 
     /// A crash or a panic left it unknown whether the effect landed.
     #[error(
-        "key {key} (tool `{tool}`) is in doubt since {since_ms} ms after the epoch: an earlier \
+        "key {key} (tool `{tool}`) is in doubt since {}: an earlier \
          attempt was interrupted and the effect may or may not have landed; check the target \
          system, then settle it with `idem resolve {key} --release` (not landed) or \
-         `--done JSON` (landed), or use in_doubt = \"rerun\" where the vendor dedups the key"
+         `--done JSON` (landed), or use in_doubt = \"rerun\" where the vendor dedups the key",
+        crate::utc_timestamp(*since_ms)
     )]
     InDoubt {
         /// The key in doubt.

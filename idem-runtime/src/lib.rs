@@ -22,6 +22,7 @@ mod key;
 mod record;
 mod retry;
 mod store;
+mod time;
 
 pub use canonical::{canonical_json, fingerprint};
 pub use classify::{Annotations, Classified, Kind, RetrySafe, ToolInfo};
@@ -33,3 +34,4 @@ pub use record::{now_ms, Record, Status};
 pub use retry::Backoff;
 pub use store::sled::{SledStore, SledStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
+pub use time::utc_timestamp;
