@@ -85,7 +85,11 @@ pub(crate) enum Command {
     },
 
     /// Count records by status and by tool, and give the store's size on disk
-    Stats,
+    Stats {
+        /// Print the counts as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Accepts only the names the command prints (`in_flight` and the like are the runtime's

@@ -53,9 +53,9 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             let store = store::open(location)?;
             purge(store.as_ref(), which, out)
         }
-        Command::Stats => {
+        Command::Stats { json } => {
             let store = store::open(location)?;
-            stats(store.as_ref(), out)
+            stats(store.as_ref(), json, out)
         }
     }
 }
@@ -196,9 +196,23 @@ fn human_duration(duration: Duration) -> String {
     }
 }
 
-fn stats(store: &dyn Store, out: Out<'_>) -> Result<(), Failure> {
+fn stats(store: &dyn Store, json: bool, out: Out<'_>) -> Result<(), Failure> {
     let stats = admin::stats(store)?;
     let count = |status: Status| stats.by_status.get(status.as_str()).copied().unwrap_or(0);
+    if json {
+        let by_status: serde_json::Map<String, serde_json::Value> =
+            [Status::InFlight, Status::Done, Status::InDoubt]
+                .into_iter()
+                .map(|status| (status.to_string(), count(status).into()))
+                .collect();
+        let line = serde_json::json!({
+            "by_status": by_status,
+            "by_tool": stats.by_tool,
+            "total": stats.by_status.values().sum::<u64>(),
+            "size_on_disk": stats.size_on_disk,
+        });
+        return writeln!(out, "{line}").map_err(write_failed);
+    }
     let mut by_status: Vec<Vec<String>> = [Status::InFlight, Status::Done, Status::InDoubt]
         .into_iter()
         .map(|status| vec![status.to_string(), count(status).to_string()])

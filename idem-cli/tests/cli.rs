@@ -642,3 +642,17 @@ fn stats_counts_by_status_and_tool() {
         size_line["size on disk: ".len()..].split_whitespace().next().unwrap().parse().unwrap();
     assert!(bytes > 0, "{size_line}");
 }
+
+#[test]
+fn stats_json_gives_the_same_counts_for_scripts() {
+    let fx = fixture();
+    let out = idem(&fx.path, &["stats", "--json"]);
+    let stats: serde_json::Value = serde_json::from_str(out.ok().trim()).expect("one JSON object");
+    assert_eq!(stats["by_status"]["done"], 3, "{stats}");
+    assert_eq!(stats["by_status"]["in-doubt"], 1, "{stats}");
+    assert_eq!(stats["by_status"]["in-flight"], 0, "{stats}");
+    assert_eq!(stats["by_tool"]["charge_card"], 3, "{stats}");
+    assert_eq!(stats["by_tool"]["send_email"], 1, "{stats}");
+    assert_eq!(stats["total"], 4, "{stats}");
+    assert!(stats["size_on_disk"].as_u64().is_some_and(|bytes| bytes > 0), "{stats}");
+}
