@@ -70,32 +70,34 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
             });
         }
         Shape::Async => {
-            let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
-            let body = &item.block;
-            item.block = syn::parse_quote!({
-                #prepare
-                let __idem_body = move || async move {
-                    let __idem_ret: #output = #body;
-                    __idem_ret
-                };
-                #run.await
-            });
+            let block = async_body(krate, &prepare, output, &item.block, span);
+            *item.block = block;
         }
         Shape::Boxed => {
-            let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
             let inner = validate::boxed_async_block_mut(&mut item.block)
                 .expect("validated: a boxed async body");
-            let body = &inner.block;
-            inner.block = syn::parse_quote!({
-                #prepare
-                let __idem_body = move || async move {
-                    let __idem_ret: #output = #body;
-                    __idem_ret
-                };
-                #run.await
-            });
+            inner.block = async_body(krate, &prepare, output, &inner.block, span);
         }
     }
+}
+
+/// An async body behind the engine: the original block becomes the future the engine runs once.
+fn async_body(
+    krate: &syn::Path,
+    prepare: &TokenStream,
+    output: &syn::Type,
+    body: &syn::Block,
+    span: Span,
+) -> syn::Block {
+    let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
+    syn::parse_quote!({
+        #prepare
+        let __idem_body = move || async move {
+            let __idem_ret: #output = #body;
+            __idem_ret
+        };
+        #run.await
+    })
 }
 
 /// `let __idem_call: Result<Call, Error> = …;` from the key parameters and the options.
