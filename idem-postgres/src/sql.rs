@@ -192,7 +192,7 @@ impl Values {
             args_fingerprint: record.args_fingerprint.clone(),
             // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
             // would reject some results that a tool can legitimately return.
-            result: record.result.as_ref().map(|v| v.to_string()),
+            result: record.result.clone(),
         }
     }
 
@@ -245,10 +245,11 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
     let status: Status = status.parse().map_err(|_| damaged("unknown status"))?;
     let attempts: i64 = row.get(5);
     let result: Option<String> = row.get(12);
-    let result = match result {
-        Some(text) => Some(serde_json::from_str(&text).map_err(|_| damaged("result is not JSON"))?),
-        None => None,
-    };
+    if let Some(text) = &result {
+        // Checked here so that a row edited by hand reads as damaged, not as a replay error.
+        serde_json::from_str::<serde_json::Value>(text)
+            .map_err(|_| damaged("result is not JSON"))?;
+    }
     Ok(Record {
         status,
         tool: row.get(2),

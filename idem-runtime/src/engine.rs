@@ -346,10 +346,11 @@ impl Call {
         )
     }
 
-    fn replay<T: DeserializeOwned>(&self, record: Record) -> Result<T, Error> {
-        let value = record.result.unwrap_or(serde_json::Value::Null);
+    fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
+        // A unit result of the first (JSON) sled format reads back as no result: `null`.
+        let json = record.result.as_deref().unwrap_or("null");
         tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
-        serde_json::from_value(value).map_err(|source| Error::Replay {
+        serde_json::from_str(json).map_err(|source| Error::Replay {
             key: self.key.to_string(),
             tool: self.tool.clone(),
             source,
@@ -385,7 +386,7 @@ impl Call {
             loop {
                 let takeover = match existing.status {
                     Status::Done if !existing.is_expired(now_ms()) => {
-                        return self.replay(existing).map(Acquired::Replay)
+                        return self.replay(&existing).map(Acquired::Replay)
                     }
                     Status::Done => Some(self.fresh_record(store.as_ref())),
                     Status::InFlight if store.owner_alive(&existing) => {
@@ -448,7 +449,7 @@ impl Call {
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
     /// the record in doubt.
     async fn complete<T: Serialize>(&self, mut owned: Box<Owned>, value: &T) -> Result<(), Error> {
-        let json = match serde_json::to_value(value) {
+        let json = match serde_json::to_string(value) {
             Ok(json) => json,
             Err(e) => {
                 // Drop marks it in doubt.
@@ -460,7 +461,7 @@ impl Call {
                 });
             }
         };
-        let done = owned.record.done(json, now_ms(), self.ttl);
+        let done = owned.record.done_json(json, now_ms(), self.ttl);
         match owned.store.replace(&owned.record, Some(&done)).await {
             Ok(true) => {
                 owned.settled = true;

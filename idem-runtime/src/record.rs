@@ -78,8 +78,10 @@ pub struct Record {
     pub lease_until: Option<u64>,
     /// Hex sha256 of the canonical arguments.
     pub args_fingerprint: String,
-    /// The body's result as JSON, when `Done`.
-    pub result: Option<serde_json::Value>,
+    /// The body's result as JSON text, when `Done`: kept as written, so that a replay parses it
+    /// once, straight into the tool's type. It serializes as the JSON it holds, not as a string.
+    #[serde(default, with = "json_text")]
+    pub result: Option<String>,
 }
 
 impl Record {
@@ -130,13 +132,18 @@ impl Record {
 
     /// This record finished with `result`.
     pub fn done(&self, result: serde_json::Value, now: u64, ttl: Option<Duration>) -> Record {
+        self.done_json(result.to_string(), now, ttl)
+    }
+
+    /// This record finished with `json`, a result already written as JSON text.
+    pub fn done_json(&self, json: String, now: u64, ttl: Option<Duration>) -> Record {
         Record {
             status: Status::Done,
             updated_at: now,
             completed_at: Some(now),
             expires_at: ttl.map(|ttl| now.saturating_add(ttl.as_millis() as u64)),
             lease_until: None,
-            result: Some(result),
+            result: Some(json),
             ..self.clone()
         }
     }
@@ -144,6 +151,33 @@ impl Record {
     /// This record marked in doubt.
     pub fn in_doubt(&self, now: u64) -> Record {
         Record { status: Status::InDoubt, updated_at: now, lease_until: None, ..self.clone() }
+    }
+}
+
+/// `Record::result` in serde: the JSON it holds, embedded as JSON (as `idem show --json` prints
+/// it), rather than as a string of JSON.
+mod json_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        text: &Option<String>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let value = match text {
+            Some(text) => Some(
+                serde_json::from_str::<serde_json::Value>(text)
+                    .map_err(serde::ser::Error::custom)?,
+            ),
+            None => None,
+        };
+        value.serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<String>, D::Error> {
+        let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+        Ok(value.map(|v| v.to_string()))
     }
 }
 

@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use self::encoding::{decode, encode};
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
 use crate::record::{now_ms, Record, Status};
+
+mod encoding;
 
 const TREE: &str = "idem.records";
 
@@ -95,25 +98,6 @@ impl SledStoreBuilder {
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
-
-fn decode(key: &[u8], bytes: &[u8]) -> Result<Record, StoreError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        StoreError::with_source(
-            format!(
-                "the record under key {} is damaged (not a readable record); nothing was run \
-                 for it: stop the agents, copy the store aside, and inspect it",
-                String::from_utf8_lossy(key)
-            ),
-            e,
-        )
-    })
-}
-
-fn encode(record: &Record) -> Vec<u8> {
-    // A Record holds only strings, integers and a JSON value that was itself built by serde_json:
-    // serializing it cannot fail.
-    serde_json::to_vec(record).expect("a Record always serializes")
-}
 
 fn io_error(
     path: &Path,
@@ -267,8 +251,9 @@ impl SledStore {
         let mut marked = 0usize;
         for entry in self.tree.iter() {
             let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-            let Ok(record) = decode(&key, &bytes) else { continue };
-            if record.status == Status::InFlight {
+            let Ok(view) = decode(&key, &bytes) else { continue };
+            if view.status == Status::InFlight {
+                let record = view.to_record(&String::from_utf8_lossy(&key));
                 let doubt = record.in_doubt(now_ms());
                 tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
                 if self.cas(&key, Some(&bytes), Some(&doubt))?.is_ok() {
@@ -293,12 +278,8 @@ impl SledStore {
         }
     }
 
-    fn read(&self, key: &str) -> Result<Option<(sled::IVec, Record)>, StoreError> {
-        match self.tree.get(key.as_bytes()) {
-            Ok(Some(bytes)) => decode(key.as_bytes(), &bytes).map(|r| Some((bytes, r))),
-            Ok(None) => Ok(None),
-            Err(e) => Err(io_error(&self.path, "cannot read", e)),
-        }
+    fn read(&self, key: &str) -> Result<Option<sled::IVec>, StoreError> {
+        self.tree.get(key.as_bytes()).map_err(|e| io_error(&self.path, "cannot read", e))
     }
 
     /// sled's compare-and-swap. `Ok(Ok(ticket))` when it happened (the ticket, if any,
@@ -334,9 +315,10 @@ impl SledStore {
         current: &Record,
         new: Option<&Record>,
     ) -> Result<Option<Option<Ticket>>, StoreError> {
+        let key = current.key.as_bytes();
         match self.read(&current.key)? {
-            Some((bytes, stored)) if same_state(&stored, current) => {
-                Ok(self.cas(current.key.as_bytes(), Some(&bytes), new)?.ok())
+            Some(bytes) if decode(key, &bytes)?.same_state(current) => {
+                Ok(self.cas(key, Some(&bytes), new)?.ok())
             }
             _ => Ok(None),
         }
@@ -344,7 +326,10 @@ impl SledStore {
 
     /// The record under `key`, once it is durable.
     async fn read_durable(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let record = self.read(key)?.map(|(_, r)| r);
+        let record = match self.read(key)? {
+            Some(bytes) => Some(decode(key.as_bytes(), &bytes)?.to_record(key)),
+            None => None,
+        };
         self.durable().await?;
         Ok(record)
     }
@@ -360,10 +345,8 @@ impl Store for SledStore {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
             // the record or attempting a swap. The insert below stays atomic either way.
-            if let Some(bytes) =
-                self.tree.get(key).map_err(|e| io_error(&self.path, "cannot read", e))?
-            {
-                let existing = decode(key, &bytes)?;
+            if let Some(bytes) = self.read(&record.key)? {
+                let existing = decode(key, &bytes)?.to_record(&record.key);
                 self.durable().await?;
                 return Ok(Some(existing));
             }
@@ -375,7 +358,7 @@ impl Store for SledStore {
                     Ok(None)
                 }
                 Err(Some(bytes)) => {
-                    let existing = decode(key, &bytes)?;
+                    let existing = decode(key, &bytes)?.to_record(&record.key);
                     self.durable().await?;
                     Ok(Some(existing))
                 }
@@ -452,7 +435,7 @@ impl Store for SledStore {
             let mut records = Vec::new();
             for entry in self.tree.iter() {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                records.push(decode(&key, &bytes)?);
+                records.push(decode(&key, &bytes)?.to_record(&String::from_utf8_lossy(&key)));
             }
             self.durable().await?;
             Ok(records)
