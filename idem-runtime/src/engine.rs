@@ -211,7 +211,9 @@ pub struct Call {
     tool: String,
     scope: String,
     key: Key,
-    fingerprint: String,
+    /// The canonical arguments, fingerprinted only when a record is written: a replay needs no
+    /// fingerprint.
+    canonical: String,
     store: Option<Arc<dyn Store>>,
     wait: Option<Duration>,
     ttl: Option<Duration>,
@@ -271,15 +273,16 @@ impl Call {
         args: &(impl Serialize + ?Sized),
     ) -> Result<Call, Error> {
         let canonical = canonical_json_for(tool, args)?;
-        Ok(Call::from_canonical(tool, scope, &canonical))
+        Ok(Call::from_canonical(tool, scope, canonical))
     }
 
     /// A call whose arguments are already canonical JSON (see [`Args`]).
-    pub fn from_canonical(tool: &str, scope: impl Display, canonical: &str) -> Call {
+    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl Into<String>) -> Call {
         let scope = scope.to_string();
+        let canonical = canonical.into();
         Call {
-            key: Key::derive_canonical(tool, &scope, canonical),
-            fingerprint: fingerprint(canonical),
+            key: Key::derive_canonical(tool, &scope, &canonical),
+            canonical,
             tool: tool.to_owned(),
             scope,
             store: None,
@@ -341,7 +344,7 @@ impl Call {
             &self.tool,
             &self.scope,
             &owner,
-            &self.fingerprint,
+            &fingerprint(&self.canonical),
             now_ms(),
         )
     }
@@ -362,25 +365,39 @@ impl Call {
         &self,
         store: &Arc<dyn Store>,
     ) -> Result<Acquired<T>, Error> {
-        let wait = self.wait.unwrap_or_else(|| store.default_wait());
-        let deadline = Instant::now() + wait;
+        // Taken when the first wait begins: a replay never needs the clock for it.
+        let mut deadline = None;
+        let mut read_first = store.read_before_reserve();
         'reserve: loop {
-            let mine = self.fresh_record(store.as_ref());
-            let mut pending =
-                Owned { store: Arc::clone(store), record: mine, started: false, settled: false };
-            let found = store.reserve(&pending.record).await;
+            let found = if std::mem::take(&mut read_first) {
+                store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?
+            } else {
+                None
+            };
             let mut existing = match found {
-                Ok(None) => {
-                    tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
-                    return Ok(Acquired::Owned(Box::new(pending)));
-                }
-                Ok(Some(existing)) => {
-                    pending.settled = true;
-                    existing
-                }
-                Err(e) => {
-                    // The insert may or may not have happened: undo it if it did.
-                    return Err(self.store_error(e));
+                Some(existing) => existing,
+                None => {
+                    let mine = self.fresh_record(store.as_ref());
+                    let mut pending = Owned {
+                        store: Arc::clone(store),
+                        record: mine,
+                        started: false,
+                        settled: false,
+                    };
+                    match store.reserve(&pending.record).await {
+                        Ok(None) => {
+                            tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
+                            return Ok(Acquired::Owned(Box::new(pending)));
+                        }
+                        Ok(Some(existing)) => {
+                            pending.settled = true;
+                            existing
+                        }
+                        Err(e) => {
+                            // The insert may or may not have happened: undo it if it did.
+                            return Err(self.store_error(e));
+                        }
+                    }
                 }
             };
             loop {
@@ -391,6 +408,9 @@ impl Call {
                     Status::Done => Some(self.fresh_record(store.as_ref())),
                     Status::InFlight if store.owner_alive(&existing) => {
                         tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
+                        let deadline = *deadline.get_or_insert_with(|| {
+                            Instant::now() + self.wait.unwrap_or_else(|| store.default_wait())
+                        });
                         match store.changed(self.key.as_str(), &existing, deadline).await {
                             Err(e) => return Err(self.store_error(e)),
                             Ok(None) => continue 'reserve,

@@ -75,6 +75,15 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Whether the engine reads a key before it offers a reservation. An embedded store says
+    /// yes: its read costs far less than building a reservation, so a replay (the common case
+    /// of a key that is there) builds none. A networked store keeps the default, no: its
+    /// [`Store::reserve`] answers both questions in one round trip, and a read first would add
+    /// one to every fresh call.
+    fn read_before_reserve(&self) -> bool {
+        false
+    }
+
     /// How long a caller waits for an in-flight owner when the call sets no `wait`.
     fn default_wait(&self) -> Duration {
         DEFAULT_WAIT

@@ -446,6 +446,10 @@ impl Store for SledStore {
         self.db.size_on_disk().ok()
     }
 
+    fn read_before_reserve(&self) -> bool {
+        true
+    }
+
     fn default_wait(&self) -> Duration {
         self.default_wait
     }
