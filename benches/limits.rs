@@ -3,7 +3,8 @@
 //! the last `cargo bench --bench calls` run and the ratios against the targets.
 //!
 //! `cargo bench --bench limits` (after `cargo bench --bench calls`). `-- memory N` is the child
-//! process that fills a store with N records and reports its RSS; `-- syncs N` opens a store and
+//! process that fills a store with N records, reports its RSS and size, then times reopening it
+//! (the open reads every record to mark orphans in doubt); `-- syncs N` opens a store and
 //! makes N fresh calls, for counting syncs under strace.
 
 use std::fmt::Write as _;
@@ -18,6 +19,8 @@ const WAITERS: usize = 8;
 const WAIT_ROUNDS: usize = 12;
 const OWNER_BODY: Duration = Duration::from_millis(50);
 const THROUGHPUT_FOR: Duration = Duration::from_secs(4);
+/// How many times the memory child reopens the store it filled, timing each open.
+const OPENS: usize = 3;
 
 fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
@@ -162,16 +165,37 @@ fn memory_child(records: u64) {
     let sled_size = store.size_on_disk().unwrap_or(0);
     let files = dir_bytes(dir.path());
     println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
+    // Then how long opening that store takes: the open reads every record to mark the ones
+    // left in flight in doubt. The files are in the page cache, as after an agent's restart.
+    drop(store);
+    let path = dir.path().join("idem.sled");
+    let opens: Vec<String> = (0..OPENS)
+        .map(|_| {
+            let began = Instant::now();
+            let store = SledStore::builder(&path)
+                .lock_wait(Duration::from_secs(5))
+                .open()
+                .expect("reopen the filled store");
+            let took = began.elapsed();
+            drop(store);
+            format!("{:.1}", took.as_secs_f64() * 1e3)
+        })
+        .collect();
+    println!("open_ms={}", opens.join(","));
 }
 
-fn memory(records: u64) -> Option<[u64; 4]> {
+/// RSS, peak RSS, sled's size on disk and the files' size after `records` finished records,
+/// and the times (ms) of opening that store again.
+fn memory(records: u64) -> Option<([u64; 4], Vec<f64>)> {
     let exe = std::env::current_exe().ok()?;
     let out =
         std::process::Command::new(exe).args(["memory", &records.to_string()]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("rss_kib="))?;
     let mut values = line.split(' ').filter_map(|kv| kv.split_once('=')?.1.parse().ok());
-    Some([values.next()?, values.next()?, values.next()?, values.next()?])
+    let sizes = [values.next()?, values.next()?, values.next()?, values.next()?];
+    let opens = text.lines().find_map(|l| l.strip_prefix("open_ms="))?;
+    Some((sizes, opens.split(',').filter_map(|ms| ms.parse().ok()).collect()))
 }
 
 /// One criterion result: median and min–max over its samples, in ns per iteration.
@@ -296,7 +320,7 @@ fn main() {
     let mut rss_1m = None;
     for records in [100_000u64, 1_000_000] {
         match memory(records) {
-            Some([rss, peak, sled_size, files]) => {
+            Some(([rss, peak, sled_size, files], mut opens)) => {
                 row(
                     &format!("{records} finished records: RSS (peak)"),
                     format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
@@ -309,6 +333,19 @@ fn main() {
                         sled_size as f64 / 1048576.0
                     ),
                 );
+                if !opens.is_empty() {
+                    let (min, max) = (
+                        opens.iter().copied().fold(f64::INFINITY, f64::min),
+                        opens.iter().copied().fold(0.0, f64::max),
+                    );
+                    row(
+                        &format!(
+                            "{records} finished records: `SledStore::open` ({OPENS} opens, page \
+                             cache warm)"
+                        ),
+                        format!("{:.0} ms ({min:.0} – {max:.0} ms)", median(&mut opens)),
+                    );
+                }
                 if records == 1_000_000 {
                     rss_1m = Some(rss as f64 / 1024.0);
                 }
