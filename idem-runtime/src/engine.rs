@@ -367,10 +367,10 @@ impl Call {
     ) -> Result<Acquired<T>, Error> {
         // Taken when the first wait begins: a replay never needs the clock for it.
         let mut deadline = None;
-        let mut read_first = store.read_before_reserve();
+        let mut peek = true;
         'reserve: loop {
-            let found = if std::mem::take(&mut read_first) {
-                store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?
+            let found = if std::mem::take(&mut peek) {
+                store.peek(self.key.as_str()).await.map_err(|e| self.store_error(e))?
             } else {
                 None
             };

@@ -75,13 +75,15 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Whether the engine reads a key before it offers a reservation. An embedded store says
-    /// yes: its read costs far less than building a reservation, so a replay (the common case
-    /// of a key that is there) builds none. A networked store keeps the default, no: its
-    /// [`Store::reserve`] answers both questions in one round trip, and a read first would add
-    /// one to every fresh call.
-    fn read_before_reserve(&self) -> bool {
-        false
+    /// The record under `key` when the store can tell without a round trip: the engine asks
+    /// before it builds a reservation, so that a replay (the common case of a key that is
+    /// there) builds none. A record returned is durable, as from [`Store::get`]; `None` means
+    /// absent or not looked up, and need not wait for durability, since the engine then calls
+    /// [`Store::reserve`], which decides atomically. The default looks nothing up: a networked
+    /// store answers both questions in one round trip with `reserve`.
+    fn peek<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+        let _ = key;
+        Box::pin(std::future::ready(Ok(None)))
     }
 
     /// How long a caller waits for an in-flight owner when the call sets no `wait`.

@@ -446,8 +446,19 @@ impl Store for SledStore {
         self.db.size_on_disk().ok()
     }
 
-    fn read_before_reserve(&self) -> bool {
-        true
+    fn peek<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move {
+            // Absent is not waited for: the reservation that follows is atomic and durable, and
+            // waiting here would make a fresh call wait for its neighbours' syncs.
+            match self.read(key)? {
+                Some(bytes) => {
+                    let record = decode(key.as_bytes(), &bytes)?.to_record(key);
+                    self.durable().await?;
+                    Ok(Some(record))
+                }
+                None => Ok(None),
+            }
+        })
     }
 
     fn default_wait(&self) -> Duration {
