@@ -438,3 +438,71 @@ fn async_tool_futures_stay_send() {
     assert_send(&payments.charge("o-send", 1));
     drop(future);
 }
+
+mod doubtful {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+    pub static ASYNC_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// Crashes mid-effect on its first run, leaving the key in doubt.
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn send_invoice(order: &str) -> Result<u32, PayError> {
+        let _ = order;
+        if RUNS.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("crash mid-effect");
+        }
+        Ok(1)
+    }
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub async fn send_reminder(order: &str) -> Result<u32, PayError> {
+        let _ = order;
+        if ASYNC_RUNS.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("crash mid-effect");
+        }
+        Ok(1)
+    }
+}
+
+#[test]
+fn retry_returns_an_in_doubt_key_at_once() {
+    assert!(catch_unwind(|| doubtful::send_invoice("o-9")).is_err(), "the first run crashes");
+    let mut asked = 0;
+    let result = idem::retry!(
+        doubtful::send_invoice("o-9"),
+        backoff = quick(),
+        when = |_: &PayError| {
+            asked += 1;
+            true
+        }
+    );
+    assert!(
+        matches!(&result, Err(PayError::Idem(text)) if text.contains("in doubt")),
+        "{result:?}"
+    );
+    assert_eq!(asked, 0, "no attempt can settle an in-doubt key: it is not retried");
+    assert_eq!(doubtful::RUNS.load(Ordering::SeqCst), 1, "the body never ran again");
+}
+
+#[tokio::test]
+async fn retry_returns_an_in_doubt_key_at_once_in_async_tools() {
+    let crashed = tokio::spawn(doubtful::send_reminder("o-10")).await;
+    assert!(crashed.is_err_and(|e| e.is_panic()), "the first run crashes");
+    let mut asked = 0;
+    let result = idem::retry!(
+        doubtful::send_reminder("o-10").await,
+        backoff = quick(),
+        when = |_: &PayError| {
+            asked += 1;
+            true
+        }
+    );
+    assert!(
+        matches!(&result, Err(PayError::Idem(text)) if text.contains("in doubt")),
+        "{result:?}"
+    );
+    assert_eq!(asked, 0, "not retried");
+    assert_eq!(doubtful::ASYNC_RUNS.load(Ordering::SeqCst), 1, "the body never ran again");
+}

@@ -53,6 +53,43 @@ thread_local! {
     static SYNC_CALLS: RefCell<Vec<Current>> = const { RefCell::new(Vec::new()) };
 }
 
+tokio::task_local! {
+    static ASYNC_VERDICT: Arc<AtomicBool>;
+}
+
+thread_local! {
+    static SYNC_VERDICT: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Returns `error` after noting, for an enclosing `idem::retry!`, whether calling again could
+/// help: an in-doubt key, arguments with no key or a stored result that no longer fits stay as
+/// they are however often the call repeats, so `retry!` returns them at once.
+pub(crate) fn noted(error: Error) -> Error {
+    if !error.is_retryable() {
+        let set = |verdict: &Arc<AtomicBool>| verdict.store(true, Ordering::SeqCst);
+        if ASYNC_VERDICT.try_with(set).is_err() {
+            SYNC_VERDICT.with(|verdict| verdict.borrow().as_ref().map(set));
+        }
+    }
+    error
+}
+
+/// Runs one sync attempt of `retry!`; returns its outcome and whether its error was final.
+pub(crate) fn attempt_sync<R>(attempt: impl FnOnce() -> R) -> (R, bool) {
+    let verdict = Arc::new(AtomicBool::new(false));
+    let outer = SYNC_VERDICT.with(|slot| slot.replace(Some(Arc::clone(&verdict))));
+    let outcome = attempt();
+    SYNC_VERDICT.with(|slot| *slot.borrow_mut() = outer);
+    (outcome, verdict.load(Ordering::SeqCst))
+}
+
+/// Runs one async attempt of `retry!`; returns its outcome and whether its error was final.
+pub(crate) async fn attempt_async<F: Future>(attempt: F) -> (F::Output, bool) {
+    let verdict = Arc::new(AtomicBool::new(false));
+    let outcome = ASYNC_VERDICT.scope(Arc::clone(&verdict), attempt).await;
+    (outcome, verdict.load(Ordering::SeqCst))
+}
+
 /// The innermost idempotent call whose body is running on this task or thread.
 fn current() -> Option<Current> {
     ASYNC_CALL
@@ -541,8 +578,8 @@ impl Call {
         T: Serialize + DeserializeOwned,
         E: From<Error>,
     {
-        let store = self.resolve_store()?;
-        let mut owned = match block_on(self.acquire::<T>(&store))? {
+        let store = self.resolve_store().map_err(noted)?;
+        let mut owned = match block_on(self.acquire::<T>(&store)).map_err(noted)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -556,7 +593,7 @@ impl Call {
         match outcome {
             Ok(value) => {
                 failpoint("after_body");
-                block_on(self.complete(owned, &value))?;
+                block_on(self.complete(owned, &value)).map_err(noted)?;
                 failpoint("after_complete");
                 Ok(value)
             }
@@ -576,8 +613,8 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let store = self.resolve_store()?;
-        let mut owned = match self.acquire::<T>(&store).await? {
+        let store = self.resolve_store().map_err(noted)?;
+        let mut owned = match self.acquire::<T>(&store).await.map_err(noted)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -588,7 +625,7 @@ impl Call {
         match outcome {
             Ok(value) => {
                 failpoint("after_body");
-                self.complete(owned, &value).await?;
+                self.complete(owned, &value).await.map_err(noted)?;
                 failpoint("after_complete");
                 Ok(value)
             }

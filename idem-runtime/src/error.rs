@@ -184,6 +184,14 @@ impl Error {
         }
     }
 
+    /// Whether calling again could succeed: true for [`Error::InFlight`] (the owner may finish)
+    /// and [`Error::Store`] (the backend may recover); false for the rest, which stay as they
+    /// are until someone acts (an in-doubt key is settled, the arguments or the type change).
+    /// `idem::retry!` returns a non-retryable error at once.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::InFlight { .. } | Error::Store { .. })
+    }
+
     pub(crate) fn store(key: Option<&str>, tool: &str, source: StoreError) -> Self {
         Error::Store { key: key.map(str::to_owned), tool: tool.to_owned(), source }
     }

@@ -92,27 +92,68 @@ impl Backoff {
 #[doc(hidden)]
 pub fn retry_blocking<T, E>(
     backoff: &Backoff,
-    when: impl FnMut(&E) -> bool,
-    call: impl FnMut() -> Result<T, E>,
+    mut when: impl FnMut(&E) -> bool,
+    mut call: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
-    call.retry(backoff.builder()).when(when).call()
+    let attempt = || match crate::engine::attempt_sync(&mut call) {
+        (Err(e), true) => Err(Attempt::Final(e)),
+        (Err(e), false) => Err(Attempt::Again(e)),
+        (Ok(v), _) => Ok(v),
+    };
+    attempt
+        .retry(backoff.builder())
+        .when(|e: &Attempt<E>| matches!(e, Attempt::Again(e) if when(e)))
+        .call()
+        .map_err(Attempt::into_inner)
+}
+
+/// An attempt's error, and whether another attempt could change it.
+enum Attempt<E> {
+    /// idem's own error that stays until someone acts (in doubt, no key, a stale result).
+    Final(E),
+    /// Anything else: `when` decides.
+    Again(E),
+}
+
+impl<E> Attempt<E> {
+    fn into_inner(self) -> E {
+        match self {
+            Attempt::Final(e) | Attempt::Again(e) => e,
+        }
+    }
 }
 
 /// Like [`retry_blocking`] for an async tool; sleeps with tokio's timer between attempts.
 #[doc(hidden)]
 pub async fn retry_async<T, E, Fut>(
     backoff: &Backoff,
-    when: impl FnMut(&E) -> bool,
-    call: impl FnMut() -> Fut,
+    mut when: impl FnMut(&E) -> bool,
+    mut call: impl FnMut() -> Fut,
 ) -> Result<T, E>
 where
     Fut: Future<Output = Result<T, E>>,
 {
-    call.retry(backoff.builder()).when(when).await
+    let attempt = || {
+        let attempt = crate::engine::attempt_async(call());
+        async move {
+            match attempt.await {
+                (Err(e), true) => Err(Attempt::Final(e)),
+                (Err(e), false) => Err(Attempt::Again(e)),
+                (Ok(v), _) => Ok(v),
+            }
+        }
+    };
+    attempt
+        .retry(backoff.builder())
+        .when(|e: &Attempt<E>| matches!(e, Attempt::Again(e) if when(e)))
+        .await
+        .map_err(Attempt::into_inner)
 }
 
 /// Retry every error: the default of `idem::retry!`. A safe tool may be called again whatever
-/// went wrong; pass `when = …` to stop early on errors that another attempt cannot fix.
+/// went wrong; pass `when = …` to stop early on errors that another attempt cannot fix. idem's
+/// own errors that no attempt can fix (see [`Error::is_retryable`](crate::Error::is_retryable))
+/// are returned at once whatever `when` says.
 #[doc(hidden)]
 pub fn retry_any<E>(_: &E) -> bool {
     true
