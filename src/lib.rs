@@ -344,7 +344,8 @@ pub use idem_macros::write;
 
 /// Calls a `#[read]` or `#[idempotent]` function again with exponential backoff and jitter until
 /// it succeeds, `when` refuses its error, or the [`Backoff`] gives up (5 retries by default);
-/// returns the last result.
+/// returns the last result. An attempt that failed on an idem error no attempt can fix (a key in
+/// doubt, arguments with no key: [`Error::is_retryable`] is false) ends it at once.
 ///
 /// ```text
 /// idem::retry!(get_balance("cus_42"))
