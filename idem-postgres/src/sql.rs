@@ -196,22 +196,11 @@ impl Values {
         }
     }
 
-    /// Parameters $1..$12 of the insert.
-    pub(crate) fn insert_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 12] {
-        [
-            &self.key,
-            &self.status,
-            &self.tool,
-            &self.scope,
-            &self.owner,
-            &self.attempts,
-            &self.created_at,
-            &self.updated_at,
-            &self.completed_at,
-            &self.expires_at,
-            &self.args_fingerprint,
-            &self.result,
-        ]
+    /// Parameters $1..$12 of the insert: the key, then the columns an update writes too.
+    pub(crate) fn insert_params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&self.key];
+        params.extend_from_slice(&self.update_params());
+        params
     }
 
     /// Parameters $6..$16 of the update (the key does not change).

@@ -330,7 +330,7 @@ impl Shared {
                     .await
                     .map_err(|e| pg_error("cannot reserve", e))?;
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    values.insert_params().to_vec();
+                    values.insert_params();
                 params.push(&lease);
                 client
                     .execute(&statement, &params)
