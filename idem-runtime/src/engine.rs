@@ -374,13 +374,17 @@ impl Call {
         Error::store(Some(self.key.as_str()), &self.tool, source)
     }
 
+    /// An owner no other call of this process has: the store instance, then this call's number.
+    fn fresh_owner(store: &dyn Store) -> String {
+        format!("{}#{}", store.owner_id(), CALL_SEQ.fetch_add(1, Ordering::Relaxed))
+    }
+
     fn fresh_record(&self, store: &dyn Store) -> Record {
-        let owner = format!("{}#{}", store.owner_id(), CALL_SEQ.fetch_add(1, Ordering::Relaxed));
         Record::reserve(
             self.key.as_str(),
             &self.tool,
             &self.scope,
-            &owner,
+            &Call::fresh_owner(store),
             &fingerprint(&self.canonical),
             now_ms(),
         )
@@ -475,8 +479,8 @@ impl Call {
                             });
                         }
                         InDoubtPolicy::Rerun => {
-                            let mine = self.fresh_record(store.as_ref());
-                            Some(existing.taken_over(&mine.owner, now_ms()))
+                            let owner = Call::fresh_owner(store.as_ref());
+                            Some(existing.taken_over(&owner, now_ms()))
                         }
                     },
                 };
