@@ -376,6 +376,48 @@ pub use idem_macros::write;
 /// # }
 /// ```
 pub use idem_macros::retry;
+
+/// Classifies the methods of an `impl` block at compile time, as the attributes do for free
+/// functions: an inherent block (rmcp's `#[tool_router]`) or a trait impl (rig's `Tool::call`).
+/// With it, [`tool_info!`] and [`retry!`] take a method by its type's path, and the type gains
+/// `idem_tools()`, the block's classified tools in order, whose MCP hints [`mcp::annotate`]
+/// (feature `rmcp`) copies into an rmcp router. It stacks with `#[tool_router]` in either order.
+///
+/// ```
+/// struct Bank;
+///
+/// #[idem::tools]
+/// impl Bank {
+///     #[idem::read]
+///     fn get_balance(&self, account: &str) -> Result<u64, String> {
+///         Ok(account.len() as u64)
+///     }
+///
+///     #[idem::write]
+///     fn delete_account(&self, account: &str) -> Result<(), String> {
+///         Ok(())
+///     }
+/// }
+///
+/// # fn main() {
+/// assert_eq!(idem::tool_info!(Bank::get_balance).kind, idem::Kind::Read);
+/// let names: Vec<&str> = Bank::idem_tools().iter().map(|tool| tool.name).collect();
+/// assert_eq!(names, ["get_balance", "delete_account"]);
+/// assert_eq!(idem::retry!(Bank::get_balance(&Bank, "acct-1")), Ok(6));
+/// // idem::retry!(Bank::delete_account(&Bank, "acct-1")) does not compile: a write.
+/// # }
+/// ```
+///
+/// A method is told from a module's function by its path: the segment before it is a type
+/// (`Bank`, `Self`, `<Adder as Tool>`), written in `CamelCase` as Rust's conventions have it.
+/// The classification sits in hidden constants of a second inherent `impl` of the type, so the
+/// type must be local to the crate, and one `#[idem::tools]` block per type lists its tools.
+pub use idem_macros::tools;
+
+/// rmcp without glue (feature `rmcp`): `From<idem::Error>` for rmcp's `ErrorData` lives in
+/// idem's runtime, and [`mcp::annotate`] fills a router's MCP hints from the classification.
+#[cfg(feature = "rmcp")]
+pub use idem_runtime::mcp;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
     may_have_landed, set_default_store, try_current_key, Annotations, Args, Backoff, Call,
@@ -387,6 +429,7 @@ pub use idem_runtime::{
 /// absolute path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use idem_macros::__tool_info as tool_info_of;
     pub use idem_runtime::bounds::*;
     pub use idem_runtime::*;
 }
@@ -410,7 +453,7 @@ pub mod __private {
 /// same name and visibility; methods have none (see the crate docs).
 #[macro_export]
 macro_rules! tool_info {
-    ($tool:path) => {
-        <$tool as $crate::Classified>::INFO
+    ($($tool:tt)+) => {
+        $crate::__private::tool_info_of!($crate, $($tool)+)
     };
 }

@@ -115,14 +115,24 @@ impl Parse for Options {
 
 mod param_kw {
     syn::custom_keyword!(skip);
+    syn::custom_keyword!(flatten);
+}
+
+/// The `#[idem(…)]` options of one parameter, by the span of each keyword given.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ParamOptions {
+    /// `skip`: the parameter is not part of the key.
+    pub(crate) skip: Option<Span>,
+    /// `flatten`: the parameter is the tool's whole argument object.
+    pub(crate) flatten: Option<Span>,
 }
 
 /// Removes the `#[idem(…)]` helper attributes from the parameters (the compiler knows no such
-/// attribute) and returns, per parameter, the span of its `skip` if it had one.
+/// attribute) and returns each parameter's options.
 pub(crate) fn take_param_options(
     item: &mut syn::ItemFn,
     errors: &mut Vec<syn::Error>,
-) -> Vec<Option<Span>> {
+) -> Vec<ParamOptions> {
     item.sig
         .inputs
         .iter_mut()
@@ -131,32 +141,55 @@ pub(crate) fn take_param_options(
                 syn::FnArg::Receiver(receiver) => &mut receiver.attrs,
                 syn::FnArg::Typed(typed) => &mut typed.attrs,
             };
-            let mut skip = None;
+            let mut options = ParamOptions::default();
             attrs.retain(|attr| {
                 if !attr.path().is_ident("idem") {
                     return true;
                 }
-                match attr.parse_args_with(|input: ParseStream| input.parse::<param_kw::skip>()) {
-                    Ok(keyword) => skip = Some(keyword.span),
+                let parsed = attr.parse_args_with(|input: ParseStream| {
+                    let lookahead = input.lookahead1();
+                    if lookahead.peek(param_kw::skip) {
+                        Ok((true, input.parse::<param_kw::skip>()?.span))
+                    } else if lookahead.peek(param_kw::flatten) {
+                        Ok((false, input.parse::<param_kw::flatten>()?.span))
+                    } else {
+                        Err(lookahead.error())
+                    }
+                });
+                match parsed {
+                    Ok((true, span)) => options.skip = Some(span),
+                    Ok((false, span)) => options.flatten = Some(span),
                     Err(_) => errors.push(syn::Error::new_spanned(
                         attr,
-                        "unknown parameter option: the only one is `#[idem(skip)]`, which leaves \
-                         the parameter out of the key",
+                        "unknown parameter option: write `#[idem(skip)]`, which leaves the \
+                         parameter out of the key, or `#[idem(flatten)]`, which makes the \
+                         parameter's fields the key's arguments",
                     )),
                 }
                 false
             });
-            if let (syn::FnArg::Receiver(receiver), Some(span)) = (&*input, skip) {
-                errors.push(syn::Error::new(
-                    span,
-                    format!(
-                        "`{}` is never part of the key: drop `#[idem(skip)]`",
-                        quote::quote!(#receiver)
-                    ),
-                ));
-                skip = None;
+            if let syn::FnArg::Receiver(receiver) = &*input {
+                let given = [("skip", options.skip.take()), ("flatten", options.flatten.take())];
+                for (name, span) in given {
+                    if let Some(span) = span {
+                        errors.push(syn::Error::new(
+                            span,
+                            format!(
+                                "`{}` is never part of the key: drop `#[idem({name})]`",
+                                quote::quote!(#receiver)
+                            ),
+                        ));
+                    }
+                }
             }
-            skip
+            if let (Some(_), Some(flatten)) = (options.skip, options.flatten) {
+                errors.push(syn::Error::new(
+                    flatten,
+                    "a parameter is either skipped or flattened into the key, not both: keep one",
+                ));
+                options.flatten = None;
+            }
+            options
         })
         .collect()
 }

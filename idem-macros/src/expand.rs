@@ -24,7 +24,7 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
         }
     };
     let mut errors = Vec::new();
-    let skips = args::take_param_options(&mut item, &mut errors);
+    let param_options = args::take_param_options(&mut item, &mut errors);
     let options = match syn::parse2::<Options>(options) {
         Ok(options) => options,
         Err(error) => {
@@ -32,7 +32,7 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
             return with_errors(item.into_token_stream(), errors);
         }
     };
-    let tool = validate::tool(attr, options, &item, &skips, &mut errors);
+    let tool = validate::tool(attr, options, &item, &param_options, &mut errors);
     if !errors.is_empty() {
         return with_errors(item.into_token_stream(), errors);
     }
@@ -59,26 +59,61 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
     let prepare = prepare_call(tool);
     let output = tool.output.as_ref().expect("validated: an idempotent tool returns a Result");
     let span = output.span();
+    let json = json_wrapper(output);
+    // A `Json<T>` (rmcp's, axum's) is not itself `Serialize`: the engine stores and replays the
+    // `T` inside it, and the wrapper is put back around whichever one comes out.
+    let (unwrap, rewrap) = match &json {
+        Some(wrapper) => {
+            (quote!(.map(|__idem_ok| __idem_ok.0)), quote!(.map(|__idem_ok| #wrapper(__idem_ok))))
+        }
+        None => (TokenStream::new(), TokenStream::new()),
+    };
     match tool.shape {
         Shape::Sync => {
-            let run = respan(quote!(#krate::__private::run_sync(__idem_call, __idem_body)), span);
+            let run = respan(
+                quote!(#krate::__private::run_sync(__idem_call, move || __idem_body() #unwrap)),
+                span,
+            );
             let body = &item.block;
             item.block = syn::parse_quote!({
                 #prepare
                 let __idem_body = move || -> #output #body;
-                #run
+                #run #rewrap
             });
         }
         Shape::Async => {
-            let block = async_body(krate, &prepare, output, &item.block, span);
+            let block = async_body(krate, &prepare, output, &item.block, span, &unwrap, &rewrap);
             *item.block = block;
         }
         Shape::Boxed => {
             let inner = validate::boxed_async_block_mut(&mut item.block)
                 .expect("validated: a boxed async body");
-            inner.block = async_body(krate, &prepare, output, &inner.block, span);
+            inner.block = async_body(krate, &prepare, output, &inner.block, span, &unwrap, &rewrap);
         }
     }
+}
+
+/// `Json` in `Result<Json<T>, E>`: the path of a one-field wrapper named `Json`, without its
+/// generics, so that it can be called to wrap a replayed `T`.
+fn json_wrapper(output: &syn::Type) -> Option<syn::Path> {
+    let syn::Type::Path(result) = output else { return None };
+    let last = result.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let Some(syn::GenericArgument::Type(syn::Type::Path(ok))) = args.args.first() else {
+        return None;
+    };
+    let wrapper = ok.path.segments.last()?;
+    if ok.qself.is_some() || wrapper.ident != "Json" {
+        return None;
+    }
+    let mut path = ok.path.clone();
+    for segment in &mut path.segments {
+        segment.arguments = syn::PathArguments::None;
+    }
+    Some(path)
 }
 
 /// An async body behind the engine: the original block becomes the future the engine runs once.
@@ -88,15 +123,17 @@ fn async_body(
     output: &syn::Type,
     body: &syn::Block,
     span: Span,
+    unwrap: &TokenStream,
+    rewrap: &TokenStream,
 ) -> syn::Block {
     let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
     syn::parse_quote!({
         #prepare
         let __idem_body = move || async move {
             let __idem_ret: #output = #body;
-            __idem_ret
+            __idem_ret #unwrap
         };
-        #run.await
+        #run.await #rewrap
     })
 }
 
@@ -112,6 +149,15 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             param.ty.span(),
         );
         quote!(.and_then(|__idem_args| #key_arg))
+    });
+    let flatten = tool.flatten.as_ref().map(|flat| {
+        let ident = &flat.name;
+        let label = ident.to_string();
+        let flatten_arg = respan(
+            quote!(#krate::__private::flatten_arg(__idem_args, #label, &#ident)),
+            flat.ty.span(),
+        );
+        quote!(.and_then(|__idem_args| #flatten_arg))
     });
     let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
@@ -137,6 +183,7 @@ fn prepare_call(tool: &Tool) -> TokenStream {
     quote! {
         let __idem_call = #krate::__private::args(#name)
             #(#args)*
+            #flatten
             .map(|__idem_args| {
                 #krate::__private::Call::from_canonical(
                     #name,

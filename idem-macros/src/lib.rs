@@ -4,6 +4,7 @@ mod args;
 mod classify;
 mod expand;
 mod retry;
+mod tools;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -33,4 +34,18 @@ pub fn write(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn retry(input: TokenStream) -> TokenStream {
     retry::expand(input.into()).into()
+}
+
+/// Classifies the `#[read]`, `#[idempotent]` and `#[write]` methods of an `impl` block at compile
+/// time; see `idem::tools`.
+#[proc_macro_attribute]
+pub fn tools(args: TokenStream, item: TokenStream) -> TokenStream {
+    tools::expand(args.into(), item.into()).into()
+}
+
+/// `idem::tool_info!`'s engine: `$crate, path`.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __tool_info(input: TokenStream) -> TokenStream {
+    retry::tool_info(input.into()).into()
 }

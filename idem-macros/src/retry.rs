@@ -22,7 +22,9 @@ struct Input {
 
 const USAGE: &str = "retry! takes a call of a `#[idem::read]` or `#[idem::idempotent]` function \
                      by its path: `idem::retry!(get_balance(\"cus_1\"))`, or \
-                     `idem::retry!(charge_card(4200, \"cus_1\", \"step-7\").await)` for an async one";
+                     `idem::retry!(charge_card(4200, \"cus_1\", \"step-7\").await)` for an async one, \
+                     or `idem::retry!(Bank::send_payment(&bank, req).await)` for a method of an \
+                     impl block under `#[idem::tools]`";
 
 impl Parse for Input {
     fn parse(input: ParseStream) -> syn::Result<Self> {
@@ -35,7 +37,7 @@ impl Parse for Input {
             },
             other => return Err(not_a_call(&other)),
         };
-        if !matches!(&*call.func, Expr::Path(path) if path.qself.is_none()) {
+        if !matches!(&*call.func, Expr::Path(_)) {
             return Err(syn::Error::new_spanned(&call.func, USAGE));
         }
         let mut parsed = Input { call, is_async, backoff: None, when: None, krate: None };
@@ -71,8 +73,8 @@ impl Parse for Input {
 fn not_a_call(expr: &Expr) -> syn::Error {
     let message = if matches!(expr, Expr::MethodCall(_)) {
         format!(
-            "{USAGE}; a method has no compile-time classification to check, so retry a free \
-             function that calls it"
+            "{USAGE}; a method call's receiver has a type the macro cannot see, so name the \
+             method by its type: `Bank::send_payment(&bank, …)`"
         )
     } else {
         USAGE.to_owned()
@@ -93,7 +95,10 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
         None => syn::parse_quote!(::idem),
     };
     let Expr::Path(func) = &*input.call.func else { unreachable!("checked while parsing") };
-    let check = safety_check(&func.path, &krate);
+    let check = match crate::tools::method_path(func.qself.as_ref(), &func.path) {
+        Some((owner, method)) => method_check(&owner, &method, &krate),
+        None => safety_check(&func.path, &krate),
+    };
     let backoff = match &input.backoff {
         Some(backoff) => quote!(#backoff),
         None => quote!(#krate::__private::Backoff::default()),
@@ -114,6 +119,52 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
             #krate::__private::retry_blocking(&#backoff, #when, || #call)
         }}
     })
+}
+
+/// A method's classification is a constant of a marker type that `#[idem::tools]` puts beside
+/// its block; only the markers of reads and idempotent tools are `RetrySafeMethod`. A method
+/// with no such constant (no `#[idem::tools]` on its block, or no classification) fails to
+/// resolve it, which names the method.
+fn method_check(owner: &TokenStream, method: &syn::Ident, krate: &Path) -> TokenStream {
+    let kind = crate::tools::companion(method, "kind");
+    let assert = crate::expand::respan(
+        quote!(#krate::__private::retry_safe_method(&<#owner>::#kind)),
+        method.span(),
+    );
+    quote!(#assert;)
+}
+
+/// `tool_info!($crate, path)`: a method's constant, or a free function's companion type.
+pub(crate) fn tool_info(input: TokenStream) -> TokenStream {
+    let parsed = |input: ParseStream| {
+        let mut krate = TokenStream::new();
+        while !input.peek(Token![,]) {
+            krate.extend([input.parse::<proc_macro2::TokenTree>()?]);
+        }
+        input.parse::<Token![,]>()?;
+        let path: syn::ExprPath = input.parse()?;
+        Ok((krate, path))
+    };
+    let (krate, path) =
+        match syn::parse::Parser::parse2(parsed, input) {
+            Ok(parsed) => parsed,
+            Err(error) => return syn::Error::new(
+                error.span(),
+                "tool_info! takes the path of a classified tool: `idem::tool_info!(get_balance)`, \
+                 or `idem::tool_info!(Bank::send_payment)` for a method under `#[idem::tools]`",
+            )
+            .into_compile_error(),
+        };
+    match crate::tools::method_path(path.qself.as_ref(), &path.path) {
+        Some((owner, method)) => {
+            let info = crate::tools::companion(&method, "tool");
+            quote!(<#owner>::#info)
+        }
+        None => {
+            let path = &path.path;
+            quote!(<#path as #krate::Classified>::INFO)
+        }
+    }
 }
 
 /// A module that imports the tool's companion type under a fixed name, or, when the function

@@ -5,7 +5,7 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Stmt, Type};
 
-use crate::args::{Attr, Options};
+use crate::args::{Attr, Options, ParamOptions};
 
 /// How the body runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -32,6 +32,15 @@ pub(crate) struct KeyParam {
     pub(crate) ty: Type,
 }
 
+/// The parameter marked `#[idem(flatten)]`: the tool's whole argument object.
+pub(crate) struct Flatten {
+    /// The name bound to the object: the parameter's, or the one inside its pattern
+    /// (`req` in `Parameters(req)`).
+    pub(crate) name: Ident,
+    /// The parameter's type, for spans.
+    pub(crate) ty: Type,
+}
+
 /// A validated tool, ready to expand.
 pub(crate) struct Tool {
     pub(crate) attr: Attr,
@@ -39,6 +48,9 @@ pub(crate) struct Tool {
     pub(crate) krate: Path,
     pub(crate) scope: Option<Scope>,
     pub(crate) key_params: Vec<KeyParam>,
+    /// The parameter whose fields are the key's arguments, if one is marked so; then it is the
+    /// only one in the key.
+    pub(crate) flatten: Option<Flatten>,
     pub(crate) store: Option<Path>,
     pub(crate) wait_ms: Option<u64>,
     pub(crate) ttl_ms: Option<u64>,
@@ -50,13 +62,14 @@ pub(crate) struct Tool {
     pub(crate) companion: bool,
 }
 
-/// Checks `item` under `attr` with `options`; `skips` holds each parameter's `#[idem(skip)]`.
+/// Checks `item` under `attr` with `options`; `param_options` holds each parameter's
+/// `#[idem(…)]`.
 /// Every problem found is pushed to `errors`.
 pub(crate) fn tool(
     attr: Attr,
     options: Options,
     item: &ItemFn,
-    skips: &[Option<Span>],
+    param_options: &[ParamOptions],
     errors: &mut Vec<syn::Error>,
 ) -> Tool {
     let sig = &item.sig;
@@ -97,13 +110,18 @@ pub(crate) fn tool(
                 ));
             }
         }
-        for span in skips.iter().flatten() {
-            errors.push(syn::Error::new(
-                *span,
-                format!(
-                    "`#[idem(skip)]` has no meaning on `#[{attr_name}]`, which has no key: drop it"
-                ),
-            ));
+        for options in param_options {
+            for (name, span) in [("skip", options.skip), ("flatten", options.flatten)] {
+                if let Some(span) = span {
+                    errors.push(syn::Error::new(
+                        span,
+                        format!(
+                            "`#[idem({name})]` has no meaning on `#[{attr_name}]`, which has no \
+                             key: drop it"
+                        ),
+                    ));
+                }
+            }
         }
     }
 
@@ -176,15 +194,22 @@ pub(crate) fn tool(
         });
     }
 
-    let params: Vec<(Option<&Ident>, &syn::PatType, Option<Span>)> = sig
+    let params: Vec<Param> = sig
         .inputs
         .iter()
-        .zip(skips)
-        .filter_map(|(input, skip)| match input {
+        .zip(param_options)
+        .filter_map(|(input, options)| match input {
             FnArg::Receiver(_) => None,
-            FnArg::Typed(typed) => Some((plain_name(&typed.pat), typed, *skip)),
+            FnArg::Typed(typed) => {
+                // A flattened parameter may be a one-field wrapper pattern: its binding is the
+                // argument object.
+                let name = plain_name(&typed.pat)
+                    .or_else(|| options.flatten.and_then(|_| wrapped_name(&typed.pat)));
+                Some(Param { name, typed, options: *options })
+            }
         })
         .collect();
+    let flatten = if attr == Attr::Idempotent { flatten_param(&params, errors) } else { None };
 
     let scope = match (&options.scope, attr) {
         (None, Attr::Idempotent) => {
@@ -199,30 +224,46 @@ pub(crate) fn tool(
             ));
             None
         }
-        (Some(scope), Attr::Idempotent) => parse_scope(&scope.value, &params, errors),
+        (Some(scope), Attr::Idempotent) => {
+            parse_scope(&scope.value, &params, flatten.as_ref(), sig, errors)
+        }
         _ => None,
     };
 
     let mut key_params = Vec::new();
     if attr == Attr::Idempotent {
-        for (name, typed, skip) in &params {
+        for Param { name, typed, options } in &params {
             let is_scope = scope.as_ref().is_some_and(|s| Some(&s.param) == *name);
-            match (skip, is_scope) {
+            let whole_scope = is_scope && scope.as_ref().is_some_and(|s| s.fields.is_empty());
+            match (options.skip, is_scope) {
                 (Some(span), true) => errors.push(syn::Error::new(
-                    *span,
+                    span,
                     "the scope parameter cannot be skipped: the key is built from it; drop \
                      `#[idem(skip)]` or choose another scope",
                 )),
                 (Some(_), false) => {}
-                (None, true) if scope.as_ref().is_some_and(|s| s.fields.is_empty()) => {}
-                (None, _) => match name {
-                    Some(name) => {
+                (None, _) if whole_scope => {}
+                (None, _) if options.flatten.is_some() => {}
+                (None, _) => match (name, &flatten) {
+                    (_, Some(flat)) => errors.push(syn::Error::new_spanned(
+                        &typed.pat,
+                        format!(
+                            "`{}` would enter the key beside `{}`, whose fields are the whole \
+                             argument object (`#[idem(flatten)]`): mark it `#[idem(skip)]`, or \
+                             make it the scope",
+                            typed.pat.to_token_stream(),
+                            flat.name
+                        ),
+                    )),
+                    (Some(name), None) => {
                         key_params.push(KeyParam { name: (*name).clone(), ty: (*typed.ty).clone() })
                     }
-                    None => errors.push(syn::Error::new_spanned(
+                    (None, None) => errors.push(syn::Error::new_spanned(
                         &typed.pat,
                         "a key parameter needs a plain name, which the key uses: bind it to a \
-                         name, or mark it `#[idem(skip)]` if it is not part of the intent",
+                         name; if it is the tool's whole argument object (rmcp's \
+                         `Parameters(req)`), mark it `#[idem(flatten)]` so that its fields are \
+                         the arguments; or mark it `#[idem(skip)]` if it is not part of the intent",
                     )),
                 },
             }
@@ -257,6 +298,7 @@ pub(crate) fn tool(
         krate,
         scope,
         key_params,
+        flatten,
         store: options.store.map(|o| o.value),
         wait_ms,
         ttl_ms,
@@ -285,31 +327,154 @@ fn plain_name(pat: &Pat) -> Option<&Ident> {
     }
 }
 
-fn parse_scope(
-    lit: &LitStr,
-    params: &[(Option<&Ident>, &syn::PatType, Option<Span>)],
-    errors: &mut Vec<syn::Error>,
-) -> Option<Scope> {
-    let text = lit.value();
-    let mut segments = text.split('.');
-    let first = segments.next().unwrap_or_default();
-    let param = params.iter().find_map(|(name, _, _)| name.filter(|n| *n == first));
-    let Some(param) = param else {
-        let names: Vec<String> =
-            params.iter().filter_map(|(name, _, _)| name.map(ToString::to_string)).collect();
-        let known = if names.is_empty() {
-            "it has none".to_owned()
-        } else {
-            format!("they are: {}", names.join(", "))
-        };
+/// One typed parameter as the checks see it.
+struct Param<'a> {
+    /// Its plain name, or, when flattened, the name inside its wrapper pattern.
+    name: Option<&'a Ident>,
+    typed: &'a syn::PatType,
+    options: ParamOptions,
+}
+
+/// `req` in `Parameters(req)` or `Wrapper { 0: req }`: the one name a wrapper pattern binds.
+fn wrapped_name(pat: &Pat) -> Option<&Ident> {
+    match pat {
+        Pat::TupleStruct(tuple) if tuple.elems.len() == 1 => plain_name(&tuple.elems[0]),
+        Pat::Struct(fields) if fields.fields.len() == 1 && fields.rest.is_none() => {
+            plain_name(&fields.fields[0].pat)
+        }
+        _ => None,
+    }
+}
+
+/// The one parameter marked `#[idem(flatten)]`, checked to be an object a client could send.
+fn flatten_param(params: &[Param], errors: &mut Vec<syn::Error>) -> Option<Flatten> {
+    let mut marked = params.iter().filter(|p| p.options.flatten.is_some());
+    let first = marked.next()?;
+    for extra in marked {
+        errors.push(syn::Error::new(
+            extra.options.flatten.unwrap_or_else(Span::call_site),
+            "only one parameter can be the tool's whole argument object: keep `#[idem(flatten)]` \
+             on one",
+        ));
+    }
+    let Some(name) = first.name else {
         errors.push(syn::Error::new_spanned(
-            lit,
+            &first.typed.pat,
+            "a `#[idem(flatten)]` parameter is a name (`req: PaymentRequest`) or a one-field \
+             wrapper pattern (`Parameters(req): Parameters<PaymentRequest>`), whose binding is the \
+             argument object",
+        ));
+        return None;
+    };
+    let object = if plain_name(&first.typed.pat).is_some() {
+        Some(&*first.typed.ty)
+    } else {
+        wrapped_type(&first.typed.ty)
+    };
+    if let Some(ty) = object.filter(|ty| not_an_object(ty)) {
+        errors.push(syn::Error::new_spanned(
+            ty,
             format!(
-                "`scope = \"{text}\"` names no parameter ({known}); the scope is a parameter, or a \
-                 field path into one such as \"req.order_id\""
+                "`#[idem(flatten)]` makes the fields of `{name}` the key's arguments, but `{}` has \
+                 no fields: flatten the struct the client's arguments deserialize into, or drop \
+                 `#[idem(flatten)]` to key `{name}` by its name",
+                ty.to_token_stream()
             ),
         ));
         return None;
+    }
+    Some(Flatten { name: name.clone(), ty: (*first.typed.ty).clone() })
+}
+
+/// `T` in `Parameters<T>`: the type a one-field wrapper pattern binds, when it is written out.
+fn wrapped_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    let syn::PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|arg| match arg {
+        syn::GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    });
+    match (types.next(), types.next()) {
+        (Some(ty), None) => Some(ty),
+        _ => None,
+    }
+}
+
+/// Types that are known not to serialize as a JSON object: numbers, text, sequences, tuples.
+fn not_an_object(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(reference) => not_an_object(&reference.elem),
+        Type::Paren(inner) => not_an_object(&inner.elem),
+        Type::Group(inner) => not_an_object(&inner.elem),
+        Type::Array(_) | Type::Slice(_) | Type::Tuple(_) => true,
+        Type::Path(path) if path.qself.is_none() => {
+            let Some(last) = path.path.segments.last() else { return false };
+            const SCALARS: &[&str] = &[
+                "bool", "char", "str", "String", "u8", "u16", "u32", "u64", "u128", "usize", "i8",
+                "i16", "i32", "i64", "i128", "isize", "f32", "f64", "Vec", "VecDeque", "Option",
+                "Box", "Cow",
+            ];
+            let name = last.ident.to_string();
+            match name.as_str() {
+                // A box of an object is an object: look inside.
+                "Box" | "Cow" => wrapped_type(ty).is_some_and(not_an_object),
+                _ => SCALARS.contains(&name.as_str()),
+            }
+        }
+        _ => false,
+    }
+}
+
+fn parse_scope(
+    lit: &LitStr,
+    params: &[Param],
+    flatten: Option<&Flatten>,
+    sig: &syn::Signature,
+    errors: &mut Vec<syn::Error>,
+) -> Option<Scope> {
+    let text = lit.value();
+    let mut segments = text.split('.').peekable();
+    let first = segments.peek().copied().unwrap_or_default();
+    let param = params.iter().find_map(|p| p.name.filter(|n| *n == first));
+    let param = match (param, flatten) {
+        (Some(param), _) => {
+            segments.next();
+            param.clone()
+        }
+        // Not a parameter: a field of the argument object, as the client names it.
+        (None, Some(flat)) => flat.name.clone(),
+        (None, None) => {
+            let names: Vec<String> = sig
+                .inputs
+                .iter()
+                .map(|input| match input {
+                    FnArg::Receiver(receiver) => receiver.self_token.to_token_stream().to_string(),
+                    FnArg::Typed(typed) => pattern_text(&typed.pat),
+                })
+                .collect();
+            let known = match names.as_slice() {
+                [] => "the function has no parameters".to_owned(),
+                names => format!("the function's parameters are: {}", names.join(", ")),
+            };
+            let patterned = params.iter().any(|p| p.name.is_none());
+            let hint = if patterned {
+                "; a pattern's binding such as `req` in `Parameters(req)` can be named once the \
+                 parameter is marked `#[idem(flatten)]`, which also lets the scope name a field \
+                 of it directly (\"invoice_id\")"
+            } else {
+                ""
+            };
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!(
+                    "`scope = \"{text}\"` names no parameter ({known}); the scope is a parameter, \
+                     or a field path into one such as \"req.order_id\"{hint}"
+                ),
+            ));
+            return None;
+        }
     };
     let mut fields = Vec::new();
     for segment in segments {
@@ -324,7 +489,13 @@ fn parse_scope(
             }
         }
     }
-    Some(Scope { text, param: Ident::new(&param.to_string(), param.span()), fields })
+    Some(Scope { text, param, fields })
+}
+
+/// A parameter's pattern as the user wrote it, spaced the way rustfmt would.
+fn pattern_text(pat: &Pat) -> String {
+    let text = pat.to_token_stream().to_string();
+    text.replace(" (", "(").replace("( ", "(").replace(" )", ")").replace(" ,", ",")
 }
 
 fn with_span(member: Member, span: Span) -> Member {

@@ -196,3 +196,11 @@ impl Error {
         Error::Store { key: key.map(str::to_owned), tool: tool.to_owned(), source }
     }
 }
+
+/// For tools whose error type is a plain `String` (`Result<T, String>`): the message, which
+/// names the key and says what to do.
+impl From<Error> for String {
+    fn from(error: Error) -> Self {
+        error.to_string()
+    }
+}

@@ -19,6 +19,8 @@ mod error;
 pub mod exec;
 mod failpoint;
 mod key;
+#[cfg(feature = "rmcp")]
+pub mod mcp;
 mod record;
 mod retry;
 mod store;

@@ -1,0 +1,172 @@
+//! An MCP server over stdio whose tools are classified by idem: `get_balance` is a read,
+//! `send_payment` runs once per invoice however often the client calls it, and `delete_account`
+//! is a write that is never retried. The MCP hints that clients see in `tools/list` come from
+//! those attributes.
+//!
+//! ```text
+//! cargo run --features rmcp --example mcp_server    # then speak MCP on stdin and stdout
+//! ```
+//!
+//! The idem store opens at `$IDEM_STORE`, else `./idem.sled`. `tests/mcp.rs` drives this same
+//! server as an MCP client would.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+use rmcp::schemars::JsonSchema;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::{Deserialize, Serialize};
+
+/// Which account a read or a deletion is about.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct AccountRequest {
+    /// The account id, such as `acct-1`.
+    pub account: String,
+}
+
+/// A payment for one invoice: the invoice is the unit of work, so it is the scope.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct PaymentRequest {
+    /// The invoice this payment settles; paying it twice is the mistake to prevent.
+    pub invoice_id: String,
+    /// The account paid from.
+    pub from: String,
+    /// The account paid to.
+    pub to: String,
+    /// The amount, in cents.
+    pub amount_cents: u64,
+}
+
+/// What `get_balance` answers.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct Balance {
+    /// The account asked about.
+    pub account: String,
+    /// Its balance, in cents.
+    pub balance_cents: u64,
+}
+
+/// What `send_payment` answers, stored by idem and replayed to every repeat of the call.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct Receipt {
+    /// The bank's id for the payment: one per payment actually made.
+    pub payment_id: String,
+    /// The invoice it settled.
+    pub invoice_id: String,
+    /// The amount moved, in cents.
+    pub amount_cents: u64,
+}
+
+/// A toy bank behind the tools. `pub` so that `tests/mcp.rs` can serve it in-process.
+#[derive(Clone)]
+pub struct Bank {
+    balances: Arc<Mutex<HashMap<String, u64>>>,
+    payments: Arc<AtomicU32>,
+    tool_router: ToolRouter<Bank>,
+}
+
+#[idem::tools]
+#[tool_router]
+impl Bank {
+    /// A bank with two funded accounts, its router's MCP hints taken from idem's attributes.
+    pub fn new() -> Self {
+        let balances = HashMap::from([("acct-1".to_owned(), 100_000), ("acct-2".to_owned(), 0)]);
+        Bank {
+            balances: Arc::new(Mutex::new(balances)),
+            payments: Arc::new(AtomicU32::new(0)),
+            tool_router: idem::mcp::annotate(Self::tool_router(), Self::idem_tools()),
+        }
+    }
+
+    /// How many payments the bank has actually made (bodies of `send_payment` that ran).
+    pub fn payments_made(&self) -> u32 {
+        self.payments.load(Ordering::SeqCst)
+    }
+
+    #[tool(description = "The balance of an account, in cents")]
+    #[idem::read]
+    async fn get_balance(
+        &self,
+        Parameters(req): Parameters<AccountRequest>,
+    ) -> Result<Json<Balance>, ErrorData> {
+        let balances = self.balances.lock().expect("no panic holds the lock");
+        match balances.get(&req.account) {
+            Some(&balance_cents) => Ok(Json(Balance { account: req.account, balance_cents })),
+            None => Err(ErrorData::invalid_params(format!("no account {}", req.account), None)),
+        }
+    }
+
+    #[tool(description = "Pay an invoice from one account to another; paying the same invoice \
+                          again returns the first payment's receipt")]
+    #[idem::idempotent(scope = "invoice_id")]
+    async fn send_payment(
+        &self,
+        #[idem(flatten)] Parameters(req): Parameters<PaymentRequest>,
+    ) -> Result<Json<Receipt>, ErrorData> {
+        let mut balances = self.balances.lock().expect("no panic holds the lock");
+        let from = balances.get(&req.from).copied().unwrap_or(0);
+        if from < req.amount_cents {
+            // Nothing moved: the key is released, and a later call may try again.
+            return Err(ErrorData::invalid_params(format!("{} cannot cover it", req.from), None));
+        }
+        balances.insert(req.from.clone(), from - req.amount_cents);
+        *balances.entry(req.to.clone()).or_insert(0) += req.amount_cents;
+        let n = self.payments.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(Json(Receipt {
+            payment_id: format!("pay_{n}"),
+            invoice_id: req.invoice_id,
+            amount_cents: req.amount_cents,
+        }))
+    }
+
+    #[tool(description = "Delete an account and its history")]
+    #[idem::write]
+    async fn delete_account(
+        &self,
+        Parameters(req): Parameters<AccountRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let removed = self.balances.lock().expect("no panic holds the lock").remove(&req.account);
+        match removed {
+            Some(_) => Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "deleted {}",
+                req.account
+            ))])),
+            None => Err(ErrorData::invalid_params(format!("no account {}", req.account), None)),
+        }
+    }
+}
+
+impl Default for Bank {
+    fn default() -> Self {
+        Bank::new()
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Bank {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build()).with_instructions(
+            "A toy bank: send_payment pays an invoice once, however often called.",
+        )
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // stdout carries the protocol; anything for a person goes to stderr.
+    eprintln!(
+        "mcp_server: serving MCP on stdio; idem store at {}",
+        idem::default_store_path().display()
+    );
+    let service = Bank::new().serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}

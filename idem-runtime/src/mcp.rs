@@ -1,0 +1,73 @@
+//! rmcp without glue (the `rmcp` feature): idem's errors as rmcp's `ErrorData`, and the MCP
+//! hints of an rmcp `ToolRouter` filled from idem's classification.
+//!
+//! The `From` impl has to live here: `ErrorData` is rmcp's and [`Error`] is ours, so the orphan
+//! rule allows it only in this crate (or in rmcp).
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{ErrorCode, ToolAnnotations};
+use rmcp::ErrorData;
+
+use crate::classify::ToolInfo;
+use crate::error::Error;
+
+impl From<Error> for ErrorData {
+    /// Arguments that have no key are the caller's to fix (`invalid_params`); everything else is
+    /// the server's (`internal_error`). The message is idem's, which names the key and says what
+    /// to do; `data` carries the key and the kind, so that a client or an operator can act on it
+    /// without parsing the text.
+    fn from(error: Error) -> Self {
+        let code = match error {
+            Error::Key { .. } => ErrorCode::INVALID_PARAMS,
+            _ => ErrorCode::INTERNAL_ERROR,
+        };
+        let kind = match error {
+            Error::Key { .. } => "key",
+            Error::Replay { .. } => "replay",
+            Error::Result { .. } => "result",
+            Error::InFlight { .. } => "in_flight",
+            Error::InDoubt { .. } => "in_doubt",
+            Error::NotFound { .. } => "not_found",
+            Error::NotResolvable { .. } => "not_resolvable",
+            Error::Store { .. } => "store",
+        };
+        let data = serde_json::json!({
+            "idem": { "error": kind, "key": error.key(), "retryable": error.is_retryable() }
+        });
+        ErrorData::new(code, error.to_string(), Some(data))
+    }
+}
+
+/// Sets the MCP hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) of every route in
+/// `router` that `tools` classifies, matched by tool name, and returns the router. A route's
+/// title and `openWorldHint` are kept; routes idem does not classify are left as they are.
+///
+/// `tools` is what `#[idem::tools]` lists for an impl block (`Bank::idem_tools()`), so the
+/// hints are written once, as the tool's attribute:
+///
+/// ```ignore
+/// #[idem::tools]
+/// #[tool_router]
+/// impl Bank {
+///     #[tool(description = "Send a payment")]
+///     #[idem::idempotent(scope = "invoice_id")]
+///     async fn send_payment(&self, #[idem(flatten)] Parameters(req): Parameters<Payment>)
+///         -> Result<Json<Receipt>, ErrorData> { … }
+/// }
+///
+/// let router = idem::mcp::annotate(Bank::tool_router(), Bank::idem_tools());
+/// ```
+pub fn annotate<S>(mut router: ToolRouter<S>, tools: &[ToolInfo]) -> ToolRouter<S> {
+    for info in tools {
+        let Some(route) = router.map.get_mut(info.name) else {
+            continue;
+        };
+        let hints = info.annotations();
+        let mut annotations = route.attr.annotations.take().unwrap_or_else(ToolAnnotations::new);
+        annotations.read_only_hint = Some(hints.read_only_hint);
+        annotations.idempotent_hint = Some(hints.idempotent_hint);
+        annotations.destructive_hint = Some(hints.destructive_hint);
+        route.attr.annotations = Some(annotations);
+    }
+    router
+}

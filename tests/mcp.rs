@@ -1,0 +1,147 @@
+//! `examples/mcp_server.rs` driven as an MCP client drives it: rmcp's own client, over an
+//! in-process duplex pipe, through `initialize`, `tools/list` and `tools/call`. Needs the `rmcp`
+//! feature (`cargo test --workspace --features idem/rmcp`, as `.ci/run` does).
+
+#[cfg(not(feature = "rmcp"))]
+#[test]
+fn mcp_server_needs_the_rmcp_feature() {
+    eprintln!(
+        "NOTICE: tests/mcp.rs did not run: it needs the `rmcp` feature; run \
+         `cargo test --workspace --features idem/rmcp`"
+    );
+}
+
+#[cfg(feature = "rmcp")]
+#[allow(dead_code)]
+#[path = "../examples/mcp_server.rs"]
+mod mcp_server;
+
+#[cfg(feature = "rmcp")]
+mod mcp {
+    use std::path::PathBuf;
+    use std::process::Command;
+    use std::sync::Arc;
+
+    use rmcp::model::{CallToolRequestParams, JsonObject, ToolAnnotations};
+    use rmcp::ServiceExt;
+    use serde_json::json;
+
+    use super::mcp_server::Bank;
+
+    fn hints(read_only: bool, idempotent: bool, destructive: bool) -> ToolAnnotations {
+        let mut hints = ToolAnnotations::new();
+        hints.read_only_hint = Some(read_only);
+        hints.idempotent_hint = Some(idempotent);
+        hints.destructive_hint = Some(destructive);
+        hints
+    }
+
+    fn object(value: serde_json::Value) -> JsonObject {
+        match value {
+            serde_json::Value::Object(object) => object,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    /// The `idem` command, built by this workspace's `cargo test --workspace`; built here when
+    /// this test runs alone.
+    fn idem_command() -> PathBuf {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
+        let idem = dir.join(format!("idem{}", std::env::consts::EXE_SUFFIX));
+        if !idem.exists() {
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--quiet", "-p", "idem-cli"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("cargo runs");
+            assert!(status.success(), "cargo build -p idem-cli failed");
+        }
+        idem
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_mcp_client_sees_the_hints_and_pays_an_invoice_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn idem::Store> =
+            Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).unwrap());
+        idem::set_default_store(store.clone());
+
+        let bank = Bank::new();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(bank.clone().serve(tokio::io::split(server_io)));
+        let client = ().serve(tokio::io::split(client_io)).await.expect("the client initializes");
+        let _server = server.await.unwrap().expect("the server initializes");
+
+        // tools/list: the hints come from #[read], #[idempotent] and #[write].
+        let mut tools = client.list_all_tools().await.unwrap();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let listed: Vec<(&str, Option<ToolAnnotations>)> =
+            tools.iter().map(|tool| (&*tool.name, tool.annotations.clone())).collect();
+        assert_eq!(
+            listed,
+            [
+                ("delete_account", Some(hints(false, false, true))),
+                ("get_balance", Some(hints(true, true, false))),
+                ("send_payment", Some(hints(false, true, true))),
+            ]
+        );
+
+        // tools/call of send_payment, twice with the same arguments: one payment, one answer.
+        let arguments = json!({
+            "invoice_id": "inv-1",
+            "from": "acct-1",
+            "to": "acct-2",
+            "amount_cents": 4200,
+        });
+        let pay = |arguments: &serde_json::Value| {
+            CallToolRequestParams::new("send_payment").with_arguments(object(arguments.clone()))
+        };
+        let first = client.call_tool(pay(&arguments)).await.unwrap();
+        let again = client.call_tool(pay(&arguments)).await.unwrap();
+        let receipt = first.structured_content.clone().expect("structured content");
+        assert_eq!(
+            receipt,
+            json!({"payment_id": "pay_1", "invoice_id": "inv-1", "amount_cents": 4200})
+        );
+        assert_eq!(again.structured_content, Some(receipt), "the repeat replays the receipt");
+        assert_eq!(bank.payments_made(), 1, "the body ran once");
+
+        let balance = client
+            .call_tool(
+                CallToolRequestParams::new("get_balance")
+                    .with_arguments(object(json!({"account": "acct-2"}))),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            balance.structured_content,
+            Some(json!({"account": "acct-2", "balance_cents": 4200})),
+            "paid once, so credited once"
+        );
+
+        // Another invoice is another payment.
+        let mut other = arguments.clone();
+        other["invoice_id"] = json!("inv-2");
+        let second = client.call_tool(pay(&other)).await.unwrap();
+        assert_eq!(second.structured_content.unwrap()["payment_id"], "pay_2");
+        assert_eq!(bank.payments_made(), 2);
+
+        // The key `idem key` prints for the call's arguments is the key in the store.
+        let output = Command::new(idem_command())
+            .args(["key", "--tool", "send_payment", "--scope", "inv-1", "--args"])
+            .arg(arguments.to_string())
+            .output()
+            .expect("idem runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let printed = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+        let filter = idem::admin::Filter { tool: Some("send_payment".into()), status: None };
+        let records = idem::admin::list(store.as_ref(), &filter).unwrap();
+        let stored: Vec<(&str, &str)> =
+            records.iter().map(|r| (r.scope.as_str(), r.key.as_str())).collect();
+        assert!(stored.contains(&("inv-1", printed.as_str())), "{printed} not in {stored:?}");
+        assert_eq!(stored.len(), 2, "one record per invoice: {stored:?}");
+
+        client.cancel().await.unwrap();
+    }
+}

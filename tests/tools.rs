@@ -1,0 +1,302 @@
+//! Tools as methods and argument objects: `#[idem(flatten)]` keys equal the reference derivation
+//! over a `tools/call`'s `arguments`, `#[idem::tools]` classifies the methods of inherent and
+//! trait impls, and `retry!` and `tool_info!` take them by path. rig's `Tool` trait is mirrored
+//! here (see `rig` below) because rig-core needs a newer Rust than this workspace builds with.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The reference: `sha256(f"{scope}\0{tool}\0{json.dumps(arguments, sort_keys=True,
+/// separators=(',', ':'))}")[:32]`, with the JSON text written out as Python prints it.
+fn reference_key(scope: &str, tool: &str, arguments_json: &str) -> String {
+    let digest = Sha256::digest(format!("{scope}\0{tool}\0{arguments_json}").as_bytes());
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    hex[..32].to_owned()
+}
+
+/// One sled store for the whole test binary: the default store is set once per process.
+fn store() -> Arc<dyn idem::Store> {
+    static STORE: OnceLock<(tempfile::TempDir, Arc<dyn idem::Store>)> = OnceLock::new();
+    let (_, store) = STORE.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let store: Arc<dyn idem::Store> =
+            Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).expect("sled opens"));
+        idem::set_default_store(store.clone());
+        (dir, store)
+    });
+    store.clone()
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Payment {
+    invoice_id: String,
+    to: String,
+    amount: u64,
+}
+
+/// A one-field wrapper, as rmcp's `Parameters<T>` is: the pattern binds the argument object.
+struct Parameters<T>(T);
+
+static PAY_RUNS: AtomicU32 = AtomicU32::new(0);
+static PAY_KEYS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The scope names a field of the argument object, which stays in the arguments: the key is
+/// over exactly the object the client sent.
+#[idem::idempotent(scope = "invoice_id")]
+fn send_payment(#[idem(flatten)] Parameters(req): Parameters<Payment>) -> Result<String, String> {
+    PAY_RUNS.fetch_add(1, Ordering::SeqCst);
+    PAY_KEYS.lock().unwrap().push(idem::current_key().to_string());
+    Ok(format!("paid {} to {}", req.amount, req.to))
+}
+
+#[test]
+fn a_flattened_pattern_keys_the_arguments_object_with_the_scope_field_in_it() {
+    let store = store();
+    let payment = |invoice: &str| Payment {
+        invoice_id: invoice.to_owned(),
+        to: "acct-2".to_owned(),
+        amount: 4200,
+    };
+    let first = send_payment(Parameters(payment("inv-1"))).unwrap();
+    let again = send_payment(Parameters(payment("inv-1"))).unwrap();
+    assert_eq!((first.as_str(), again.as_str()), ("paid 4200 to acct-2", "paid 4200 to acct-2"));
+    assert_eq!(PAY_RUNS.load(Ordering::SeqCst), 1, "the repeat is a replay");
+
+    let expected = reference_key(
+        "inv-1",
+        "send_payment",
+        r#"{"amount":4200,"invoice_id":"inv-1","to":"acct-2"}"#,
+    );
+    assert_eq!(
+        *PAY_KEYS.lock().unwrap(),
+        [expected.clone()],
+        "the body ran under the reference key"
+    );
+    let record = idem::admin::show(store.as_ref(), &idem::Key::parse(&expected).unwrap()).unwrap();
+    assert_eq!((record.tool.as_str(), record.scope.as_str()), ("send_payment", "inv-1"));
+
+    send_payment(Parameters(payment("inv-2"))).unwrap();
+    assert_eq!(PAY_RUNS.load(Ordering::SeqCst), 2, "another invoice is another intent");
+}
+
+static TRANSFER_KEYS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+#[derive(Serialize)]
+struct Transfer {
+    to: String,
+    amount: u64,
+}
+
+/// The scope is a parameter of its own, not a field: it is not in the arguments object.
+#[idem::idempotent(scope = "session")]
+fn transfer(#[idem(flatten)] req: Transfer, session: &str) -> Result<u64, String> {
+    TRANSFER_KEYS.lock().unwrap().push(idem::current_key().to_string());
+    Ok(req.amount)
+}
+
+#[test]
+fn a_flattened_parameter_beside_a_scope_parameter_keys_only_its_fields() {
+    store();
+    assert_eq!(transfer(Transfer { to: "acct-9".into(), amount: 7 }, "sess-4"), Ok(7));
+    let expected = reference_key("sess-4", "transfer", r#"{"amount":7,"to":"acct-9"}"#);
+    assert_eq!(*TRANSFER_KEYS.lock().unwrap(), [expected]);
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Loose {
+    Number(u64),
+}
+
+#[idem::idempotent(scope = "step")]
+fn loose(#[idem(flatten)] value: Loose, step: &str) -> Result<u64, String> {
+    let Loose::Number(n) = value;
+    Ok(n)
+}
+
+#[test]
+fn a_flattened_value_that_is_not_an_object_is_refused_by_name_and_runs_nothing() {
+    store();
+    let error = loose(Loose::Number(3), "s-1").unwrap_err();
+    assert!(
+        error.contains("parameter `value`") && error.contains("not as a JSON object"),
+        "{error}"
+    );
+}
+
+/// Tools as methods of an inherent impl.
+struct Bank {
+    busy: AtomicU32,
+    payments: AtomicU32,
+}
+
+#[idem::tools]
+impl Bank {
+    #[idem::read]
+    fn get_balance(&self, account: &str) -> Result<u64, String> {
+        match self.busy.fetch_sub(1, Ordering::SeqCst) {
+            1.. => Err("busy".to_owned()),
+            _ => Ok(account.len() as u64),
+        }
+    }
+
+    #[idem::idempotent(scope = "invoice_id", tool = "pay")]
+    async fn pay(&self, #[idem(flatten)] req: Payment) -> Result<u64, String> {
+        self.payments.fetch_add(1, Ordering::SeqCst);
+        if self.payments.load(Ordering::SeqCst) == 1 {
+            return Err("the bank timed out before charging".to_owned());
+        }
+        Ok(req.amount)
+    }
+
+    #[idem::write]
+    fn delete_account(&self, account: &str) -> Result<(), String> {
+        let _ = account;
+        Ok(())
+    }
+
+    fn helper(&self) -> u32 {
+        self.busy.load(Ordering::SeqCst)
+    }
+}
+
+#[test]
+fn an_impl_block_under_tools_lists_and_classifies_its_methods() {
+    assert_eq!(idem::tool_info!(Bank::get_balance).kind, idem::Kind::Read);
+    const PAY: idem::ToolInfo = idem::tool_info!(Bank::pay);
+    assert_eq!(PAY.name, "pay");
+    assert_eq!(PAY.kind, idem::Kind::Idempotent { scope: "invoice_id" });
+    assert!(!idem::tool_info!(Bank::delete_account).retry_safe());
+    let listed: Vec<(&str, bool)> =
+        Bank::idem_tools().iter().map(|tool| (tool.name, tool.retry_safe())).collect();
+    assert_eq!(listed, [("get_balance", true), ("pay", true), ("delete_account", false)]);
+}
+
+#[tokio::test]
+async fn retry_takes_methods_by_their_types_path() {
+    store();
+    let bank = Bank { busy: AtomicU32::new(2), payments: AtomicU32::new(0) };
+    let quick = idem::Backoff::default().min_delay(std::time::Duration::from_millis(1));
+    assert_eq!(idem::retry!(Bank::get_balance(&bank, "acct-1"), backoff = quick.clone()), Ok(6));
+    assert_eq!(bank.helper(), u32::MAX, "two failures, then the answer: three calls");
+
+    let req = Payment { invoice_id: "inv-m".into(), to: "acct-3".into(), amount: 50 };
+    let paid = idem::retry!(Bank::pay(&bank, req.clone()).await, backoff = quick.clone());
+    assert_eq!(paid, Ok(50));
+    assert_eq!(bank.payments.load(Ordering::SeqCst), 2, "the failed attempt released the key");
+    assert_eq!(idem::retry!(Bank::pay(&bank, req.clone()).await, backoff = quick), Ok(50));
+    assert_eq!(bank.payments.load(Ordering::SeqCst), 2, "a replay");
+    assert_eq!(bank.delete_account("acct-1"), Ok(()), "a write runs as it is");
+}
+
+/// rig's tool trait (rig-core 0.46, `rig::tool::Tool`), signature for signature. rig-core needs
+/// Rust 1.97.1, newer than this workspace's toolchain, so it is mirrored rather than built;
+/// `WasmCompatSend`/`WasmCompatSync` are `Send`/`Sync` off wasm, and the provided methods
+/// (`annotations`, `footprint`, `map_error`) are left out, since idem touches none of them.
+mod rig {
+    use std::future::Future;
+
+    use serde::Deserialize;
+
+    /// Per-call state rig hands a tool.
+    #[derive(Default)]
+    pub struct ToolContext {
+        pub calls: u32,
+    }
+
+    pub trait Tool: Sized + Send + Sync {
+        const NAME: &'static str;
+        type Args: for<'de> Deserialize<'de> + Send + Sync;
+        type Output;
+        type Error: std::error::Error + Send + Sync + 'static;
+
+        fn description(&self) -> String;
+
+        fn parameters(&self) -> serde_json::Value;
+
+        fn call(
+            &self,
+            context: &mut ToolContext,
+            args: Self::Args,
+        ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
+    }
+}
+
+#[derive(Debug)]
+struct MathError(String);
+
+impl std::fmt::Display for MathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for MathError {}
+
+impl From<idem::Error> for MathError {
+    fn from(error: idem::Error) -> Self {
+        MathError(error.to_string())
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct AddArgs {
+    request_id: String,
+    x: i64,
+    y: i64,
+}
+
+struct Adder {
+    runs: AtomicU32,
+}
+
+#[idem::tools]
+impl rig::Tool for Adder {
+    const NAME: &'static str = "add";
+    type Args = AddArgs;
+    type Output = i64;
+    type Error = MathError;
+
+    fn description(&self) -> String {
+        "Adds two numbers".to_owned()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+
+    #[idem::idempotent(scope = "request_id", tool = "add")]
+    async fn call(
+        &self,
+        #[idem(skip)] context: &mut rig::ToolContext,
+        #[idem(flatten)] args: AddArgs,
+    ) -> Result<i64, MathError> {
+        context.calls += 1;
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(args.x + args.y)
+    }
+}
+
+#[tokio::test]
+async fn a_rig_tool_is_classified_and_runs_once_per_request() {
+    use rig::Tool as _;
+    store();
+    assert_eq!(
+        idem::tool_info!(<Adder as rig::Tool>::call).kind,
+        idem::Kind::Idempotent { scope: "request_id" }
+    );
+    assert_eq!(idem::tool_info!(Adder::call).name, Adder::NAME);
+    assert_eq!(Adder::idem_tools().len(), 1);
+
+    let adder = Adder { runs: AtomicU32::new(0) };
+    let args = AddArgs { request_id: "r-1".into(), x: 2, y: 3 };
+    let mut context = rig::ToolContext::default();
+    assert_eq!(adder.call(&mut context, args.clone()).await.unwrap(), 5);
+    assert_eq!(adder.call(&mut context, args).await.unwrap(), 5);
+    assert_eq!(adder.runs.load(Ordering::SeqCst), 1, "the repeat is a replay");
+    assert_eq!(context.calls, 1);
+    let _ = (adder.description(), adder.parameters());
+}
