@@ -167,8 +167,9 @@
 //! # }
 //! ```
 //!
-//! `retry!` takes free functions declared at module level (not inside another function's body):
-//! a method has no compile-time classification to check, so retry a free function that calls it.
+//! `retry!` takes free functions declared at module level (not inside another function's body),
+//! and methods of an `impl` block under [`#[idem::tools]`](tools), named by their type's path
+//! (`idem::retry!(Bank::get_balance(&bank, "acct-1"))`).
 //!
 //! ## Errors
 //!
@@ -354,8 +355,10 @@ pub use idem_macros::write;
 /// ```
 ///
 /// It takes a call of a free function by its path, and checks at compile time that the function
-/// is safe to repeat: a `#[write]`, an unclassified function or a method is a compile error that
-/// names the fix. An async call sleeps on tokio's timer; a sync one sleeps the thread.
+/// is safe to repeat: a `#[write]`, an unclassified function or a method called as
+/// `receiver.method(…)` is a compile error that names the fix. A method of a block under
+/// [`#[idem::tools]`](tools) is taken by its type's path: `Bank::get_balance(&bank, "acct-1")`.
+/// An async call sleeps on tokio's timer; a sync one sleeps the thread.
 ///
 /// ```
 /// # use std::sync::atomic::{AtomicU32, Ordering};
@@ -450,7 +453,8 @@ pub mod __private {
 /// ```
 ///
 /// It reads a hidden companion type that the attribute declares beside the function, with the
-/// same name and visibility; methods have none (see the crate docs).
+/// same name and visibility. A method under [`#[idem::tools]`](tools) is named by its type's
+/// path (`idem::tool_info!(Bank::send_payment)`, `idem::tool_info!(<Adder as Tool>::call)`).
 #[macro_export]
 macro_rules! tool_info {
     ($($tool:tt)+) => {

@@ -28,6 +28,20 @@ mod mcp {
 
     use super::mcp_server::Bank;
 
+    /// One sled store for the test binary: the tools use the process's default store.
+    fn store() -> Arc<dyn idem::Store> {
+        static STORE: std::sync::OnceLock<(tempfile::TempDir, Arc<dyn idem::Store>)> =
+            std::sync::OnceLock::new();
+        let (_, store) = STORE.get_or_init(|| {
+            let dir = tempfile::tempdir().expect("a temp dir");
+            let store: Arc<dyn idem::Store> =
+                Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).expect("sled opens"));
+            idem::set_default_store(store.clone());
+            (dir, store)
+        });
+        store.clone()
+    }
+
     fn hints(read_only: bool, idempotent: bool, destructive: bool) -> ToolAnnotations {
         let mut hints = ToolAnnotations::new();
         hints.read_only_hint = Some(read_only);
@@ -62,11 +76,7 @@ mod mcp {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_mcp_client_sees_the_hints_and_pays_an_invoice_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn idem::Store> =
-            Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).unwrap());
-        idem::set_default_store(store.clone());
-
+        let store = store();
         let bank = Bank::new();
         let (server_io, client_io) = tokio::io::duplex(64 * 1024);
         let server = tokio::spawn(bank.clone().serve(tokio::io::split(server_io)));
@@ -142,6 +152,100 @@ mod mcp {
         assert!(stored.contains(&("inv-1", printed.as_str())), "{printed} not in {stored:?}");
         assert_eq!(stored.len(), 2, "one record per invoice: {stored:?}");
 
+        client.cancel().await.unwrap();
+    }
+
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
+    use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler};
+
+    #[derive(serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    struct Entry {
+        entry_id: String,
+        cents: i64,
+    }
+
+    /// The attributes stacked the other way round from the example's: `#[tool_router]` outside
+    /// `#[idem::tools]`, and `#[idem::idempotent]` outside `#[tool]`.
+    #[derive(Clone)]
+    struct Ledger {
+        runs: Arc<AtomicU32>,
+        tool_router: ToolRouter<Ledger>,
+    }
+
+    #[tool_router]
+    #[idem::tools]
+    impl Ledger {
+        fn new() -> Self {
+            let tool_router = idem::mcp::annotate(Self::tool_router(), Self::idem_tools());
+            Ledger { runs: Arc::new(AtomicU32::new(0)), tool_router }
+        }
+
+        #[idem::idempotent(scope = "entry_id")]
+        #[tool(description = "Record a ledger entry once")]
+        async fn record_entry(
+            &self,
+            #[idem(flatten)] Parameters(req): Parameters<Entry>,
+        ) -> Result<CallToolResult, ErrorData> {
+            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+            let text = format!("entry {} of {} cents, run {n}", req.entry_id, req.cents);
+            Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+        }
+
+        #[tool(description = "Note an entry once, synchronously")]
+        #[idem::idempotent(scope = "entry_id")]
+        fn note_entry(
+            &self,
+            #[idem(flatten)] Parameters(req): Parameters<Entry>,
+        ) -> Result<String, String> {
+            let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+            Ok(format!("noted {}, run {n}", req.entry_id))
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Ledger {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+    }
+
+    fn text(result: &CallToolResult) -> String {
+        serde_json::to_value(&result.content).unwrap().to_string()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_attributes_stack_in_either_order_and_call_tool_results_replay() {
+        store();
+        let ledger = Ledger::new();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(ledger.clone().serve(tokio::io::split(server_io)));
+        let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+        let _server = server.await.unwrap().unwrap();
+
+        let mut tools = client.list_all_tools().await.unwrap();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let listed: Vec<(&str, Option<ToolAnnotations>)> =
+            tools.iter().map(|tool| (&*tool.name, tool.annotations.clone())).collect();
+        let idempotent = Some(hints(false, true, true));
+        assert_eq!(listed, [("note_entry", idempotent.clone()), ("record_entry", idempotent)]);
+
+        let entry = object(json!({"entry_id": "e-7", "cents": -300}));
+        let call =
+            |name: &'static str| CallToolRequestParams::new(name).with_arguments(entry.clone());
+        let first = client.call_tool(call("record_entry")).await.unwrap();
+        let again = client.call_tool(call("record_entry")).await.unwrap();
+        assert_eq!(text(&first), text(&again), "the CallToolResult is replayed");
+        assert!(text(&first).contains("run 1"), "{}", text(&first));
+        let noted = client.call_tool(call("note_entry")).await.unwrap();
+        let noted_again = client.call_tool(call("note_entry")).await.unwrap();
+        assert_eq!(text(&noted), text(&noted_again));
+        assert!(text(&noted).contains("noted e-7, run 2"), "{}", text(&noted));
+        assert_eq!(ledger.runs.load(Ordering::SeqCst), 2, "each tool's body ran once");
         client.cancel().await.unwrap();
     }
 }

@@ -300,3 +300,40 @@ async fn a_rig_tool_is_classified_and_runs_once_per_request() {
     assert_eq!(context.calls, 1);
     let _ = (adder.description(), adder.parameters());
 }
+
+/// A one-field `Json` wrapper with no serde impls, as rmcp's and axum's are.
+struct Json<T>(pub T);
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    id: u32,
+}
+
+struct Till {
+    sales: u32,
+}
+
+impl Till {
+    #[idem::idempotent(scope = "sale")]
+    fn sell(&mut self, sale: &str) -> Result<Json<Receipt>, String> {
+        self.sales += 1;
+        Ok(Json(Receipt { id: self.sales }))
+    }
+
+    #[idem::idempotent(scope = "sale")]
+    async fn sell_async(&mut self, sale: &str) -> Result<Json<Receipt>, String> {
+        self.sales += 1;
+        Ok(Json(Receipt { id: self.sales }))
+    }
+}
+
+#[tokio::test]
+async fn a_json_wrapped_result_is_stored_as_its_contents_and_wrapped_again() {
+    store();
+    let mut till = Till { sales: 0 };
+    assert_eq!(till.sell("sale-1").unwrap().0, Receipt { id: 1 });
+    assert_eq!(till.sell("sale-1").unwrap().0, Receipt { id: 1 }, "replayed");
+    assert_eq!(till.sell_async("sale-2").await.unwrap().0, Receipt { id: 2 });
+    assert_eq!(till.sell_async("sale-2").await.unwrap().0, Receipt { id: 2 }, "replayed");
+    assert_eq!(till.sales, 2);
+}

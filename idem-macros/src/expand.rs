@@ -70,14 +70,21 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
     };
     match tool.shape {
         Shape::Sync => {
-            let run = respan(
-                quote!(#krate::__private::run_sync(__idem_call, move || __idem_body() #unwrap)),
-                span,
-            );
+            let run = respan(quote!(#krate::__private::run_sync(__idem_call, __idem_body)), span);
             let body = &item.block;
+            let closure = if json.is_some() {
+                // The user's closure is called where it is made, so that it may be `FnMut`
+                // (a `&mut self` method) without a `mut` binding.
+                quote!(move || {
+                    let __idem_ret: #output = (move || -> #output #body)();
+                    __idem_ret #unwrap
+                })
+            } else {
+                quote!(move || -> #output #body)
+            };
             item.block = syn::parse_quote!({
                 #prepare
-                let __idem_body = move || -> #output #body;
+                let __idem_body = #closure;
                 #run #rewrap
             });
         }

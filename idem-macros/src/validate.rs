@@ -378,7 +378,7 @@ fn flatten_param(params: &[Param], errors: &mut Vec<syn::Error>) -> Option<Flatt
                 "`#[idem(flatten)]` makes the fields of `{name}` the key's arguments, but `{}` has \
                  no fields: flatten the struct the client's arguments deserialize into, or drop \
                  `#[idem(flatten)]` to key `{name}` by its name",
-                ty.to_token_stream()
+                tidy(ty.to_token_stream())
             ),
         ));
         return None;
@@ -494,8 +494,16 @@ fn parse_scope(
 
 /// A parameter's pattern as the user wrote it, spaced the way rustfmt would.
 fn pattern_text(pat: &Pat) -> String {
-    let text = pat.to_token_stream().to_string();
-    text.replace(" (", "(").replace("( ", "(").replace(" )", ")").replace(" ,", ",")
+    tidy(pat.to_token_stream())
+}
+
+/// Tokens as text without the spaces `to_string` puts between every two of them.
+fn tidy(tokens: TokenStream) -> String {
+    let text = tokens.to_string();
+    [(" (", "("), ("( ", "("), (" )", ")"), (" ,", ","), (" < ", "<"), (" <", "<"), ("< ", "<")]
+        .into_iter()
+        .chain([(" >", ">"), (" :: ", "::"), (":: ", "::"), ("& ", "&")])
+        .fold(text, |text, (from, to)| text.replace(from, to))
 }
 
 fn with_span(member: Member, span: Span) -> Member {

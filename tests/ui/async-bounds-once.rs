@@ -1,0 +1,15 @@
+#![allow(unused_variables)]
+
+pub struct Charge {
+    pub id: String,
+}
+
+#[derive(Debug)]
+pub struct PayError;
+
+#[idem::idempotent(scope = "order_id")]
+async fn charge_card(amount: u64, order_id: &str) -> Result<Charge, PayError> {
+    Ok(Charge { id: format!("{order_id}-{amount}") })
+}
+
+fn main() {}
