@@ -383,7 +383,7 @@ pub use idem_macros::retry;
 /// Classifies the methods of an `impl` block at compile time, as the attributes do for free
 /// functions: an inherent block (rmcp's `#[tool_router]`) or a trait impl (rig's `Tool::call`).
 /// With it, [`tool_info!`] and [`retry!`] take a method by its type's path, and the type gains
-/// `idem_tools()`, the block's classified tools in order, whose MCP hints [`mcp::annotate`]
+/// `idem_tools()`, the block's classified tools in order, whose MCP hints `idem::mcp::annotate`
 /// (feature `rmcp`) copies into an rmcp router. It stacks with `#[tool_router]` in either order.
 ///
 /// ```

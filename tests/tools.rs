@@ -71,8 +71,8 @@ fn a_flattened_pattern_keys_the_arguments_object_with_the_scope_field_in_it() {
         r#"{"amount":4200,"invoice_id":"inv-1","to":"acct-2"}"#,
     );
     assert_eq!(
-        *PAY_KEYS.lock().unwrap(),
-        [expected.clone()],
+        PAY_KEYS.lock().unwrap().as_slice(),
+        std::slice::from_ref(&expected),
         "the body ran under the reference key"
     );
     let record = idem::admin::show(store.as_ref(), &idem::Key::parse(&expected).unwrap()).unwrap();

@@ -18,8 +18,10 @@ use crate::store::Store;
 #[diagnostic::on_unimplemented(
     message = "the error type `{Self}` of an idempotent tool cannot carry an `idem::Error`",
     label = "this tool's error type has no `From<idem::Error>`",
-    note = "the store can fail, and its errors travel in the tool's own error type: add \
-            `impl From<idem::Error> for {Self}`, or a `#[from] idem::Error` variant with thiserror"
+    note = "the store can fail, and its errors travel in the tool's own error type: if `{Self}` \
+            is yours, add `impl From<idem::Error> for {Self}` (or a `#[from] idem::Error` variant \
+            with thiserror); `String` works as it is, and rmcp's `ErrorData` with idem's `rmcp` \
+            feature; another crate's type cannot take the impl, so return an error type of your own"
 )]
 pub trait ToolError: From<Error> {}
 impl<E: From<Error>> ToolError for E {}
@@ -28,8 +30,10 @@ impl<E: From<Error>> ToolError for E {}
 #[diagnostic::on_unimplemented(
     message = "the result type `{Self}` of an idempotent tool cannot be stored and replayed",
     label = "this tool's result is not `Serialize + DeserializeOwned`",
-    note = "the Ok value is recorded as JSON and handed back to every later attempt: derive \
-            `serde::Serialize` and `serde::Deserialize` for `{Self}`"
+    note = "the Ok value is recorded as JSON and handed back to every later attempt: if `{Self}` \
+            is yours, derive `serde::Serialize` and `serde::Deserialize` for it; another crate's \
+            type cannot take them, so return a struct of your own that holds it (a `Json<T>` \
+            wrapper is taken off for you: only its `T` needs them)"
 )]
 pub trait ToolOutput: Serialize + DeserializeOwned {}
 impl<T: Serialize + DeserializeOwned> ToolOutput for T {}
