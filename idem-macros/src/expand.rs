@@ -133,14 +133,16 @@ fn async_body(
     unwrap: &TokenStream,
     rewrap: &TokenStream,
 ) -> syn::Block {
-    let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
+    // `.await` spanned like the call, so that a bound the compiler checks again where the
+    // future is awaited is the same diagnostic, at the same place, and reported once.
+    let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body).await), span);
     syn::parse_quote!({
         #prepare
         let __idem_body = move || async move {
             let __idem_ret: #output = #body;
             __idem_ret #unwrap
         };
-        #run.await #rewrap
+        #run #rewrap
     })
 }
 

@@ -23,8 +23,15 @@ use crate::store::Store;
             with thiserror); `String` works as it is, and rmcp's `ErrorData` with idem's `rmcp` \
             feature; another crate's type cannot take the impl, so return an error type of your own"
 )]
-pub trait ToolError: From<Error> {}
-impl<E: From<Error>> ToolError for E {}
+pub trait ToolError {
+    /// The idem error, in the tool's error type.
+    fn from_idem(error: Error) -> Self;
+}
+impl<E: From<Error>> ToolError for E {
+    fn from_idem(error: Error) -> Self {
+        E::from(error)
+    }
+}
 
 /// The `Ok` type of an idempotent tool: stored as JSON, replayed to later attempts.
 #[diagnostic::on_unimplemented(
@@ -35,8 +42,20 @@ impl<E: From<Error>> ToolError for E {}
             type cannot take them, so return a struct of your own that holds it (a `Json<T>` \
             wrapper is taken off for you: only its `T` needs them)"
 )]
-pub trait ToolOutput: Serialize + DeserializeOwned {}
-impl<T: Serialize + DeserializeOwned> ToolOutput for T {}
+pub trait ToolOutput: Sized {
+    /// Serializes the value.
+    fn store<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
+    /// Deserializes a stored value.
+    fn replay<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
+}
+impl<T: Serialize + DeserializeOwned> ToolOutput for T {
+    fn store<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.serialize(serializer)
+    }
+    fn replay<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer)
+    }
+}
 
 /// A parameter that is part of the key.
 #[diagnostic::on_unimplemented(
@@ -72,12 +91,42 @@ pub fn scope<S: ScopeValue + ?Sized>(scope: &S) -> &S {
     scope
 }
 
+/// The engine's view of a tool's `Ok` value. `ToolOutput` and `ToolError` have no supertraits,
+/// so that a failed bound is one obligation, reported once in our words: an async tool awaits
+/// the engine's future, whose bounds the compiler checks again there, and supertraits would be
+/// reported there as raw `Serialize`/`From` errors beside ours.
+struct Stored<T>(T);
+
+impl<T: ToolOutput> Serialize for Stored<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.store(serializer)
+    }
+}
+
+impl<'de, T: ToolOutput> serde::Deserialize<'de> for Stored<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::replay(deserializer).map(Stored)
+    }
+}
+
+/// The engine's view of a tool's error type.
+struct Failed<E>(E);
+
+impl<E: ToolError> From<Error> for Failed<E> {
+    fn from(error: Error) -> Self {
+        Failed(E::from_idem(error))
+    }
+}
+
 /// Runs a sync tool body through the engine, or returns the error that prevented the call.
 pub fn run_sync<T: ToolOutput, E: ToolError>(
     call: Result<Call, Error>,
     body: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
-    call.map_err(crate::engine::noted)?.run(body)
+    let call = call.map_err(|e| E::from_idem(crate::engine::noted(e)))?;
+    call.run(|| body().map(Stored).map_err(Failed))
+        .map(|stored| stored.0)
+        .map_err(|failed| failed.0)
 }
 
 /// Runs an async tool body through the engine, or returns the error that prevented the call.
@@ -88,7 +137,12 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    call.map_err(crate::engine::noted)?.run_async(body).await
+    let call = call.map_err(|e| E::from_idem(crate::engine::noted(e)))?;
+    let body = move || {
+        let future = body();
+        async move { future.await.map(Stored).map_err(Failed) }
+    };
+    call.run_async(body).await.map(|stored| stored.0).map_err(|failed| failed.0)
 }
 
 /// What a store-giving function may return.
