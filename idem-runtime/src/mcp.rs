@@ -45,7 +45,7 @@ impl From<Error> for ErrorData {
 /// `tools` is what `#[idem::tools]` lists for an impl block (`Bank::idem_tools()`), so the
 /// hints are written once, as the tool's attribute:
 ///
-/// ```ignore
+/// ```text
 /// #[idem::tools]
 /// #[tool_router]
 /// impl Bank {
