@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use idem_postgres::PgStore;
-use idem_runtime::exec::block_on;
-use idem_runtime::{now_ms, Call, Error, Record, Status, Store};
+use idem_runtime::for_stores::block_on;
+use idem_runtime::{now_ms, Call, Error, Record, Reserved, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
     PgStore::builder(url).schema(schema).pool_size(4).connect().expect("the store connects")
@@ -23,7 +23,7 @@ fn a_live_lease_cannot_be_taken_over() {
     let (a, b) = (store(&url, &schema), store(&url, &schema));
     let mine =
         Record::reserve("k1", "charge_card", "s", &format!("{}#1", a.owner_id()), "f", now_ms());
-    assert_eq!(block_on(a.reserve(&mine)).unwrap(), None, "a reserves");
+    assert_eq!(block_on(a.reserve(&mine)).unwrap(), Reserved::Mine, "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");
     assert!(held.lease_until.is_some());
