@@ -105,3 +105,60 @@ fn the_url_names_the_table() {
     assert_eq!(store.table(), format!("{schema}.calls"));
     assert_eq!(block_on(store.scan()).unwrap(), Vec::new());
 }
+
+#[test]
+fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("spelling");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let args = serde_json::json!({"n": 1});
+    let doubtful = idem_runtime::Key::derive("charge_card", "s", &args).unwrap();
+    // The table as the first release created it, with its spelling of two statuses.
+    common::run_sql(
+        &url,
+        &format!(
+            r#"CREATE SCHEMA "{schema}";
+            CREATE TABLE "{schema}".records (
+                key text PRIMARY KEY,
+                status text NOT NULL CHECK (status IN ('in_flight', 'done', 'in_doubt')),
+                tool text NOT NULL, scope text NOT NULL, owner text NOT NULL,
+                attempts bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+                completed_at bigint, expires_at bigint, lease_until bigint,
+                args_fingerprint text NOT NULL, result text);
+            INSERT INTO "{schema}".records VALUES
+                ('{doubtful}', 'in_doubt', 'charge_card', 's', 'pg:old#1', 1, 1, 2, NULL, NULL,
+                 NULL, 'f', NULL),
+                ('k_flight', 'in_flight', 'charge_card', 's', 'pg:old#2', 1, 1, 2, NULL, NULL,
+                 1, 'f', NULL),
+                ('k_done', 'done', 'charge_card', 's', 'pg:old#3', 1, 1, 2, 2, NULL, NULL, 'f',
+                 '7');"#
+        ),
+    )
+    .expect("the old table is created");
+
+    let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
+    let mut statuses: Vec<(String, Status)> =
+        block_on(store.scan()).unwrap().into_iter().map(|r| (r.key, r.status)).collect();
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected = vec![
+        (doubtful.to_string(), Status::InDoubt),
+        ("k_done".to_owned(), Status::Done),
+        ("k_flight".to_owned(), Status::InFlight),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(statuses, expected, "every old row reads, with its status");
+    let again: Result<u32, Error> =
+        Call::new("charge_card", "s", &args).unwrap().store(Arc::clone(&store)).run(|| Ok(1));
+    assert!(matches!(again, Err(Error::InDoubt { .. })), "still in doubt: {again:?}");
+
+    let old_spelling = format!(
+        "INSERT INTO \"{schema}\".records VALUES ('k_old', 'in_flight', 't', 's', 'o', 1, 1, 1, \
+         NULL, NULL, NULL, 'f', NULL)"
+    );
+    assert!(common::run_sql(&url, &old_spelling).is_err(), "the old spelling is refused now");
+    drop(store);
+    let reopened = self::store(&url, &schema);
+    assert_eq!(block_on(reopened.scan()).unwrap().len(), 3, "a second migration changes nothing");
+}
