@@ -422,19 +422,36 @@ pub use idem_macros::tools;
 #[cfg(feature = "rmcp")]
 pub use idem_runtime::mcp;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Backoff, Call,
-    Classified, Durability, Error, InDoubtPolicy, Key, Kind, Record, RetrySafe, SledStore,
-    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
+    Call, Classified, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved,
+    RetrySafe, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
-/// The only contract between the macros and the runtime: generated code names these items by
-/// absolute path. Not a public API.
+/// The only contract between the macros and the runtime: generated code (from `idem-macros`'
+/// `expand.rs`, `classify.rs` and `retry.rs`) names these items, and only these, by absolute
+/// path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    // Building and running a call (`#[idempotent]`).
+    pub use idem_runtime::bounds::{
+        args, flatten_arg, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
+    };
+    pub use idem_runtime::{Call, InDoubtPolicy};
+    // The classification every attribute declares beside a free function.
+    pub use idem_runtime::{Classified, Kind, RetrySafe, ToolInfo};
+    // `retry!`.
+    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking, retry_safe};
+    // What `#[idem::tools]` declares beside an impl block, and `retry!` checks on a method; and
+    // `tool_info!`'s engine, which tells a method's path from a free function's.
     pub use idem_macros::__tool_info as tool_info_of;
-    pub use idem_runtime::bounds::*;
-    pub use idem_runtime::*;
+    pub use idem_runtime::bounds::{retry_safe_method, IsIdempotent, IsRead, IsWrite};
+    pub use idem_runtime::Backoff;
+    // Named by the compiler's messages when a bound above fails, so that they read
+    // `idem::__private::ToolError` rather than a path into the runtime.
+    pub use idem_runtime::bounds::{
+        FlattenParam, IntoStore, KeyParam, RetrySafeMethod, ScopeValue, ToolError, ToolOutput,
+    };
 }
 
 /// The compile-time classification ([`ToolInfo`]) of a function marked `#[idem::read]`,

@@ -123,7 +123,7 @@ pub fn run_sync<T: ToolOutput, E: ToolError>(
     call: Result<Call, Error>,
     body: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
-    let call = call.map_err(|e| E::from_idem(crate::engine::noted(e)))?;
+    let call = call.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
     call.run(|| body().map(Stored).map_err(Failed))
         .map(|stored| stored.0)
         .map_err(|failed| failed.0)
@@ -137,7 +137,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let call = call.map_err(|e| E::from_idem(crate::engine::noted(e)))?;
+    let call = call.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
     let body = move || {
         let future = body();
         async move { future.await.map(Stored).map_err(Failed) }

@@ -12,13 +12,13 @@ use crate::classify::ToolInfo;
 use crate::error::Error;
 
 impl From<Error> for ErrorData {
-    /// Arguments that have no key are the caller's to fix (`invalid_params`); everything else is
+    /// Arguments that have no key (and a text that is not one) are the caller's to fix (`invalid_params`); everything else is
     /// the server's (`internal_error`). The message is idem's, which names the key and says what
     /// to do; `data` carries the key and the kind, so that a client or an operator can act on it
     /// without parsing the text.
     fn from(error: Error) -> Self {
         let code = match error {
-            Error::Key { .. } => ErrorCode::INVALID_PARAMS,
+            Error::Key { .. } | Error::NotAKey { .. } => ErrorCode::INVALID_PARAMS,
             _ => ErrorCode::INTERNAL_ERROR,
         };
         let kind = match error {
@@ -27,6 +27,7 @@ impl From<Error> for ErrorData {
             Error::Result { .. } => "result",
             Error::InFlight { .. } => "in_flight",
             Error::InDoubt { .. } => "in_doubt",
+            Error::NotAKey { .. } => "not_a_key",
             Error::NotFound { .. } => "not_found",
             Error::NotResolvable { .. } => "not_resolvable",
             Error::Store { .. } => "store",
