@@ -72,3 +72,28 @@ pub fn annotate<S>(mut router: ToolRouter<S>, tools: &[ToolInfo]) -> ToolRouter<
     }
     router
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idem_error_reaches_the_client_with_its_key_and_what_to_do() {
+        let key = "82e1e1a327aa97bb3929e05cc4ca3bd5";
+        let error = Error::InDoubt { key: key.into(), tool: "send_payment".into(), since_ms: 0 };
+        let message = error.to_string();
+        let data = ErrorData::from(error);
+        assert_eq!(data.code, ErrorCode::INTERNAL_ERROR);
+        assert_eq!(data.message, message);
+        assert!(data.message.contains("idem resolve"), "{}", data.message);
+        assert_eq!(
+            data.data,
+            Some(serde_json::json!({
+                "idem": { "error": "in_doubt", "key": key, "retryable": false }
+            }))
+        );
+
+        let refused = ErrorData::from(Error::Key { tool: "t".into(), reason: "NaN".into() });
+        assert_eq!(refused.code, ErrorCode::INVALID_PARAMS, "the caller's arguments to fix");
+    }
+}
