@@ -337,3 +337,33 @@ async fn a_json_wrapped_result_is_stored_as_its_contents_and_wrapped_again() {
     assert_eq!(till.sell_async("sale-2").await.unwrap().0, Receipt { id: 2 }, "replayed");
     assert_eq!(till.sales, 2);
 }
+
+/// A tool behind a trait of the user's own, `&self` and its arguments only (rig's older shape).
+trait Lookup {
+    fn find(&self, name: &str) -> Result<u32, String>;
+}
+
+struct Directory {
+    tries: AtomicU32,
+}
+
+#[idem::tools]
+impl Lookup for Directory {
+    #[idem::read(tool = "find_person")]
+    fn find(&self, name: &str) -> Result<u32, String> {
+        match self.tries.fetch_add(1, Ordering::SeqCst) {
+            0 => Err("the directory is restarting".to_owned()),
+            _ => Ok(name.len() as u32),
+        }
+    }
+}
+
+#[test]
+fn retry_takes_a_trait_impls_method_by_its_qualified_path() {
+    let directory = Directory { tries: AtomicU32::new(0) };
+    let quick = idem::Backoff::default().min_delay(std::time::Duration::from_millis(1));
+    let found = idem::retry!(<Directory as Lookup>::find(&directory, "ada"), backoff = quick);
+    assert_eq!(found, Ok(3));
+    assert_eq!(directory.tries.load(Ordering::SeqCst), 2, "one failure, then the answer");
+    assert_eq!(idem::tool_info!(<Directory as Lookup>::find).name, "find_person");
+}
