@@ -291,9 +291,36 @@
 /// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
 /// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |
 ///
-/// A parameter marked `#[idem(skip)]` is left out of the key. The function must return
-/// `Result<T, E>` with `T: Serialize + DeserializeOwned` and `E: From<idem::Error>`; each misuse
-/// is a compile error that says how to fix it.
+/// A parameter marked `#[idem(skip)]` is left out of the key. A parameter marked
+/// `#[idem(flatten)]` is the tool's whole argument object (rmcp's `Parameters(req)`, rig's
+/// `Args`): the key is derived over its fields, the `arguments` an MCP client sends, and the scope
+/// may name one of them directly (`scope = "invoice_id"`, which stays in the arguments). The
+/// function must return `Result<T, E>` with `T: Serialize + DeserializeOwned` (a `Json<T>` is
+/// stored as its `T`) and `E: From<idem::Error>` (`String` has it, and rmcp's `ErrorData` with
+/// the `rmcp` feature); each misuse is a compile error that says how to fix it.
+///
+/// ```
+/// #[derive(serde::Serialize)]
+/// struct Payment {
+///     invoice_id: String,
+///     amount: u64,
+/// }
+///
+/// #[idem::idempotent(scope = "invoice_id")]
+/// fn send_payment(#[idem(flatten)] req: Payment) -> Result<u64, String> {
+///     Ok(req.amount)
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
+/// assert_eq!(send_payment(Payment { invoice_id: "inv-1".into(), amount: 4200 })?, 4200);
+/// // The key of a tools/call whose arguments are {"invoice_id": "inv-1", "amount": 4200}:
+/// let arguments = serde_json::json!({"invoice_id": "inv-1", "amount": 4200});
+/// let key = idem::Key::derive("send_payment", "inv-1", &arguments)?;
+/// assert!(idem::admin::show(idem::default_store()?.as_ref(), &key).is_ok());
+/// # Ok(()) }
+/// ```
 ///
 /// ```
 /// #[idem::idempotent(scope = "step", tool = "book_room")]
