@@ -96,6 +96,8 @@ pub(crate) fn lookup(path: &Path, krate: &TokenStream) -> TokenStream {
                 use super::*;
                 use self::__idem_fallback::*;
                 mod __idem_fallback {
+                    // For a `crate = "…"` path that names an import of the caller's module.
+                    use super::*;
                     pub const #companion: #ty = ::core::option::Option::None;
                 }
                 pub const FOUND: #ty = {
