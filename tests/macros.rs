@@ -552,6 +552,7 @@ mod conditional {
         #[cfg(any())] gone: String,
         kept: u8,
         #[cfg(test)] present: bool,
+        #[cfg_attr(test, cfg(any()), allow(unused))] also_gone: u32,
     ) -> Result<String, PayError> {
         let _ = (order, kept, present);
         RUNS.fetch_add(1, Ordering::SeqCst);

@@ -193,8 +193,7 @@ pub(crate) fn tool(
     if attr == Attr::Idempotent {
         for param in &params {
             let is_scope = scope.as_ref().is_some_and(|s| Some(&s.param) == param.name);
-            let cfgs: Vec<Attribute> =
-                param.typed.attrs.iter().filter(|a| a.path().is_ident("cfg")).cloned().collect();
+            let cfgs = conditions(&param.typed.attrs);
             if let (true, Some(cfg)) = (is_scope, cfgs.first()) {
                 errors.push(syn::Error::new_spanned(
                     cfg,
@@ -322,6 +321,30 @@ fn check_output(
              `Vec<T>`, not `&[T]`)",
         ));
     }
+}
+
+/// The attributes that may compile a parameter out: each `#[cfg(…)]`, and each
+/// `#[cfg_attr(pred, …)]` cut down to the `cfg(…)` it applies (its other attributes belong to
+/// the parameter, not to a use of it).
+fn conditions(attrs: &[Attribute]) -> Vec<Attribute> {
+    let mut conditions = Vec::new();
+    for attr in attrs {
+        if attr.path().is_ident("cfg") {
+            conditions.push(attr.clone());
+        } else if attr.path().is_ident("cfg_attr") {
+            let parsed = attr.parse_args_with(
+                syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+            );
+            let Ok(parsed) = parsed else { continue };
+            let mut parts = parsed.into_iter();
+            let Some(predicate) = parts.next() else { continue };
+            let cfgs: Vec<syn::Meta> = parts.filter(|meta| meta.path().is_ident("cfg")).collect();
+            if !cfgs.is_empty() {
+                conditions.push(syn::parse_quote!(#[cfg_attr(#predicate, #(#cfgs),*)]));
+            }
+        }
+    }
+    conditions
 }
 
 /// Whether `path` names one of our attributes (`read`, `idem::write`, …).

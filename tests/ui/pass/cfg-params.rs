@@ -10,7 +10,13 @@ impl From<idem::Error> for PayError {
 }
 
 #[idem::idempotent(scope = "id")]
-pub fn f(id: u64, #[cfg(any())] gone: String, kept: u8) -> Result<u8, PayError> {
+pub fn f(
+    id: u64,
+    #[cfg(any())] gone: String,
+    kept: u8,
+    #[cfg_attr(all(), cfg(any()))] gone_too: String,
+    #[cfg_attr(any(), cfg(any()))] kept_too: u8,
+) -> Result<u8, PayError> {
     Ok(kept)
 }
 
@@ -32,7 +38,7 @@ pub fn h(#[cfg(any())] gone: String, id: u64) -> Result<u64, PayError> {
 }
 
 fn main() {
-    let _ = f(1, 2);
+    let _ = f(1, 2, 3);
     let _ = g(true, 1);
     let _ = h(1);
 }
