@@ -18,8 +18,9 @@ pub enum Kind {
 
 /// The classification of one tool: its name (the one in its keys) and its [`Kind`].
 ///
-/// Every function under `#[idem::read]`, `#[idem::idempotent]` or `#[idem::write]` has one,
-/// read with [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
+/// Every free or associated function under `#[idem::read]`, `#[idem::idempotent]` or
+/// `#[idem::write]` has one (a method taking `self` has none), read with
+/// [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
 ///
 /// ```ignore
 /// #[idem::read]
