@@ -383,18 +383,31 @@ pub use idem_macros::write;
 /// ```
 pub use idem_macros::retry;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Backoff, Call,
-    Durability, Error, InDoubtPolicy, Key, Kind, Record, SledStore, SledStoreBuilder, Status,
-    Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
+    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
-/// The only contract between the macros and the runtime: generated code names these items by
-/// absolute path. Not a public API.
+/// The only contract between the macros and the runtime: generated code (from `idem-macros`'
+/// `expand.rs`, `classify.rs` and `retry.rs`) names these items, and only these, by absolute
+/// path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use idem_runtime::bounds::*;
-    pub use idem_runtime::*;
+    // Building and running a call (`#[idempotent]`).
+    pub use idem_runtime::bounds::{
+        args, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
+    };
+    pub use idem_runtime::{Call, InDoubtPolicy};
+    // The classification: the type of the companion constant every attribute declares beside
+    // its function, read by `tool_info!` and `retry!`.
+    pub use idem_runtime::{Kind, ToolInfo};
+    // `retry!`.
+    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking};
+    pub use idem_runtime::Backoff;
+    // Named by the compiler's messages when a bound above fails, so that they read
+    // `idem::__private::ToolError` rather than a path into the runtime.
+    pub use idem_runtime::bounds::{IntoStore, KeyParam, ScopeValue, ToolError, ToolOutput};
 }
 
 /// The compile-time classification ([`ToolInfo`]) of a function marked `#[idem::read]`,
@@ -417,8 +430,8 @@ pub mod __private {
 ///
 /// It reads a hidden companion constant, `__idem_tool_<name>`, that the attribute declares
 /// beside the function with the function's visibility, so it takes a tool declared at module
-/// level or in an inherent `impl`, not inside a function's body. Where the function is imported alone
-/// (`mod charge; pub use charge::charge;`), import the companion with it
+/// level or in an inherent `impl`, not inside a function's body. Where the function is imported
+/// alone (`mod charge; pub use charge::charge;`), import the companion with it
 /// (`pub use charge::{charge, __idem_tool_charge};`): the compile error names it. A method that
 /// takes `self` or names `Self` has none (see the crate docs).
 #[macro_export]
