@@ -4,8 +4,8 @@
 //! absent ──reserve──▶ in-flight ──complete──▶ done ──(ttl passes)──▶ taken over ──▶ in-flight
 //!                        │  ▲
 //!           release ◀────┤  └──take over (in_doubt = "rerun")── in-doubt
-//!  (Err, or dropped      │
-//!   before the body)     └──leave_in_doubt──▶ in-doubt
+//!  (Err; dropped before  │
+//!   the body: undone)    └──leave_in_doubt──▶ in-doubt
 //!                           (Err after may_have_landed(), a panic, a future dropped while
 //!                            the body ran, a result that cannot be stored)
 //! ```
@@ -39,18 +39,22 @@ pub(super) enum Acquired<T> {
     Owned(Box<Reservation>),
 }
 
-/// The reservation a call holds while it owns the key.
+/// The reservation a call holds while it owns the key: a first reservation and a takeover
+/// alike, from the moment the write that makes it is sent.
 pub(super) struct Reservation {
     store: Arc<dyn Store>,
     record: Record,
+    /// The record this one replaced (a takeover's), put back if the call ends before its body
+    /// starts; `None` for a first reservation, which is then deleted.
+    before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
     settled: bool,
 }
 
 impl Reservation {
-    fn new(store: &Arc<dyn Store>, record: Record) -> Reservation {
-        Reservation { store: Arc::clone(store), record, started: false, settled: false }
+    fn new(store: &Arc<dyn Store>, record: Record, before: Option<Record>) -> Reservation {
+        Reservation { store: Arc::clone(store), record, before, started: false, settled: false }
     }
 
     /// From here on, the body runs: dropping the reservation leaves the key in doubt.
@@ -99,10 +103,12 @@ impl Reservation {
         }
     }
 
-    /// [`Reservation::release`] without waiting, for `Drop`.
-    fn release_detached(&mut self) {
+    /// in-flight → as it was before this call, without waiting, for `Drop`: the body never
+    /// started, so nothing landed. A first reservation is deleted; a takeover puts back the
+    /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired).
+    fn undo_detached(&mut self) {
         self.settled = true;
-        self.store.replace_detached(&self.record, None);
+        self.store.replace_detached(&self.record, self.before.take());
     }
 
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
@@ -121,7 +127,7 @@ impl Drop for Reservation {
             if self.started {
                 self.leave_in_doubt_detached();
             } else {
-                self.release_detached();
+                self.undo_detached();
             }
         }
     }
@@ -164,7 +170,8 @@ impl Call {
         loop {
             let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
                 Assessment::Absent => {
-                    let mut pending = Reservation::new(store, self.fresh_record(store.as_ref()));
+                    let fresh = self.fresh_record(store.as_ref());
+                    let mut pending = Reservation::new(store, fresh, None);
                     match store.reserve(&pending.record).await {
                         Ok(Reserved::Mine) => {
                             tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
@@ -220,11 +227,20 @@ impl Call {
                     }
                 }
             };
-            // Expired or in doubt: take the record over, if it is still as it was found.
-            let existing = found.as_ref().expect("assessed a found record");
-            if store.replace(existing, Some(&takeover)).await.map_err(failed)? {
-                tracing::info!(key = %self.key, tool = %self.tool, attempts = takeover.attempts, "idem: took over");
-                return Ok(Acquired::Owned(Box::new(Reservation::new(store, takeover))));
+            // Expired or in doubt: take the record over, if it is still as it was found. Guarded
+            // like a first reservation from before the write is sent, so that a call dropped
+            // while it waits for the write undoes it instead of leaving the key in flight.
+            let existing = found.take().expect("assessed a found record");
+            let mut pending = Reservation::new(store, takeover, Some(existing));
+            let before = pending.before.as_ref().expect("a takeover replaces a record");
+            match store.replace(before, Some(&pending.record)).await {
+                Ok(true) => {
+                    tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
+                    return Ok(Acquired::Owned(Box::new(pending)));
+                }
+                Ok(false) => pending.settled = true,
+                // The write may or may not have happened: the reservation undoes it if it did.
+                Err(e) => return Err(failed(e)),
             }
             found = store.get(key).await.map_err(failed)?;
         }
