@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use idem_runtime::for_stores::deadline_after;
 use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -443,15 +444,20 @@ impl Shared {
             // The owner may die without a word: wake when its lease lapses, to look again.
             let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
                 Assessment::Running => match self.lease_left(&record) {
-                    Some(left) => deadline.min(now + left + Duration::from_millis(5)),
+                    Some(left) => {
+                        deadline.min(deadline_after(now, left + Duration::from_millis(5)))
+                    }
                     None => return Ok(Some(record)),
                 },
                 // The lease lapsed: the owner is dead, and the caller must know now.
                 Assessment::InDoubt => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake =
-                if self.fanout.listening() { wake } else { wake.min(now + DEGRADED_RECHECK) };
+            let wake = if self.fanout.listening() {
+                wake
+            } else {
+                wake.min(deadline_after(now, DEGRADED_RECHECK))
+            };
             tokio::select! {
                 () = subscription.next() => {}
                 () = tokio::time::sleep_until(wake.into()) => {}

@@ -43,4 +43,5 @@ pub use time::utc_timestamp;
 #[doc(hidden)]
 pub mod for_stores {
     pub use crate::exec::block_on;
+    pub use crate::time::deadline_after;
 }

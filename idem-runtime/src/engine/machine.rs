@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
 use crate::store::{Reserved, Store};
+use crate::time::deadline_after;
 
 /// What [`Call::acquire`] ends with.
 pub(super) enum Acquired<T> {
@@ -196,7 +197,8 @@ impl Call {
                     let existing = found.take().expect("assessed a found record");
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                     let deadline = *deadline.get_or_insert_with(|| {
-                        Instant::now() + self.wait.unwrap_or_else(|| store.default_wait())
+                        let wait = self.wait.unwrap_or_else(|| store.default_wait());
+                        deadline_after(Instant::now(), wait)
                     });
                     found = store.changed(key, &existing, deadline).await.map_err(failed)?;
                     let unchanged =

@@ -151,7 +151,7 @@ impl SledStore {
             });
         // sled 0.34 can panic on some damaged files instead of returning an error: never let
         // that reach the caller as a panic.
-        let lock_deadline = Instant::now() + options.lock_wait;
+        let lock_deadline = crate::time::deadline_after(Instant::now(), options.lock_wait);
         let opened = loop {
             let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
             match &opened {
