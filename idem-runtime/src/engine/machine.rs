@@ -249,20 +249,32 @@ impl Call {
     }
 
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
-    /// the record in doubt.
-    pub(super) async fn complete<T: Serialize>(
+    /// the record in doubt. Only a result that reads back into `T` is recorded: what is recorded
+    /// `Done` must replay, and JSON cannot carry some values (NaN is written as `null`, and a
+    /// value nested past serde_json's 128 levels does not read back).
+    pub(super) async fn complete<T: Serialize + DeserializeOwned>(
         &self,
         mut owned: Box<Reservation>,
         value: &T,
     ) -> Result<(), Error> {
-        let json = match serde_json::to_string(value) {
+        let json = serde_json::to_string(value).map_err(|e| e.to_string()).and_then(|json| {
+            match serde_json::from_str::<T>(&json) {
+                Ok(_) => Ok(json),
+                Err(e) => Err(format!(
+                    "it would not replay: its JSON does not read back into the return type \
+                     ({e}); JSON has no NaN or infinity and reads at most 128 levels deep, so \
+                     return a type that fits"
+                )),
+            }
+        });
+        let json = match json {
             Ok(json) => json,
-            Err(e) => {
+            Err(reason) => {
                 owned.leave_in_doubt().await;
                 return Err(Error::Result {
                     key: self.key.to_string(),
                     tool: self.tool.clone(),
-                    reason: e.to_string(),
+                    reason,
                 });
             }
         };
