@@ -86,18 +86,37 @@ fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<
     }
 }
 
+/// Lists what reads; a record that does not is reported after the rest, and the command then
+/// fails, so that a script notices.
 fn ls(store: &dyn Store, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let records = admin::list(store, &filter)?;
+    let listing = admin::scan(store, &filter)?;
+    let mut unreadable: Vec<String> = listing.unreadable.iter().map(Error::to_string).collect();
     if json {
-        for record in &records {
-            let line = serde_json::to_string(record).map_err(|e| Failure::failed(e.to_string()))?;
-            writeln!(out, "{line}").map_err(write_failed)?;
+        for record in &listing.records {
+            match serde_json::to_string(record) {
+                Ok(line) => writeln!(out, "{line}").map_err(write_failed)?,
+                Err(e) => unreadable.push(format!(
+                    "key {}: its record cannot be written as JSON ({e}); inspect it with `idem \
+                     show {}`",
+                    record.key, record.key
+                )),
+            }
         }
-        return Ok(());
+    } else if listing.records.is_empty() && unreadable.is_empty() {
+        writeln!(out, "no records").map_err(write_failed)?;
+    } else {
+        ls_table(&listing.records, out)?;
     }
-    if records.is_empty() {
-        return writeln!(out, "no records").map_err(write_failed);
+    match unreadable.len() {
+        0 => Ok(()),
+        n => Err(Failure::failed(format!(
+            "{n} record(s) could not be listed (the others were): {}",
+            unreadable.join("; ")
+        ))),
     }
+}
+
+fn ls_table(records: &[Record], out: Out<'_>) -> Result<(), Failure> {
     let now = now_ms();
     let rows: Vec<Vec<String>> = records
         .iter()
@@ -209,6 +228,7 @@ fn stats(store: &dyn Store, json: bool, out: Out<'_>) -> Result<(), Failure> {
             "by_tool": stats.by_tool,
             "total": stats.by_status.values().sum::<u64>(),
             "size_on_disk": stats.size_on_disk,
+            "unreadable": stats.unreadable,
         });
         return writeln!(out, "{line}").map_err(write_failed);
     }
@@ -224,6 +244,12 @@ fn stats(store: &dyn Store, json: bool, out: Out<'_>) -> Result<(), Failure> {
     text.push('\n');
     text.push_str(&table(&["TOOL", "RECORDS"], &by_tool));
     text.push('\n');
+    if stats.unreadable > 0 {
+        text.push_str(&format!(
+            "unreadable: {} (counted in neither table; `idem ls` names them)\n",
+            stats.unreadable
+        ));
+    }
     match stats.size_on_disk {
         Some(bytes) => text.push_str(&format!("size on disk: {}\n", size(bytes))),
         None => text.push_str("size on disk: unknown (this store cannot tell)\n"),

@@ -465,13 +465,13 @@ impl Shared {
         }
     }
 
-    async fn scan(&self) -> Result<Vec<Record>, StoreError> {
+    async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(&self.statements.scan, &[])
             .await
             .map_err(|e| pg_error("cannot list records", e))?;
-        rows.iter().map(sql::decode).collect()
+        Ok(rows.iter().map(sql::decode).collect())
     }
 
     async fn size(&self) -> Result<u64, StoreError> {
@@ -564,7 +564,7 @@ impl Store for PgStore {
         self.shared.lease_left(record).is_some()
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         let shared = Arc::clone(&self.shared);
         self.runtime.spawn_store(async move { shared.scan().await })
     }

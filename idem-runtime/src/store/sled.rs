@@ -429,12 +429,13 @@ impl Store for SledStore {
         record.owner.is_of(&self.owner)
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         Box::pin(async move {
             let mut records = Vec::new();
             for entry in self.tree.iter() {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                records.push(decode(&key, &bytes)?.to_record(&String::from_utf8_lossy(&key)));
+                let key_text = String::from_utf8_lossy(&key);
+                records.push(decode(&key, &bytes).map(|view| view.to_record(&key_text)));
             }
             self.durable().await?;
             Ok(records)
