@@ -151,6 +151,7 @@ fn describe(record: &Record, now: u64) -> String {
         ("key", record.key.clone()),
         ("status", record.status.to_string()),
         ("tool", cell(&record.tool)),
+        ("function", record.function.as_deref().map_or_else(|| "-".to_owned(), cell)),
         ("scope", cell(&record.scope)),
         ("attempts", record.attempts.to_string()),
         ("owner", record.owner.to_string()),

@@ -131,6 +131,13 @@ fn prepare_call(tool: &Tool) -> TokenStream {
     let ttl = tool.ttl_ms.map(
         |ms| quote!(.map(|__idem_call| __idem_call.ttl(::core::time::Duration::from_millis(#ms)))),
     );
+    // Two unpinned tools with one function name share their keys: the record says which
+    // function wrote it, so that the other is refused instead of replaying it.
+    let function = (!tool.pinned).then(|| {
+        quote!(.map(|__idem_call| __idem_call.function(
+            ::core::concat!(::core::module_path!(), "::", #name)
+        )))
+    });
     let rerun = tool
         .rerun
         .then(|| quote!(.map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))));
@@ -144,6 +151,7 @@ fn prepare_call(tool: &Tool) -> TokenStream {
                     &__idem_args.canonical(),
                 )
             })
+            #function
             #store
             #wait
             #ttl

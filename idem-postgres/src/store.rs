@@ -326,6 +326,7 @@ impl Shared {
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                     values.insert_params();
                 params.push(&lease);
+                params.push(values.function());
                 client
                     .execute(&statement, &params)
                     .await
@@ -362,6 +363,7 @@ impl Shared {
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&values.update_params());
                 params.push(&lease);
+                params.push(values.function());
                 client.execute(&statement, &params).await
             }
             None => {

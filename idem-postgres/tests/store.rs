@@ -191,3 +191,22 @@ fn a_deep_result_written_by_an_earlier_release_still_lists() {
     let stats = idem_runtime::admin::stats(&store).unwrap();
     assert_eq!((stats.by_status.get("done"), stats.unreadable), (Some(&2), 0));
 }
+
+#[test]
+fn a_record_of_another_function_with_the_same_tool_name_is_refused() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("function");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
+    let send = |function: &str| {
+        Call::new("send", "o-1", &1).unwrap().store(Arc::clone(&store)).function(function)
+    };
+    let first: String = send("email::send").run(|| Ok::<_, Error>("email".into())).unwrap();
+    assert_eq!(first, "email");
+    let other: Result<String, Error> = send("sms::send").run(|| Ok("sms".into()));
+    assert!(matches!(other, Err(Error::SharedToolName { .. })), "{other:?}");
+    let again: String = send("email::send").run(|| Ok::<_, Error>("twice".into())).unwrap();
+    assert_eq!(again, "email", "the writer itself still replays");
+}

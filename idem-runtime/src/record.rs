@@ -16,6 +16,11 @@ pub struct Record {
     pub status: Status,
     /// The tool name that went into the key.
     pub tool: String,
+    /// The function that wrote the record, by path (`billing::send`), when the call named it
+    /// (the attributes do): two functions that share a tool name share its keys, and a call of
+    /// one must not replay the other's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
     /// The scope text that went into the key.
     pub scope: String,
     /// The call that reserved (or last took over) the key.
@@ -55,6 +60,7 @@ impl Record {
             key: key.to_owned(),
             status: Status::InFlight,
             tool: tool.to_owned(),
+            function: None,
             scope: scope.to_owned(),
             owner: owner.into(),
             attempts: 1,

@@ -137,14 +137,31 @@ impl Drop for Reservation {
 impl Call {
     /// A record for this call, owned by a new call of `store`.
     fn fresh_record(&self, store: &dyn Store) -> Record {
-        Record::reserve(
+        let mut record = Record::reserve(
             self.key.as_str(),
             &self.tool,
             &self.scope,
             Owner::new_call(store.owner_id()),
             &fingerprint(&self.canonical),
             now_ms(),
-        )
+        );
+        record.function.clone_from(&self.function);
+        record
+    }
+
+    /// Refuses a record another function wrote: the two share a tool name, and so its keys.
+    /// Records that name no function (written by `Call` without one, or by another language's
+    /// client) are taken as this call's.
+    fn check_function(&self, found: &Record) -> Result<(), Error> {
+        match (&found.function, &self.function) {
+            (Some(recorded), Some(calling)) if recorded != calling => Err(Error::SharedToolName {
+                key: self.key.to_string(),
+                tool: self.tool.clone(),
+                recorded: recorded.clone(),
+                calling: calling.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
@@ -169,6 +186,9 @@ impl Call {
         let mut deadline = None;
         let mut found = store.peek(key).await.map_err(failed)?;
         loop {
+            if let Some(found) = &found {
+                self.check_function(found)?;
+            }
             let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
                 Assessment::Absent => {
                     let fresh = self.fresh_record(store.as_ref());
@@ -224,7 +244,12 @@ impl Call {
                             });
                         }
                         InDoubtPolicy::Rerun => {
-                            existing.taken_over(Owner::new_call(store.owner_id()), now_ms())
+                            let mut takeover =
+                                existing.taken_over(Owner::new_call(store.owner_id()), now_ms());
+                            if self.function.is_some() {
+                                takeover.function.clone_from(&self.function);
+                            }
+                            takeover
                         }
                     }
                 }

@@ -64,6 +64,8 @@ pub enum InDoubtPolicy {
 #[derive(Clone)]
 pub struct Call {
     tool: String,
+    /// The function making the call, by path, when it is known (the attributes pass it).
+    function: Option<String>,
     scope: String,
     key: Key,
     /// The canonical arguments, fingerprinted only when a record is written: a replay needs no
@@ -109,12 +111,22 @@ impl Call {
             key: Key::derive_canonical(tool, &scope, &canonical),
             canonical,
             tool: tool.to_owned(),
+            function: None,
             scope,
             store: None,
             wait: None,
             ttl: None,
             in_doubt: InDoubtPolicy::Fail,
         }
+    }
+
+    /// The function making the call, by path (`billing::send`): recorded with the key, so that
+    /// another function sharing the tool name (and so the keys) is refused rather than handed
+    /// this one's result ([`Error::SharedToolName`]). The attributes pass it unless `tool = "…"`
+    /// pins the name.
+    pub fn function(mut self, path: impl Into<String>) -> Call {
+        self.function = Some(path.into());
+        self
     }
 
     /// The store to use instead of the process default.
