@@ -377,10 +377,10 @@ pub use idem_macros::write;
 /// ```
 pub use idem_macros::retry;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
-    Call, Classified, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved,
-    RetrySafe, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
+    set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Classified,
+    Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, RetrySafe,
+    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'

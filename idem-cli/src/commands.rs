@@ -170,7 +170,6 @@ fn describe(record: &Record, now: u64) -> String {
     if let Some(lease) = record.lease_until {
         rows.push(("lease until", timestamp(lease)));
     }
-    rows.push(("args sha256", record.args_fingerprint.clone()));
     rows.push((
         "result",
         record.result.as_ref().map_or_else(|| "-".to_owned(), |result| result.to_string()),

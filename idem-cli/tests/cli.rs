@@ -453,7 +453,7 @@ fn show_prints_the_record_with_its_result() {
     assert_eq!(record["key"], fx.charge_1.as_str());
     assert_eq!(record["result"], "ch_1");
     assert_eq!(record["status"], "done");
-    assert_eq!(record["args_fingerprint"].as_str().unwrap().len(), 64);
+    assert!(record.get("args_fingerprint").is_none(), "no hash of the arguments beside the key");
 }
 
 #[test]

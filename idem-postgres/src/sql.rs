@@ -198,7 +198,6 @@ pub(crate) struct Values {
     updated_at: i64,
     completed_at: Option<i64>,
     expires_at: Option<i64>,
-    args_fingerprint: String,
     result: Option<String>,
     function: Option<String>,
 }
@@ -216,7 +215,6 @@ impl Values {
             updated_at: to_i64(record.updated_at),
             completed_at: record.completed_at.map(to_i64),
             expires_at: record.expires_at.map(to_i64),
-            args_fingerprint: record.args_fingerprint.clone(),
             // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
             // would reject some results that a tool can legitimately return.
             result: record.result.clone(),
@@ -248,7 +246,9 @@ impl Values {
             &self.updated_at,
             &self.completed_at,
             &self.expires_at,
-            &self.args_fingerprint,
+            // The column held a fingerprint of the arguments in earlier releases; it is written
+            // empty, since the key already stands for the arguments.
+            &"",
             &self.result,
         ]
     }
@@ -285,7 +285,6 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         completed_at: row.get::<_, Option<i64>>(8).map(to_u64),
         expires_at: row.get::<_, Option<i64>>(9).map(to_u64),
         lease_until: row.get::<_, Option<i64>>(10).map(to_u64),
-        args_fingerprint: row.get(11),
         result,
         function: row.get(13),
         key,

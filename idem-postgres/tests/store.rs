@@ -21,8 +21,7 @@ fn a_live_lease_cannot_be_taken_over() {
     let schema = common::unique_schema("live");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
-    let mine =
-        Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), "f", now_ms());
+    let mine = Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
     assert_eq!(block_on(a.reserve(&mine)).unwrap(), Reserved::Mine, "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");

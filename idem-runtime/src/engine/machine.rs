@@ -25,7 +25,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Call, InDoubtPolicy};
-use crate::canonical::fingerprint;
 use crate::error::Error;
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
@@ -142,7 +141,6 @@ impl Call {
             &self.tool,
             &self.scope,
             Owner::new_call(store.owner_id()),
-            &fingerprint(&self.canonical),
             now_ms(),
         );
         record.function.clone_from(&self.function);

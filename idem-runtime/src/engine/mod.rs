@@ -68,9 +68,6 @@ pub struct Call {
     function: Option<String>,
     scope: String,
     key: Key,
-    /// The canonical arguments, fingerprinted only when a record is written: a replay needs no
-    /// fingerprint.
-    canonical: String,
     store: Option<Arc<dyn Store>>,
     wait: Option<Duration>,
     ttl: Option<Duration>,
@@ -104,12 +101,10 @@ impl Call {
     }
 
     /// A call whose arguments are already canonical JSON (see [`Args`]).
-    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl Into<String>) -> Call {
+    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl AsRef<str>) -> Call {
         let scope = scope.to_string();
-        let canonical = canonical.into();
         Call {
-            key: Key::derive_canonical(tool, &scope, &canonical),
-            canonical,
+            key: Key::derive_canonical(tool, &scope, canonical.as_ref()),
             tool: tool.to_owned(),
             function: None,
             scope,

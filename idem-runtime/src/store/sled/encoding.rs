@@ -11,7 +11,9 @@
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
-//! then   tool, scope, owner, args_fingerprint: each a u32 length and its UTF-8 bytes
+//! then   tool, scope, owner, and a fourth string: each a u32 length and its UTF-8 bytes. The
+//!        fourth held a fingerprint of the arguments in earlier releases; it is written empty
+//!        and skipped on read, since the key already stands for the arguments
 //! then   the result's JSON text, a u32 length and its bytes, when present
 //! then   the function that wrote the record, a u32 length and its bytes, when present
 //! ```
@@ -46,7 +48,6 @@ pub(crate) struct View<'a> {
     pub(crate) function: Option<Cow<'a, str>>,
     pub(crate) scope: Cow<'a, str>,
     pub(crate) owner: Cow<'a, str>,
-    pub(crate) args_fingerprint: Cow<'a, str>,
     pub(crate) result: Option<Cow<'a, str>>,
 }
 
@@ -66,7 +67,6 @@ impl View<'_> {
             completed_at: self.completed_at,
             expires_at: self.expires_at,
             lease_until: self.lease_until,
-            args_fingerprint: self.args_fingerprint.clone().into_owned(),
             result: self.result.as_ref().map(|text| text.clone().into_owned()),
         }
     }
@@ -79,12 +79,7 @@ impl View<'_> {
 
 /// Writes `record` in the current format.
 pub(crate) fn encode(record: &Record) -> Vec<u8> {
-    let strings = [
-        record.tool.as_str(),
-        record.scope.as_str(),
-        record.owner.as_str(),
-        record.args_fingerprint.as_str(),
-    ];
+    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
     let result = record.result.as_deref();
     let function = record.function.as_deref();
     let len = 23
@@ -171,7 +166,6 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 function: record.function.map(Cow::Owned),
                 scope: Cow::Owned(record.scope),
                 owner: Cow::Owned(record.owner.as_str().to_owned()),
-                args_fingerprint: Cow::Owned(record.args_fingerprint),
                 result: record.result.map(Cow::Owned),
             })
         }
@@ -237,7 +231,7 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let tool = r.string()?;
     let scope = r.string()?;
     let owner = r.string()?;
-    let args_fingerprint = r.string()?;
+    let _fingerprint = r.string()?;
     let result = if options & RESULT != 0 { Some(r.string()?) } else { None };
     let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
     if !r.bytes.is_empty() {
@@ -255,7 +249,6 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         function,
         scope,
         owner,
-        args_fingerprint,
         result,
     })
 }
@@ -265,12 +258,11 @@ mod tests {
     use super::*;
 
     fn done() -> Record {
-        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", "ab".repeat(32).as_str(), 7)
-            .done(
-                serde_json::json!({"id": "ch_1", "amount": 4200}),
-                9,
-                Some(std::time::Duration::from_secs(1)),
-            )
+        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", 7).done(
+            serde_json::json!({"id": "ch_1", "amount": 4200}),
+            9,
+            Some(std::time::Duration::from_secs(1)),
+        )
     }
 
     #[test]
