@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use idem_runtime::admin::{self, Filter, Purge, Resolution};
-use idem_runtime::{now_ms, Error, Key, Record, Status, Store};
+use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status, Store};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
@@ -141,15 +141,17 @@ fn show(store: &dyn Store, key: &Key, json: bool, out: Out<'_>) -> Result<(), Fa
         let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
         return writeln!(out, "{line}").map_err(write_failed);
     }
-    out.write_all(describe(&record, now_ms()).as_bytes()).map_err(write_failed)
+    let now = now_ms();
+    let assessment = assess(Some(&record), now, |r| store.owner_alive(r));
+    out.write_all(describe(&record, assessment, now).as_bytes()).map_err(write_failed)
 }
 
 /// A record for people: one field per line, times with their age.
-fn describe(record: &Record, now: u64) -> String {
+fn describe(record: &Record, assessment: Assessment, now: u64) -> String {
     let when = |ms: u64| format!("{} ({} ago)", timestamp(ms), age(now, ms));
     let mut rows = vec![
         ("key", record.key.clone()),
-        ("status", record.status.to_string()),
+        ("status", status_text(record, assessment)),
         ("tool", cell(&record.tool)),
         ("function", record.function.as_deref().map_or_else(|| "-".to_owned(), cell)),
         ("scope", cell(&record.scope)),
@@ -176,6 +178,22 @@ fn describe(record: &Record, now: u64) -> String {
     ));
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     rows.iter().map(|(name, value)| format!("{name:<width$}  {value}\n")).collect()
+}
+
+/// The status, with what a call would make of it where the status alone does not say.
+fn status_text(record: &Record, assessment: Assessment) -> String {
+    match (record.status, assessment) {
+        (Status::InFlight, Assessment::InDoubt) => {
+            format!(
+                "{} (its owner is gone, so it is in doubt: settle it with `idem resolve`)",
+                record.status
+            )
+        }
+        (Status::Done, Assessment::Expired) => {
+            format!("{} (expired: the next call runs the body again)", record.status)
+        }
+        _ => record.status.to_string(),
+    }
 }
 
 fn resolve(
@@ -260,6 +278,14 @@ fn stats(store: &dyn Store, json: bool, out: Out<'_>) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn show_says_what_a_call_would_make_of_an_in_flight_record_whose_owner_is_gone() {
+        let record = Record::reserve("k", "charge_card", "o-1", "pg:host:1:2:ab#3", 1);
+        let gone = status_text(&record, assess(Some(&record), 2, |_| false));
+        assert!(gone.starts_with("in-flight (its owner is gone, so it is in doubt"), "{gone}");
+        assert_eq!(status_text(&record, assess(Some(&record), 2, |_| true)), "in-flight");
+    }
 
     #[test]
     fn names_purge_ages_in_their_largest_unit() {
