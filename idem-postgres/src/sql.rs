@@ -76,11 +76,16 @@ CREATE TABLE IF NOT EXISTS {t} (
     result           text,
     function         text
 );
-ALTER TABLE {t} ADD COLUMN IF NOT EXISTS function text;
 DO $migrate$
 DECLARE
     old_check text;
 BEGIN
+    -- Checked first: ALTER TABLE locks the table even when it has nothing to do.
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{t}'::regclass AND attname = 'function' AND NOT attisdropped)
+    THEN
+        ALTER TABLE {t} ADD COLUMN function text;
+    END IF;
     FOR old_check IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = '{t}'::regclass AND contype = 'c'
