@@ -453,7 +453,7 @@ fn show_prints_the_record_with_its_result() {
     assert_eq!(record["key"], fx.charge_1.as_str());
     assert_eq!(record["result"], "ch_1");
     assert_eq!(record["status"], "done");
-    assert_eq!(record["args_fingerprint"].as_str().unwrap().len(), 64);
+    assert!(record.get("args_fingerprint").is_none(), "no hash of the arguments beside the key");
 }
 
 #[test]
@@ -655,4 +655,35 @@ fn stats_json_gives_the_same_counts_for_scripts() {
     assert_eq!(stats["by_tool"]["send_email"], 1, "{stats}");
     assert_eq!(stats["total"], 4, "{stats}");
     assert!(stats["size_on_disk"].as_u64().is_some_and(|bytes| bytes > 0), "{stats}");
+}
+
+#[test]
+fn ls_lists_what_reads_and_names_a_damaged_record_after_the_rest() {
+    let (_dir, path) = place();
+    let (good, bad) = {
+        let store = open(&path);
+        let good = finish(&store, "charge_card", "order-1", json!({"amount": 1}), "ch_1");
+        let bad = finish(&store, "charge_card", "order-2", json!({"amount": 2}), "ch_2");
+        (good, bad)
+    };
+    {
+        // sled lets go of its lock a moment after the store is dropped: wait for it, as the
+        // command does.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let db = loop {
+            match sled::open(&path) {
+                Ok(db) => break db,
+                Err(e) if std::time::Instant::now() >= deadline => panic!("cannot reopen: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        db.open_tree("idem.records").unwrap().insert(bad.as_str(), &b"{not json"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    for args in [&["ls"][..], &["ls", "--json"]] {
+        let run = idem(&path, args);
+        assert_eq!(run.code, 1, "a damaged record fails the command: {run:?}");
+        assert!(run.stdout.contains(good.as_str()), "the readable record is listed: {run:?}");
+        assert!(run.stderr.contains(bad.as_str()), "the damaged one is named: {run:?}");
+    }
 }

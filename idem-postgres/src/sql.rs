@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 const COLUMNS: &str = "key, status, tool, scope, owner, attempts, created_at, updated_at, \
-                       completed_at, expires_at, lease_until, args_fingerprint, result";
+                       completed_at, expires_at, lease_until, args_fingerprint, result, function";
 
 /// Where the records live: a schema and a table name, both checked to be plain identifiers.
 #[derive(Clone, Debug)]
@@ -73,12 +73,19 @@ CREATE TABLE IF NOT EXISTS {t} (
     expires_at       bigint,
     lease_until      bigint,
     args_fingerprint text NOT NULL,
-    result           text
+    result           text,
+    function         text
 );
 DO $migrate$
 DECLARE
     old_check text;
 BEGIN
+    -- Checked first: ALTER TABLE locks the table even when it has nothing to do.
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{t}'::regclass AND attname = 'function' AND NOT attisdropped)
+    THEN
+        ALTER TABLE {t} ADD COLUMN function text;
+    END IF;
     FOR old_check IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = '{t}'::regclass AND contype = 'c'
@@ -145,18 +152,19 @@ impl Statements {
         Statements {
             now: format!("SELECT {NOW_MS}"),
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
-            // $13 is the lease in milliseconds; an insert is always an in-flight record.
+            // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
+            // function.
             insert: format!(
                 "INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                 {NOW_MS} + $13, $11, $12) ON CONFLICT (key) DO NOTHING"
+                 {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING"
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
             scan: format!("SELECT {COLUMNS} FROM {t}"),
-            // $6.. are the new record; $17 the lease for an in-flight one.
+            // $6.. are the new record; $17 the lease for an in-flight one, $18 the function.
             update: format!(
                 "UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, attempts = $10, \
                  created_at = $11, updated_at = $12, completed_at = $13, expires_at = $14, \
-                 args_fingerprint = $15, result = $16, \
+                 args_fingerprint = $15, result = $16, function = $18, \
                  lease_until = CASE WHEN $6 = '{in_flight}' THEN {NOW_MS} + $17 END \
                  WHERE {fence}"
             ),
@@ -195,8 +203,8 @@ pub(crate) struct Values {
     updated_at: i64,
     completed_at: Option<i64>,
     expires_at: Option<i64>,
-    args_fingerprint: String,
     result: Option<String>,
+    function: Option<String>,
 }
 
 impl Values {
@@ -212,10 +220,10 @@ impl Values {
             updated_at: to_i64(record.updated_at),
             completed_at: record.completed_at.map(to_i64),
             expires_at: record.expires_at.map(to_i64),
-            args_fingerprint: record.args_fingerprint.clone(),
             // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
             // would reject some results that a tool can legitimately return.
             result: record.result.clone(),
+            function: record.function.clone(),
         }
     }
 
@@ -224,6 +232,11 @@ impl Values {
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&self.key];
         params.extend_from_slice(&self.update_params());
         params
+    }
+
+    /// The function that wrote the record: the parameter after the lease, in both statements.
+    pub(crate) fn function(&self) -> &(dyn tokio_postgres::types::ToSql + Sync) {
+        &self.function
     }
 
     /// Parameters $6..$16 of the update (the key does not change).
@@ -238,7 +251,9 @@ impl Values {
             &self.updated_at,
             &self.completed_at,
             &self.expires_at,
-            &self.args_fingerprint,
+            // The column held a fingerprint of the arguments in earlier releases; it is written
+            // empty, since the key already stands for the arguments.
+            &"",
             &self.result,
         ]
     }
@@ -259,7 +274,9 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
     let result: Option<String> = row.get(12);
     if let Some(text) = &result {
         // Checked here so that a row edited by hand reads as damaged, not as a replay error.
-        serde_json::from_str::<serde_json::Value>(text)
+        // Skipped over rather than built, which reads any depth: a deep result written by an
+        // earlier release still lists.
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|_| damaged("result is not JSON"))?;
     }
     Ok(Record {
@@ -273,8 +290,8 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         completed_at: row.get::<_, Option<i64>>(8).map(to_u64),
         expires_at: row.get::<_, Option<i64>>(9).map(to_u64),
         lease_until: row.get::<_, Option<i64>>(10).map(to_u64),
-        args_fingerprint: row.get(11),
         result,
+        function: row.get(13),
         key,
     })
 }

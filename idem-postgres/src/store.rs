@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use idem_runtime::for_stores::deadline_after;
 use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -325,6 +326,7 @@ impl Shared {
                 let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
                     values.insert_params();
                 params.push(&lease);
+                params.push(values.function());
                 client
                     .execute(&statement, &params)
                     .await
@@ -361,6 +363,7 @@ impl Shared {
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&values.update_params());
                 params.push(&lease);
+                params.push(values.function());
                 client.execute(&statement, &params).await
             }
             None => {
@@ -443,15 +446,20 @@ impl Shared {
             // The owner may die without a word: wake when its lease lapses, to look again.
             let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
                 Assessment::Running => match self.lease_left(&record) {
-                    Some(left) => deadline.min(now + left + Duration::from_millis(5)),
+                    Some(left) => {
+                        deadline.min(deadline_after(now, left + Duration::from_millis(5)))
+                    }
                     None => return Ok(Some(record)),
                 },
                 // The lease lapsed: the owner is dead, and the caller must know now.
                 Assessment::InDoubt => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake =
-                if self.fanout.listening() { wake } else { wake.min(now + DEGRADED_RECHECK) };
+            let wake = if self.fanout.listening() {
+                wake
+            } else {
+                wake.min(deadline_after(now, DEGRADED_RECHECK))
+            };
             tokio::select! {
                 () = subscription.next() => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
@@ -459,13 +467,13 @@ impl Shared {
         }
     }
 
-    async fn scan(&self) -> Result<Vec<Record>, StoreError> {
+    async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(&self.statements.scan, &[])
             .await
             .map_err(|e| pg_error("cannot list records", e))?;
-        rows.iter().map(sql::decode).collect()
+        Ok(rows.iter().map(sql::decode).collect())
     }
 
     async fn size(&self) -> Result<u64, StoreError> {
@@ -558,7 +566,7 @@ impl Store for PgStore {
         self.shared.lease_left(record).is_some()
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         let shared = Arc::clone(&self.shared);
         self.runtime.spawn_store(async move { shared.scan().await })
     }

@@ -64,23 +64,6 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
     Ok(out)
 }
 
-/// The fingerprint of canonical arguments: the lower-case hex SHA-256 of the text, all 64
-/// digits. A record keeps it so that a later call under the same key with different arguments
-/// can be told apart.
-///
-/// # Examples
-///
-/// ```
-/// let canonical = idem_runtime::canonical_json(&serde_json::json!({})).unwrap();
-/// assert_eq!(
-///     idem_runtime::fingerprint(&canonical),
-///     "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
-/// );
-/// ```
-pub fn fingerprint(canonical: &str) -> String {
-    sha256_hex(&[canonical.as_bytes()])
-}
-
 /// Lower-case hex SHA-256 of the concatenation of `parts`.
 pub(crate) fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();

@@ -25,7 +25,7 @@ mod retry;
 mod store;
 mod time;
 
-pub use canonical::{canonical_json, fingerprint};
+pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
@@ -43,4 +43,5 @@ pub use time::utc_timestamp;
 #[doc(hidden)]
 pub mod for_stores {
     pub use crate::exec::block_on;
+    pub use crate::time::deadline_after;
 }

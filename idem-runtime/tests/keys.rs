@@ -441,14 +441,6 @@ fn key_serializes_as_its_text_and_refuses_other_text() {
     assert!(err.to_string().contains("32 lower-case hex digits"), "{err}");
 }
 
-#[test]
-fn fingerprint_is_the_full_sha256_of_the_canonical_text() {
-    assert_eq!(
-        idem_runtime::fingerprint("{}"),
-        "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-    );
-}
-
 proptest! {
     #[test]
     fn hashmap_insertion_order_changes_neither_canonical_json_nor_key(

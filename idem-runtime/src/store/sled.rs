@@ -151,7 +151,7 @@ impl SledStore {
             });
         // sled 0.34 can panic on some damaged files instead of returning an error: never let
         // that reach the caller as a panic.
-        let lock_deadline = Instant::now() + options.lock_wait;
+        let lock_deadline = crate::time::deadline_after(Instant::now(), options.lock_wait);
         let opened = loop {
             let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
             match &opened {
@@ -429,12 +429,13 @@ impl Store for SledStore {
         record.owner.is_of(&self.owner)
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         Box::pin(async move {
             let mut records = Vec::new();
             for entry in self.tree.iter() {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                records.push(decode(&key, &bytes)?.to_record(&String::from_utf8_lossy(&key)));
+                let key_text = String::from_utf8_lossy(&key);
+                records.push(decode(&key, &bytes).map(|view| view.to_record(&key_text)));
             }
             self.durable().await?;
             Ok(records)

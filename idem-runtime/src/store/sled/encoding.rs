@@ -6,12 +6,16 @@
 //! ```text
 //! 0      format (1)            JSON records of the first format begin with `{`, and still read
 //! 1      status                0 in flight, 1 done, 2 in doubt
-//! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result
+//! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
+//!                              16 function
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
-//! then   tool, scope, owner, args_fingerprint: each a u32 length and its UTF-8 bytes
+//! then   tool, scope, owner, and a fourth string: each a u32 length and its UTF-8 bytes. The
+//!        fourth held a fingerprint of the arguments in earlier releases; it is written empty
+//!        and skipped on read, since the key already stands for the arguments
 //! then   the result's JSON text, a u32 length and its bytes, when present
+//! then   the function that wrote the record, a u32 length and its bytes, when present
 //! ```
 //!
 //! The key is sled's own key for the entry, so it is not repeated in the value.
@@ -27,6 +31,7 @@ const COMPLETED: u8 = 1;
 const EXPIRES: u8 = 2;
 const LEASE: u8 = 4;
 const RESULT: u8 = 8;
+const FUNCTION: u8 = 16;
 
 /// A record read from sled's bytes without copying them (a record of the first, JSON format is
 /// decoded into owned fields instead).
@@ -40,9 +45,9 @@ pub(crate) struct View<'a> {
     pub(crate) expires_at: Option<u64>,
     pub(crate) lease_until: Option<u64>,
     pub(crate) tool: Cow<'a, str>,
+    pub(crate) function: Option<Cow<'a, str>>,
     pub(crate) scope: Cow<'a, str>,
     pub(crate) owner: Cow<'a, str>,
-    pub(crate) args_fingerprint: Cow<'a, str>,
     pub(crate) result: Option<Cow<'a, str>>,
 }
 
@@ -53,6 +58,7 @@ impl View<'_> {
             key: key.to_owned(),
             status: self.status,
             tool: self.tool.clone().into_owned(),
+            function: self.function.as_ref().map(|f| f.clone().into_owned()),
             scope: self.scope.clone().into_owned(),
             owner: self.owner.as_ref().into(),
             attempts: self.attempts,
@@ -61,7 +67,6 @@ impl View<'_> {
             completed_at: self.completed_at,
             expires_at: self.expires_at,
             lease_until: self.lease_until,
-            args_fingerprint: self.args_fingerprint.clone().into_owned(),
             result: self.result.as_ref().map(|text| text.clone().into_owned()),
         }
     }
@@ -74,17 +79,14 @@ impl View<'_> {
 
 /// Writes `record` in the current format.
 pub(crate) fn encode(record: &Record) -> Vec<u8> {
-    let strings = [
-        record.tool.as_str(),
-        record.scope.as_str(),
-        record.owner.as_str(),
-        record.args_fingerprint.as_str(),
-    ];
+    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
     let result = record.result.as_deref();
+    let function = record.function.as_deref();
     let len = 23
         + 3 * 8
         + strings.iter().map(|s| 4 + s.len()).sum::<usize>()
-        + result.map_or(0, |text| 4 + text.len());
+        + result.map_or(0, |text| 4 + text.len())
+        + function.map_or(0, |text| 4 + text.len());
     let mut out = Vec::with_capacity(len);
     let mut options = 0;
     for (present, bit) in [
@@ -92,6 +94,7 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         (record.expires_at.is_some(), EXPIRES),
         (record.lease_until.is_some(), LEASE),
         (result.is_some(), RESULT),
+        (function.is_some(), FUNCTION),
     ] {
         if present {
             options |= bit;
@@ -115,7 +118,7 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         out.extend_from_slice(&(s.len() as u32).to_le_bytes());
         out.extend_from_slice(s.as_bytes());
     }
-    if let Some(text) = result {
+    for text in [result, function].into_iter().flatten() {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
@@ -160,9 +163,9 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 expires_at: record.expires_at,
                 lease_until: record.lease_until,
                 tool: Cow::Owned(record.tool),
+                function: record.function.map(Cow::Owned),
                 scope: Cow::Owned(record.scope),
                 owner: Cow::Owned(record.owner.as_str().to_owned()),
-                args_fingerprint: Cow::Owned(record.args_fingerprint),
                 result: record.result.map(Cow::Owned),
             })
         }
@@ -228,8 +231,9 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let tool = r.string()?;
     let scope = r.string()?;
     let owner = r.string()?;
-    let args_fingerprint = r.string()?;
+    let _fingerprint = r.string()?;
     let result = if options & RESULT != 0 { Some(r.string()?) } else { None };
+    let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
     if !r.bytes.is_empty() {
         return Err(Truncated("bytes after the record"));
     }
@@ -242,9 +246,9 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         expires_at,
         lease_until,
         tool,
+        function,
         scope,
         owner,
-        args_fingerprint,
         result,
     })
 }
@@ -254,12 +258,11 @@ mod tests {
     use super::*;
 
     fn done() -> Record {
-        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", "ab".repeat(32).as_str(), 7)
-            .done(
-                serde_json::json!({"id": "ch_1", "amount": 4200}),
-                9,
-                Some(std::time::Duration::from_secs(1)),
-            )
+        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", 7).done(
+            serde_json::json!({"id": "ch_1", "amount": 4200}),
+            9,
+            Some(std::time::Duration::from_secs(1)),
+        )
     }
 
     #[test]
@@ -268,6 +271,7 @@ mod tests {
             done(),
             done().in_doubt(10),
             Record { lease_until: Some(11), ..done().taken_over("other#1", 10) },
+            Record { function: Some("billing::send".into()), ..done() },
         ] {
             let bytes = encode(&record);
             assert_eq!(decode(b"k", &bytes).unwrap().to_record("k"), record);
