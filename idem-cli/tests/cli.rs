@@ -163,10 +163,10 @@ fn stat(stats: &str, name: &str) -> u64 {
 // --- idem key ---------------------------------------------------------------------------------
 
 #[test]
-fn key_matches_every_shared_vector() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
+fn key_matches_every_vector() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/keys.jsonl");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!("cannot read the shared key vectors at {path}: {e}; check out the shared repository beside this one")
+        panic!("cannot read the key vectors at {path}: {e}; they are part of the repository (vectors/keys.jsonl): restore the file from git")
     });
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;

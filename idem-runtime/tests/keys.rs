@@ -1,6 +1,6 @@
 //! Keys and canonical JSON agree with the Python reference derivation, byte for byte.
 //!
-//! Expected texts not taken from the shared vectors were produced with
+//! Expected texts not taken from the key vectors (`vectors/keys.jsonl`) were produced with
 //! `python3 -c 'import json; print(json.dumps(v, sort_keys=True, separators=(",", ":")))'`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,9 +11,9 @@ use serde::ser::{Error as _, Serializer};
 use serde::Serialize;
 use serde_json::Value;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/keys.jsonl");
 
-/// One line of the shared vectors, computed by the Python reference.
+/// One line of the key vectors, computed by the Python reference.
 struct Vector {
     tool: String,
     scope: String,
@@ -25,8 +25,8 @@ struct Vector {
 fn vectors() -> Vec<Vector> {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
         panic!(
-            "cannot read the shared key vectors at {VECTORS}: {e}; the repository's `shared/` \
-             folder must sit beside the clone"
+            "cannot read the key vectors at {VECTORS}: {e}; they are part of the repository \
+             (vectors/keys.jsonl): restore the file from git"
         )
     });
     let vectors: Vec<Vector> = text
