@@ -229,6 +229,25 @@ fn floats_are_written_as_python_repr_writes_them() {
 }
 
 #[test]
+fn floats_halfway_between_two_shortest_spellings_take_the_even_digit_as_python_does() {
+    // Each double lies exactly halfway between two 16- or 17-digit spellings that both read back
+    // to it; Python's `repr` takes the even last digit, Rust's `{:e}` the upper one. Parsed as a
+    // `Value`, `241804605705217.62` also needs serde_json's `float_roundtrip`, which the runtime
+    // turns on: without it serde_json reads the neighbouring double.
+    let cases: &[(f64, &str)] = &[
+        (-627677689651098.25, "-627677689651098.2"),
+        (888043386393181.25, "888043386393181.2"),
+        (241804605705217.625, "241804605705217.62"),
+        (7.326028260946482e14, "732602826094648.2"),
+    ];
+    for &(value, python) in cases {
+        assert_eq!(canonical(&value), python, "repr of {value:e}");
+        let parsed: Value = serde_json::from_str(&format!("{{\"a\":{python}}}")).unwrap();
+        assert_eq!(canonical(&parsed), format!("{{\"a\":{python}}}"), "{python} parsed as a Value");
+    }
+}
+
+#[test]
 fn f32_is_written_as_the_double_python_would_receive() {
     assert_eq!(canonical(&0.1f32), "0.10000000149011612");
     assert_eq!(canonical(&1.5f32), "1.5");
