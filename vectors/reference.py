@@ -62,7 +62,9 @@ def check(path):
 
 def batch():
     out = sys.stdout
-    for line in sys.stdin:
+    # Bytes decoded here, not by the locale's encoding: the cases hold any Unicode text.
+    for raw in sys.stdin.buffer:
+        line = raw.decode("utf-8")
         if not line.strip():
             continue
         case = json.loads(line)
