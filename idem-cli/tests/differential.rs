@@ -10,7 +10,8 @@
 //! shortest spellings), integers beyond u64, i64 and 128 bits, control characters, DEL, BMP and
 //! astral characters written raw or escaped, empty names, repeated names, and nesting.
 //!
-//! A failure prints the seed; `IDEM_DIFFERENTIAL_SEED=<seed>` reruns other cases.
+//! A failure prints the seed and both canonical texts; `IDEM_DIFFERENTIAL_SEED=<hex>` runs the
+//! cases of another seed.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -26,7 +27,7 @@ use serde_json::Value;
 
 /// The seed CI runs; a failure names the seed it ran with.
 const SEED: u64 = 0x1de3_0015_d1ff_5eed;
-/// Cases per run, through `Key::derive`.
+/// Cases per run, each through `Key::derive` and the `idem` binary.
 const CASES: usize = 10_000;
 /// Mismatches printed in full before the test gives up.
 const SHOWN: usize = 12;
