@@ -163,10 +163,10 @@ fn stat(stats: &str, name: &str) -> u64 {
 // --- idem key ---------------------------------------------------------------------------------
 
 #[test]
-fn key_matches_every_shared_vector() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
+fn key_matches_every_vector() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/keys.jsonl");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!("cannot read the shared key vectors at {path}: {e}; check out the shared repository beside this one")
+        panic!("cannot read the key vectors at {path}: {e}; they are part of the repository (vectors/keys.jsonl): restore the file from git")
     });
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
@@ -202,6 +202,29 @@ fn key_keeps_integers_wider_than_64_bits() {
     let out = idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", &args]);
     let expected = Key::derive("t", "s", &std::collections::BTreeMap::from([("n", wide)])).unwrap();
     assert_eq!(out.ok().trim_end(), expected.as_str());
+}
+
+#[test]
+fn key_writes_floats_halfway_between_two_spellings_as_python_does() {
+    // Both doubles lie exactly halfway between two shortest spellings; Python keeps the even
+    // digit. Canonical text and key from `python3 vectors/reference.py --batch`.
+    let dir = tempfile::tempdir().unwrap();
+    let args = r#"{"a": -627677689651098.2, "b": 241804605705217.62}"#;
+    let out =
+        idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", args, "--json"]);
+    let printed: Value = serde_json::from_str(out.ok()).unwrap();
+    assert_eq!(printed["canonical"], r#"{"a":-627677689651098.2,"b":241804605705217.62}"#);
+    assert_eq!(printed["key"], "ff3c7e3a9e49f4c5c7acd0f002a1dfbf");
+}
+
+#[test]
+fn key_refuses_a_lone_surrogate_escape_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = r#"{"a": "x\ud800y"}"#;
+    let line = idem_in(dir.path(), &["key", "--tool", "t", "--scope", "s", "--args", args])
+        .fails(2)
+        .to_owned();
+    assert!(line.contains(r"`\ud800`, a lone UTF-16 surrogate"), "{line}");
 }
 
 #[test]
