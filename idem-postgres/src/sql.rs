@@ -38,17 +38,32 @@ impl Names {
         format!("\"{}\".\"{}\"", self.schema, self.table)
     }
 
-    /// The channel every change to the table is announced on, with the key as payload.
+    /// The channel every change to the table is announced on, with the key as payload: a hash
+    /// of the schema and table, so that `a_b.c` and `a.b_c` do not share one.
     pub(crate) fn channel(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}.{}", self.schema, self.table));
+        let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+        format!("idem_{hex}")
+    }
+
+    /// The channel of installations migrated before the hash: still announced on, so that
+    /// processes of an older version sharing the table keep being woken.
+    pub(crate) fn legacy_channel(&self) -> String {
         format!("idem_{}_{}", self.schema, self.table)
+    }
+
+    /// The table's notify function, schema-qualified and quoted.
+    pub(crate) fn notify_function(&self) -> String {
+        format!("\"{}\".\"{}_notify\"", self.schema, self.table)
     }
 
     /// The statements that create the table and its triggers; idempotent, and run under an
     /// advisory lock so that a fleet starting at once does not race on `CREATE … IF NOT EXISTS`.
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
-        let function = format!("\"{schema}\".\"{table}_notify\"");
-        let channel = self.channel();
+        let function = self.notify_function();
+        let (channel, legacy) = (self.channel(), self.legacy_channel());
         format!(
             r#"
 CREATE SCHEMA IF NOT EXISTS "{schema}";
@@ -69,7 +84,8 @@ CREATE TABLE IF NOT EXISTS {t} (
 );
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('{channel}', CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
+    PERFORM pg_notify(c, CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END)
+        FROM unnest(ARRAY['{channel}', '{legacy}']) AS c;
     RETURN NULL;
 END
 $$;
@@ -99,6 +115,7 @@ pub(crate) struct Statements {
     pub(crate) delete: String,
     pub(crate) renew: String,
     pub(crate) size: String,
+    pub(crate) notify_source: String,
 }
 
 /// The fence shared by `update` and `delete`: the stored record must still be in the state the
@@ -139,6 +156,10 @@ impl Statements {
                  RETURNING r.key, r.owner, r.attempts"
             ),
             size: format!("SELECT pg_total_relation_size('{t}')"),
+            notify_source: format!(
+                "SELECT prosrc FROM pg_proc WHERE oid = to_regprocedure('{}()')",
+                names.notify_function()
+            ),
         }
     }
 }
@@ -254,4 +275,21 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         result,
         key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    fn names(schema: &str, table: &str) -> Names {
+        Names { schema: schema.to_owned(), table: table.to_owned() }
+    }
+
+    #[test]
+    fn tables_whose_names_join_alike_get_distinct_channels() {
+        assert_ne!(names("a_b", "c").channel(), names("a", "b_c").channel());
+        assert_eq!(names("a_b", "c").legacy_channel(), names("a", "b_c").legacy_channel());
+        assert_eq!(names("idem", "records").channel(), names("idem", "records").channel());
+        assert!(names(&"s".repeat(28), &"t".repeat(28)).channel().len() <= 63);
+    }
 }

@@ -565,9 +565,12 @@ impl Call {
     }
 
     async fn release(&self, mut owned: Box<Owned>) {
-        owned.settled = true;
+        // Nothing landed: should the release fail, the guard tries the release once more as it
+        // drops, rather than marking the key in doubt.
+        owned.started = false;
         match owned.store.replace(&owned.record, None).await {
             Ok(_) => {
+                owned.settled = true;
                 tracing::debug!(key = %self.key, tool = %self.tool, "idem: released after an error")
             }
             Err(e) => {
