@@ -129,9 +129,13 @@ fn advise(e: &tokio_postgres::Error) -> &'static str {
         "3D000" => "the database named in the URL does not exist: check the URL",
         "25006" => "the server is read-only (a standby?): point the URL at the primary",
         "53100" => "the server's disk is full: free space on it",
-        "53300" => "the server has no free connection slot: lower pool_size or raise max_connections",
+        "53300" => {
+            "the server has no free connection slot: lower pool_size or raise max_connections"
+        }
         "55P03" | "40001" | "40P01" => "another transaction held the row: retry the call",
-        "P0001" => "a trigger or rule on the records table refused the write: check the table's triggers",
+        "P0001" => {
+            "a trigger or rule on the records table refused the write: check the table's triggers"
+        }
         c if c.starts_with("28") => "check the user and password in the URL",
         c if c.starts_with("08") || c.starts_with("57P") => {
             "the connection to the server broke: check that the server is up and reachable"

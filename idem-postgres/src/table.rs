@@ -312,7 +312,10 @@ impl Shared {
         retrying!(deadline, "cannot renew leases", self.try_renew(holding))
     }
 
-    async fn try_renew(&self, holding: &[(String, Holder)]) -> Result<Vec<(String, Holder)>, Fault> {
+    async fn try_renew(
+        &self,
+        holding: &[(String, Holder)],
+    ) -> Result<Vec<(String, Holder)>, Fault> {
         let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
         let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
         let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
