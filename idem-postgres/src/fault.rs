@@ -168,7 +168,7 @@ impl Retry {
         tracing::debug!(error = ?fault, "idem: PostgreSQL connection fault; retrying on a fresh connection");
         let wake = now.checked_add(self.pause).map_or(self.deadline, |at| at.min(self.deadline));
         tokio::time::sleep_until(wake.into()).await;
-        self.pause = (self.pause * 2).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        self.pause = (self.pause * 2).clamp(Duration::from_millis(10), Duration::from_millis(200));
         true
     }
 }
