@@ -36,6 +36,15 @@ use crate::table::Shared;
 ///   connection per store wakes the waiters of this process, which otherwise sleep until their
 ///   wait ends or the owner's lease lapses.
 ///
+/// - **Faults**: a read, a wait or a heartbeat that hits a broken connection tries again on a
+///   fresh one within its deadline; a write is repeated only where the fence makes it safe. An
+///   owner whose last write fails stops renewing its lease, so its key turns in doubt for others
+///   as after a crash, rather than looking busy for as long as the store lives.
+///
+/// To remove a store's table, drop its notify function too (PostgreSQL keeps a function when the
+/// table its trigger was on is dropped): `DROP TABLE idem.records; DROP FUNCTION
+/// idem.records_notify();`.
+///
 /// The store runs its I/O on a small tokio runtime of its own, so its futures work from plain
 /// threads (sync tools) and from inside any async runtime alike. It needs a direct session to
 /// the server (or a pooler in session mode): `LISTEN` does not work through a

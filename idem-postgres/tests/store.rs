@@ -105,3 +105,38 @@ fn the_url_names_the_table() {
     assert_eq!(store.table(), format!("{schema}.calls"));
     assert_eq!(block_on(store.scan()).unwrap(), Vec::new());
 }
+
+#[test]
+fn processes_of_an_older_version_are_still_woken_on_the_legacy_channel() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("legacy");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = store(&url, &schema);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        // What an older version listens on: `idem_{schema}_{table}`.
+        let (client, mut connection) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) =
+                std::future::poll_fn(|cx| connection.poll_message(cx)).await
+            {
+                if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                    let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+                }
+            }
+        });
+        client.batch_execute(&format!("LISTEN \"idem_{schema}_records\"")).await.unwrap();
+        let mine =
+            Record::reserve("k", "legacy", "s", &format!("{}#1", store.owner_id()), "f", now_ms());
+        assert_eq!(store.reserve(&mine).await.unwrap(), None);
+        let (channel, key) = tokio::time::timeout(std::time::Duration::from_secs(30), rx.recv())
+            .await
+            .expect("the change is announced on the legacy channel")
+            .unwrap();
+        assert_eq!((channel, key), (format!("idem_{schema}_records"), "k".to_owned()));
+    });
+}
