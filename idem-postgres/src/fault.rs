@@ -37,17 +37,13 @@ fn broken(e: &tokio_postgres::Error) -> bool {
     if e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()) {
         return true;
     }
-    let Some(code) = e.code() else { return false };
-    // Class 08 is "connection exception"; 57P01-57P03 are a server shutting down, crashing or
-    // starting; 53300 is a server out of connection slots for now.
-    code.code().starts_with("08")
-        || [
-            SqlState::ADMIN_SHUTDOWN,
-            SqlState::CRASH_SHUTDOWN,
-            SqlState::CANNOT_CONNECT_NOW,
-            SqlState::TOO_MANY_CONNECTIONS,
-        ]
-        .contains(code)
+    let Some(code) = e.code().map(SqlState::code) else { return false };
+    // Class 08 is "connection exception"; 57P01-57P05 end the session (a server shutting down,
+    // crashing or starting, a dropped database, an idle-session timeout); 53300 is a server out
+    // of connection slots for now.
+    code.starts_with("08")
+        || code.starts_with("57P")
+        || code == SqlState::TOO_MANY_CONNECTIONS.code()
 }
 
 impl Fault {
@@ -66,28 +62,30 @@ impl Fault {
     /// The fault worded for the user: `doing` says what the store was doing ("cannot read key
     /// K"), then the server's reason and SQLSTATE, then what to do about it.
     pub(crate) fn into_store_error(self, doing: &str) -> StoreError {
-        if let Fault::Store(e) = self {
-            return e;
-        }
-        let (reason, advice) = match &self {
-            Fault::Store(_) => unreachable!("returned above"),
-            Fault::Pool(PoolError::Backend(e)) | Fault::Db(e) => (describe(e), advise(e)),
-            Fault::Pool(PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)) => (
-                "every pooled connection stayed busy for the pool's whole wait".to_owned(),
-                "raise the builder's pool_size, or run fewer calls at once",
-            ),
-            Fault::Pool(PoolError::Timeout(_)) => (
-                "connecting to the server timed out".to_owned(),
-                "check that the server is up and reachable",
-            ),
-            Fault::Pool(other) => (other.to_string(), "this is a bug in idem-postgres"),
+        let worded = |(reason, advice): (String, &str)| {
+            format!("PostgreSQL store: {doing}: {reason}; {advice}")
         };
-        let message = format!("PostgreSQL store: {doing}: {reason}; {advice}");
         match self {
-            Fault::Pool(e) => StoreError::with_source(message, e),
-            Fault::Db(e) => StoreError::with_source(message, e),
+            Fault::Db(e) => StoreError::with_source(worded((describe(&e), advise(&e))), e),
+            Fault::Pool(e) => StoreError::with_source(worded(pool_reason(&e)), e),
             Fault::Store(e) => e,
         }
+    }
+}
+
+/// Why no connection could be had, and what to do about it.
+fn pool_reason(e: &PoolError) -> (String, &'static str) {
+    match e {
+        PoolError::Backend(e) => (describe(e), advise(e)),
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => (
+            "every pooled connection stayed busy for the pool's whole wait".to_owned(),
+            "raise the builder's pool_size, or run fewer calls at once",
+        ),
+        PoolError::Timeout(_) => (
+            "connecting to the server timed out".to_owned(),
+            "check that the server is up and reachable",
+        ),
+        other => (other.to_string(), "this is a bug in idem-postgres"),
     }
 }
 
