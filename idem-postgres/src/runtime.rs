@@ -183,3 +183,39 @@ impl Drop for WriteGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Writes;
+
+    #[test]
+    fn a_settling_write_waits_for_the_owners_writes_in_progress() {
+        let writes = Arc::new(Writes::default());
+        let first = writes.start("o#1");
+        let second = writes.start("o#1");
+        let other = writes.start("o#2");
+        let mut settled = Box::pin(writes.settled("o#1"));
+        assert!(!poll_once(&mut settled), "two writes in progress");
+        drop(first);
+        assert!(!poll_once(&mut settled), "one write in progress");
+        drop(second);
+        assert!(poll_once(&mut settled), "none in progress; another owner's write does not count");
+        drop(other);
+        assert!(
+            poll_once(&mut Box::pin(writes.settled("o#3"))),
+            "an owner with no writes is settled"
+        );
+        let late = writes.start("o#1");
+        let mut before_late = Box::pin(writes.settled("o#1"));
+        assert!(!poll_once(&mut before_late), "a write that began before the wait is waited for");
+        drop(late);
+        assert!(poll_once(&mut before_late));
+    }
+
+    fn poll_once<F: std::future::Future<Output = ()>>(future: &mut std::pin::Pin<Box<F>>) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        future.as_mut().poll(&mut cx).is_ready()
+    }
+}

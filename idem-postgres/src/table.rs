@@ -196,18 +196,20 @@ impl Shared {
                 format!("cannot reserve key {}", record.key),
                 self.try_insert(&values)
             )?;
-            // Someone holds the key, or it is our own insert, committed by an attempt whose
-            // connection broke before the answer came. Read it in a fresh statement: the
-            // insert's snapshot may not show a row committed while it ran.
-            let existing = if inserted { None } else { self.get(&record.key, deadline).await? };
-            match existing {
-                None if !inserted => continue,
-                Some(existing) if !same_state(&existing, record) => return Ok(Some(existing)),
-                _ => {
-                    self.leases.hold(record);
-                    return Ok(None);
+            if !inserted {
+                // Read in a fresh statement: the insert's snapshot may not show a row committed
+                // while it ran.
+                match self.get(&record.key, deadline).await? {
+                    // Our own insert, committed by an attempt whose connection broke before the
+                    // answer came.
+                    Some(existing) if same_state(&existing, record) => {}
+                    Some(existing) => return Ok(Some(existing)),
+                    // Released again meanwhile: try the insert again.
+                    None => continue,
                 }
             }
+            self.leases.hold(record);
+            return Ok(None);
         }
     }
 
