@@ -112,6 +112,63 @@ fn killed_backends_fail_no_caller() {
 }
 
 #[test]
+fn heartbeats_survive_killed_backends() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("beat");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let name = format!("idem_{schema}");
+    // The owner's store, whose backends are killed; a one-second lease that only heartbeats
+    // keep alive while the body runs for three.
+    let owner: Arc<dyn Store> = Arc::new(
+        PgStore::builder(&common::with_param(&url, "application_name", &name))
+            .schema(&schema)
+            .lease(Duration::from_secs(1))
+            .pool_size(2)
+            .connect()
+            .expect("the store connects"),
+    );
+    // A peer in another instance, left alone.
+    let peer: Arc<dyn Store> =
+        Arc::new(PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap());
+    let runs = Arc::new(AtomicU32::new(0));
+    let call = |store: &Arc<dyn Store>| {
+        Call::new("long", "l", &1).unwrap().store(Arc::clone(store)).wait(Duration::from_secs(60))
+    };
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let owning = {
+        let (call, runs) = (call(&owner), Arc::clone(&runs));
+        std::thread::spawn(move || {
+            call.run(|| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                started_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_secs(3));
+                Ok::<_, Error>("finished".to_owned())
+            })
+        })
+    };
+    started_rx.recv().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = {
+        let (url, name, stop) = (url.clone(), name.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || kill_backends(url, name, Duration::from_millis(37), stop))
+    };
+    let waited: Result<String, Error> = call(&peer).run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok("peer".to_owned())
+    });
+    stop.store(true, Ordering::SeqCst);
+    assert!(killer.join().unwrap() > 0, "the test killed no backend, so it tested nothing");
+    assert_eq!(owning.join().unwrap().unwrap(), "finished");
+    assert_eq!(
+        waited.expect("the owner's lease never lapsed, so the peer waited for its result"),
+        "finished"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[test]
 fn a_connection_the_server_closed_in_the_pool_is_not_handed_out() {
     let Some(url) = common::database_url() else {
         return;
