@@ -163,7 +163,13 @@ async fn listen_once(
             }
         }
     });
-    client.batch_execute(&format!("LISTEN \"{channel}\"")).await.map_err(|e| {
+    // A listening session is idle by nature: a role's idle_session_timeout (PostgreSQL 14 and
+    // later) would end it every few seconds and send it round a reconnect loop.
+    let listen = format!(
+        "SELECT set_config('idle_session_timeout', '0', false) FROM pg_settings \
+         WHERE name = 'idle_session_timeout'; LISTEN \"{channel}\""
+    );
+    client.batch_execute(&listen).await.map_err(|e| {
         StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e)
     })?;
     Ok(async move {

@@ -168,17 +168,39 @@ fn heartbeats_survive_killed_backends() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
+/// The pids of the sessions named `name`: (listening, pooled).
+fn sessions(url: &str, name: &str) -> (Vec<i64>, Vec<i64>) {
+    let rows = common::query_pairs(
+        url,
+        &format!(
+            "SELECT pid::bigint, (query LIKE '%LISTEN%')::int::bigint FROM pg_stat_activity \
+             WHERE application_name = '{name}'"
+        ),
+    );
+    let pids = |listening: i64| rows.iter().filter(|r| r.1 == listening).map(|r| r.0).collect();
+    (pids(1), pids(0))
+}
+
 #[test]
-fn a_connection_the_server_closed_in_the_pool_is_not_handed_out() {
+fn sessions_the_server_ends_while_idle_are_replaced_and_the_listener_is_kept() {
     let Some(url) = common::database_url() else {
         return;
     };
     let schema = common::unique_schema("idle");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    drop(PgStore::builder(&url).schema(&schema).connect().expect("the table is created"));
     let name = format!("idem_{schema}");
+    // The server ends every session of this store that sits idle for 300 ms, as a role's
+    // idle_session_timeout does.
+    let timed = common::with_param(
+        &common::with_param(&url, "application_name", &name),
+        "options",
+        "-c%20idle_session_timeout%3D300",
+    );
     let store: Arc<dyn Store> = Arc::new(
-        PgStore::builder(&common::with_param(&url, "application_name", &name))
+        PgStore::builder(&timed)
             .schema(&schema)
+            .create(false)
             .pool_size(4)
             .connect()
             .expect("the store connects"),
@@ -187,21 +209,20 @@ fn a_connection_the_server_closed_in_the_pool_is_not_handed_out() {
         Call::new("idle", "i", &n).unwrap().store(Arc::clone(&store)).run(|| Ok::<_, Error>(n))
     };
     assert_eq!(call(1).unwrap(), 1);
-    // The server ends every session of the store while it sits idle (as idle_session_timeout
-    // or an operator does). The listening connection goes too.
-    let killed = common::query_pairs(
-        &url,
-        &format!(
-            "SELECT pid::bigint, pg_terminate_backend(pid)::int::bigint FROM pg_stat_activity \
-             WHERE application_name = '{name}'"
-        ),
-    );
-    assert!(killed.len() >= 2, "a pooled connection and the listener were ended: {killed:?}");
-    let pids: Vec<String> = killed.iter().map(|(pid, _)| pid.to_string()).collect();
-    let gone = format!("SELECT count(*) FROM pg_stat_activity WHERE pid IN ({})", pids.join(", "));
+    let (listening, pooled) = sessions(&url, &name);
+    assert_eq!(listening.len(), 1, "one listening session: {listening:?}");
+    assert!(!pooled.is_empty(), "the call left pooled sessions");
     assert!(
-        common::eventually(Duration::from_secs(10), || common::query_i64(&url, &gone) == 0),
-        "the server ended the sessions"
+        common::eventually(Duration::from_secs(20), || {
+            let (_, now) = sessions(&url, &name);
+            pooled.iter().all(|pid| !now.contains(pid))
+        }),
+        "the server ended the idle pooled sessions"
+    );
+    assert_eq!(
+        sessions(&url, &name).0,
+        listening,
+        "the listening session, idle for longer still, was kept"
     );
     for n in 2..10 {
         assert_eq!(call(n).expect("a fresh connection serves the call"), n);
