@@ -182,13 +182,16 @@ impl PgStore {
         let create = options.create;
         runtime
             .spawn_store(async move {
+                // Opening fails fast: a server that cannot be reached now is most often a wrong
+                // URL, which waiting would only hide.
+                let now = Instant::now();
                 if create {
-                    setup.migrate().await?;
+                    setup.migrate(now).await?;
                 } else {
-                    setup.check_table().await?;
+                    setup.check_table(now).await?;
                 }
-                setup.measure_clock().await?;
-                let channel = setup.channel().await?;
+                setup.measure_clock(now).await?;
+                let channel = setup.channel(now).await?;
                 let listener = listen::start(config, channel, Arc::clone(&setup.fanout)).await?;
                 tokio::spawn(listener);
                 tokio::spawn(async move {
@@ -210,7 +213,7 @@ impl PgStore {
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
         idem_runtime::exec::block_on(
-            self.runtime.spawn_store(async move { shared.migrate().await }),
+            self.runtime.spawn_store(async move { shared.migrate(shared.deadline()).await }),
         )
         .map_err(store_error)
     }

@@ -55,13 +55,13 @@ macro_rules! retrying {
 impl Shared {
     /// How long one statement keeps trying through connection faults when its caller set no
     /// deadline: a lease, past which the leases this store holds have lapsed anyway.
-    fn deadline(&self) -> Instant {
+    pub(crate) fn deadline(&self) -> Instant {
         Instant::now() + self.lease
     }
 
-    pub(crate) async fn migrate(&self) -> Result<(), StoreError> {
+    pub(crate) async fn migrate(&self, deadline: Instant) -> Result<(), StoreError> {
         let table = self.names.qualified();
-        retrying!(self.deadline(), format!("cannot create {table}"), self.try_migrate())
+        retrying!(deadline, format!("cannot create {table}"), self.try_migrate())
     }
 
     async fn try_migrate(&self) -> Result<(), Fault> {
@@ -78,10 +78,10 @@ impl Shared {
         Ok(tx.commit().await?)
     }
 
-    pub(crate) async fn check_table(&self) -> Result<(), StoreError> {
+    pub(crate) async fn check_table(&self, deadline: Instant) -> Result<(), StoreError> {
         let table = self.names.qualified();
         let exists: bool = retrying!(
-            self.deadline(),
+            deadline,
             "cannot look for the records table",
             self.query_value(&self.statements.exists, &[&table])
         )?;
@@ -98,9 +98,9 @@ impl Shared {
     /// The channel the table's notify function announces on: the hashed one, unless the table
     /// was migrated by an older version and not since (then the legacy one, so that waiters of a
     /// store opened with `create(false)` are still woken).
-    pub(crate) async fn channel(&self) -> Result<String, StoreError> {
+    pub(crate) async fn channel(&self, deadline: Instant) -> Result<String, StoreError> {
         let source: Option<String> = retrying!(
-            self.deadline(),
+            deadline,
             "cannot read the table's notify function",
             self.query_opt_value(&self.statements.notify_source, &[])
         )?;
@@ -133,9 +133,9 @@ impl Shared {
     }
 
     /// Measures the database clock against this machine's, halving the round trip.
-    pub(crate) async fn measure_clock(&self) -> Result<(), StoreError> {
+    pub(crate) async fn measure_clock(&self, deadline: Instant) -> Result<(), StoreError> {
         let (before, db, after) =
-            retrying!(self.deadline(), "cannot read the database clock", self.try_clock())?;
+            retrying!(deadline, "cannot read the database clock", self.try_clock())?;
         self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
         Ok(())
     }
@@ -342,11 +342,12 @@ impl Shared {
         &self,
         holding: Vec<(String, Holder)>,
     ) -> Result<Vec<(String, Holder)>, StoreError> {
-        if let Err(e) = self.measure_clock().await {
+        let next_beat = Instant::now() + self.heartbeat;
+        if let Err(e) = self.measure_clock(next_beat).await {
             tracing::debug!(error = %e, "idem: cannot measure the database clock; keeping the last measure");
         }
         // Until the next beat: the one after tries again.
-        self.renew(&holding, Instant::now() + self.heartbeat).await
+        self.renew(&holding, next_beat).await
     }
 
     /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.
