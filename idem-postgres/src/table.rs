@@ -337,17 +337,19 @@ impl Shared {
             .collect()
     }
 
-    /// One heartbeat: the clock measured again, then every lease renewed in one statement.
+    /// One heartbeat: every lease renewed in one statement, then the clock measured again.
     pub(crate) async fn beat(
         &self,
         holding: Vec<(String, Holder)>,
     ) -> Result<Vec<(String, Holder)>, StoreError> {
-        let next_beat = Instant::now() + self.heartbeat;
-        if let Err(e) = self.measure_clock(next_beat).await {
+        // A renewal that keeps failing is worth trying for as long as the leases it renews can
+        // still be saved: until a lease after the beat before, less this beat's interval.
+        let until = Instant::now() + self.lease.saturating_sub(self.heartbeat);
+        let renewed = self.renew(&holding, until).await;
+        if let Err(e) = self.measure_clock(until).await {
             tracing::debug!(error = %e, "idem: cannot measure the database clock; keeping the last measure");
         }
-        // Until the next beat: the one after tries again.
-        self.renew(&holding, next_beat).await
+        renewed
     }
 
     /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.

@@ -119,12 +119,12 @@ fn heartbeats_survive_killed_backends() {
     let schema = common::unique_schema("beat");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let name = format!("idem_{schema}");
-    // The owner's store, whose backends are killed; a one-second lease that only heartbeats
+    // The owner's store, whose backends are killed; a two-second lease that only heartbeats
     // keep alive while the body runs for three.
     let owner: Arc<dyn Store> = Arc::new(
         PgStore::builder(&common::with_param(&url, "application_name", &name))
             .schema(&schema)
-            .lease(Duration::from_secs(1))
+            .lease(Duration::from_secs(2))
             .pool_size(2)
             .connect()
             .expect("the store connects"),
