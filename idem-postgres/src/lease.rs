@@ -10,13 +10,13 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use idem_runtime::{Record, StoreError};
+use idem_runtime::{Owner, Record, StoreError};
 use tokio::sync::Notify;
 
 /// Who holds a record: the owner and attempt this instance wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Holder {
-    pub(crate) owner: String,
+    pub(crate) owner: Owner,
     pub(crate) attempts: u32,
 }
 

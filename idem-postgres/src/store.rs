@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::{Record, Status, Store, StoreError, StoreFuture};
+use idem_runtime::{Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
@@ -63,7 +63,7 @@ pub struct PgStore {
 }
 
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
-    idem_runtime::Error::Store { key: None, tool: "-".to_owned(), source }
+    idem_runtime::Error::Store { key: None, tool: None, source }
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -73,7 +73,7 @@ impl PgStoreBuilder {
     /// including one inside an async runtime (the work runs on the store's own runtime); in
     /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
     pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
-        idem_runtime::exec::block_on(self.connect_async())
+        idem_runtime::for_stores::block_on(self.connect_async())
     }
 
     /// Connects without blocking; the future runs on any executor.
@@ -191,8 +191,8 @@ impl PgStore {
                     setup.check_table(now).await?;
                 }
                 setup.measure_clock(now).await?;
-                let channel = setup.channel(now).await?;
-                let listener = listen::start(config, channel, Arc::clone(&setup.fanout)).await?;
+                let listener =
+                    listen::start(config, setup.names.channel(), Arc::clone(&setup.fanout)).await?;
                 tokio::spawn(listener);
                 tokio::spawn(async move {
                     let beat = |holding| {
@@ -212,7 +212,7 @@ impl PgStore {
     /// DDL out of the agents' start-up.
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(
+        idem_runtime::for_stores::block_on(
             self.runtime.spawn_store(async move { shared.migrate(shared.deadline()).await }),
         )
         .map_err(store_error)
@@ -246,9 +246,9 @@ impl Store for PgStore {
         &self.shared.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
-        let writing = self.shared.writes.start(&record.owner);
+        let writing = self.shared.writes.start(record.owner.as_str());
         self.runtime.spawn_write(async move {
             let _writing = writing;
             shared.reserve(&record).await
@@ -269,7 +269,8 @@ impl Store for PgStore {
         new: Option<&'a Record>,
     ) -> StoreFuture<'a, bool> {
         let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
-        let writing = self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner));
+        let writing =
+            self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
         self.runtime.spawn_write(async move {
             let _writing = writing;
             shared.replace(&current, new.as_ref()).await
@@ -279,7 +280,7 @@ impl Store for PgStore {
     fn replace_detached(&self, current: &Record, new: Option<Record>) {
         let (shared, current) = (Arc::clone(&self.shared), current.clone());
         let pending = self.shared.detached.start();
-        let earlier = self.shared.writes.settled(&current.owner);
+        let earlier = self.shared.writes.settled(current.owner.as_str());
         // Not cancelled with the caller: a settling write must land. It goes out after the
         // writes this owner still has in progress, which it would otherwise overtake.
         self.runtime.handle().spawn(async move {
@@ -304,7 +305,7 @@ impl Store for PgStore {
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
-        record.status == Status::InFlight && self.shared.lease_left(record).is_some()
+        self.shared.lease_left(record).is_some()
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
@@ -314,8 +315,10 @@ impl Store for PgStore {
 
     fn size_on_disk(&self) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(self.runtime.spawn_store(async move { shared.size().await }))
-            .ok()
+        idem_runtime::for_stores::block_on(
+            self.runtime.spawn_store(async move { shared.size().await }),
+        )
+        .ok()
     }
 
     fn default_wait(&self) -> Duration {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
-use idem_runtime::{now_ms, Record, Status, StoreError};
+use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Status, StoreError};
 use tokio_postgres::types::ToSql;
 
 use crate::fault::{Fault, Retry};
@@ -95,22 +95,6 @@ impl Shared {
         }
     }
 
-    /// The channel the table's notify function announces on: the hashed one, unless the table
-    /// was migrated by an older version and not since (then the legacy one, so that waiters of a
-    /// store opened with `create(false)` are still woken).
-    pub(crate) async fn channel(&self, deadline: Instant) -> Result<String, StoreError> {
-        let source: Option<String> = retrying!(
-            deadline,
-            "cannot read the table's notify function",
-            self.query_opt_value(&self.statements.notify_source, &[])
-        )?;
-        let channel = self.names.channel();
-        Ok(match source {
-            Some(source) if !source.contains(&channel) => self.names.legacy_channel(),
-            _ => channel,
-        })
-    }
-
     async fn query_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
         &self,
         statement: &str,
@@ -118,18 +102,6 @@ impl Shared {
     ) -> Result<T, Fault> {
         let client = self.pool.get().await?;
         Ok(client.query_one(statement, params).await?.try_get(0)?)
-    }
-
-    async fn query_opt_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
-        &self,
-        statement: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<T>, Fault> {
-        let client = self.pool.get().await?;
-        match client.query_opt(statement, params).await? {
-            Some(row) => Ok(Some(row.try_get(0)?)),
-            None => Ok(None),
-        }
     }
 
     /// Measures the database clock against this machine's, halving the round trip.
@@ -157,18 +129,11 @@ impl Shared {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// Whether `owner` is one of this instance's calls (the engine writes `"{owner_id}#{n}"`).
-    fn is_ours(&self, owner: &str) -> bool {
-        owner
-            .strip_prefix(self.owner.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
-    }
-
     /// Whether replacing `current` by `new` is the record's own owner settling it: only that
     /// write may skip the lease check. A sibling call of this instance taking the record over
     /// is held to the database clock's lease like any other instance.
     fn writes_as_owner(&self, current: &Record, new: Option<&Record>) -> bool {
-        self.is_ours(&current.owner)
+        current.owner.is_of(&self.owner)
             && new.is_none_or(|new| new.owner == current.owner && new.attempts == current.attempts)
     }
 
@@ -187,7 +152,7 @@ impl Shared {
         row.as_ref().map(sql::decode).transpose().map_err(Fault::Store)
     }
 
-    pub(crate) async fn reserve(&self, record: &Record) -> Result<Option<Record>, StoreError> {
+    pub(crate) async fn reserve(&self, record: &Record) -> Result<Reserved, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
         loop {
@@ -202,14 +167,14 @@ impl Shared {
                 match self.get(&record.key, deadline).await? {
                     // Our own insert, committed by an attempt whose connection broke before the
                     // answer came.
-                    Some(existing) if same_state(&existing, record) => {}
-                    Some(existing) => return Ok(Some(existing)),
+                    Some(existing) if existing.fence() == record.fence() => {}
+                    Some(existing) => return Ok(Reserved::Taken(existing)),
                     // Released again meanwhile: try the insert again.
                     None => continue,
                 }
             }
             self.leases.hold(record);
-            return Ok(None);
+            return Ok(Reserved::Mine);
         }
     }
 
@@ -264,7 +229,7 @@ impl Shared {
                     let now = self.get(&current.key, deadline).await?;
                     return Ok(match (now, new) {
                         (None, None) => true,
-                        (Some(now), Some(new)) => same_state(&now, new),
+                        (Some(now), Some(new)) => now.fence() == new.fence(),
                         _ => false,
                     });
                 }
@@ -283,10 +248,10 @@ impl Shared {
         own: bool,
     ) -> Result<bool, Fault> {
         let client = self.pool.get().await?;
-        let status = sql::status_text(current.status);
-        let attempts = i64::from(current.attempts);
-        let fence: [&(dyn ToSql + Sync); 5] =
-            [&current.key, &status, &current.owner, &attempts, &own];
+        let seen = current.fence();
+        let (status, owner, attempts) =
+            (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
+        let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);
@@ -329,7 +294,7 @@ impl Shared {
             .map(|row| {
                 let attempts: i64 = row.try_get(2)?;
                 let holder = Holder {
-                    owner: row.try_get(1)?,
+                    owner: row.try_get::<_, String>(1)?.into(),
                     attempts: u32::try_from(attempts).unwrap_or(0),
                 };
                 Ok((row.try_get(0)?, holder))
@@ -372,7 +337,7 @@ impl Shared {
             // least a lease): a restarting server must not end a wait early.
             let current = self.get(key, deadline.max(self.deadline())).await?;
             let record = match current {
-                Some(record) if same_state(&record, seen) => record,
+                Some(record) if record.fence() == seen.fence() => record,
                 other => return Ok(other),
             };
             let now = Instant::now();
@@ -380,11 +345,13 @@ impl Shared {
                 return Ok(Some(record));
             }
             // The owner may die without a word: wake when its lease lapses, to look again.
-            let wake = match (record.status, self.lease_left(&record)) {
-                (Status::InFlight, Some(left)) => {
-                    deadline.min(now + left + Duration::from_millis(5))
-                }
-                (Status::InFlight, None) => return Ok(Some(record)),
+            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
+                Assessment::Running => match self.lease_left(&record) {
+                    Some(left) => deadline.min(now + left + Duration::from_millis(5)),
+                    None => return Ok(Some(record)),
+                },
+                // The lease lapsed: the owner is dead, and the caller must know now.
+                Assessment::InDoubt => return Ok(Some(record)),
                 _ => deadline,
             };
             let wake =
@@ -414,9 +381,4 @@ impl Shared {
         )?;
         Ok(u64::try_from(size).unwrap_or(0))
     }
-}
-
-/// The engine's notion of "the same state" (status, owner, attempts).
-fn same_state(a: &Record, b: &Record) -> bool {
-    a.status == b.status && a.owner == b.owner && a.attempts == b.attempts
 }

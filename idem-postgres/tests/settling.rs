@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
-use idem_runtime::exec::block_on;
-use idem_runtime::{now_ms, Call, Error, Record, Store};
+use idem_runtime::for_stores::block_on;
+use idem_runtime::{now_ms, Call, Error, Record, Reserved, Store};
 
 fn store(url: &str, schema: &str, lease: Duration) -> Arc<dyn Store> {
     Arc::new(
@@ -27,7 +27,7 @@ fn live_leases(url: &str, schema: &str) -> i64 {
     common::query_i64(
         url,
         &format!(
-            "SELECT count(*) FROM \"{schema}\".records WHERE status = 'in_flight' \
+            "SELECT count(*) FROM \"{schema}\".records WHERE status = 'in-flight' \
              AND lease_until > (extract(epoch from clock_timestamp()) * 1000)::bigint"
         ),
     )
@@ -210,11 +210,11 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
     let owner = format!("{}#1", store.owner_id());
     let mine = Record::reserve("k", "sibling", "s", &owner, "f", now_ms());
-    assert_eq!(block_on(store.reserve(&mine)).unwrap(), None, "the first call reserves");
+    assert_eq!(block_on(store.reserve(&mine)).unwrap(), Reserved::Mine, "the first call reserves");
     let held = block_on(store.get("k")).unwrap().expect("the record is there");
 
     // A sibling of the same store instance, believing the lease lapsed, tries to take over.
-    let sibling = held.taken_over(&format!("{}#2", store.owner_id()), now_ms());
+    let sibling = held.taken_over(format!("{}#2", store.owner_id()), now_ms());
     assert!(
         !block_on(store.replace(&held, Some(&sibling))).unwrap(),
         "a live lease is not taken over, by a sibling either"
@@ -229,11 +229,11 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     )
     .unwrap();
     let lapsed = block_on(store.get("k")).unwrap().unwrap();
-    let sibling = lapsed.taken_over(&format!("{}#2", store.owner_id()), now_ms());
+    let sibling = lapsed.taken_over(format!("{}#2", store.owner_id()), now_ms());
     assert!(block_on(store.replace(&lapsed, Some(&sibling))).unwrap(), "a lapsed lease is");
     // And the owner's own settling write is still accepted while its lease lives.
     let other = Record::reserve("k2", "sibling", "s", &owner, "f", now_ms());
-    assert_eq!(block_on(store.reserve(&other)).unwrap(), None);
+    assert_eq!(block_on(store.reserve(&other)).unwrap(), Reserved::Mine);
     let done = other.done(serde_json::json!(1), now_ms(), None);
     assert!(block_on(store.replace(&other, Some(&done))).unwrap(), "the owner settles its own");
 }
