@@ -38,9 +38,22 @@ impl Names {
         format!("\"{}\".\"{}\"", self.schema, self.table)
     }
 
-    /// The channel every change to the table is announced on, with the key as payload.
+    /// The channel every change to the table is announced on, with the key as payload: a hash
+    /// of the schema and table, so that `a_b.c` and `a.b_c` do not share one. (The first
+    /// release used `idem_{schema}_{table}`; the migration replaces the notify function, and
+    /// processes of that release cannot share a migrated table anyway: its statuses are spelled
+    /// anew.)
     pub(crate) fn channel(&self) -> String {
-        format!("idem_{}_{}", self.schema, self.table)
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}.{}", self.schema, self.table));
+        let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+        format!("idem_{hex}")
+    }
+
+    /// The table's notify function, schema-qualified and quoted. PostgreSQL keeps it when the
+    /// table is dropped: removing a store drops both.
+    pub(crate) fn notify_function(&self) -> String {
+        format!("\"{}\".\"{}_notify\"", self.schema, self.table)
     }
 
     /// The statements that create the table and its triggers; idempotent, and run under an
@@ -51,7 +64,7 @@ impl Names {
     /// ([`Status::as_str`]), once, in the same transaction.
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
-        let function = format!("\"{schema}\".\"{table}_notify\"");
+        let function = self.notify_function();
         let channel = self.channel();
         let (in_flight, done, in_doubt) =
             (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
@@ -294,4 +307,20 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         function: row.get(13),
         key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    fn names(schema: &str, table: &str) -> Names {
+        Names { schema: schema.to_owned(), table: table.to_owned() }
+    }
+
+    #[test]
+    fn tables_whose_names_join_alike_get_distinct_channels() {
+        assert_ne!(names("a_b", "c").channel(), names("a", "b_c").channel());
+        assert_eq!(names("idem", "records").channel(), names("idem", "records").channel());
+        assert!(names(&"s".repeat(28), &"t".repeat(28)).channel().len() <= 63);
+    }
 }

@@ -76,9 +76,12 @@ impl Reservation {
 
     /// in-flight → absent: nothing landed, so the next call runs the body.
     async fn release(&mut self) {
-        self.settled = true;
+        // Nothing landed: should the release fail, the reservation tries the release once more
+        // as it drops, rather than marking the key in doubt.
+        self.started = false;
         match self.store.replace(&self.record, None).await {
             Ok(_) => {
+                self.settled = true;
                 tracing::debug!(key = %self.record.key, tool = %self.record.tool, "idem: released after an error")
             }
             Err(e) => {
