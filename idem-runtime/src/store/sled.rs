@@ -1,21 +1,25 @@
 //! The embedded store: sled 0.34, one process at a time.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::encoding::{decode, encode};
+use self::chunks::{Chunks, MAX_RESULT, MAX_VALUE};
+use self::encoding::{decode, encode, encoded_len, Spilled};
+use self::files::Files;
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
 use crate::record::{now_ms, Record, Status};
 
+mod chunks;
 mod encoding;
+mod files;
 
 const TREE: &str = "idem.records";
+const CHUNKS: &str = "idem.chunks";
 
 /// The embedded store, on [sled](https://docs.rs/sled/0.34.7) 0.34 (its stable line).
 ///
@@ -24,8 +28,15 @@ const TREE: &str = "idem.records";
 /// `InDoubt` before anything else can read it.
 ///
 /// With [`Durability::Fsync`] (the default) every durable point is sled's `flush()` followed by
-/// an `fdatasync` of sled's data file: sled 0.34's flush ends in `sync_file_range`, which does
-/// not flush the device's write cache. Concurrent calls share those syncs (group commit).
+/// an `fdatasync` of sled's data file (sled 0.34's flush ends in `sync_file_range`, which does
+/// not flush the device's write cache), and of any directory whose entries changed; the files
+/// sled creates at open are synced before the store is used. Concurrent calls share those syncs
+/// (group commit). After a sync fails, the store refuses every write until it is reopened.
+///
+/// A result may be up to [`SledStore::MAX_RESULT`] bytes of JSON text; a larger one is refused
+/// with an error before anything is recorded, and the key is left in doubt, since the body ran.
+/// A result past 4 KiB is kept in chunks beside its record, so that sled never writes a value
+/// to a file of its own (which it would not sync).
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
@@ -36,6 +47,7 @@ const TREE: &str = "idem.records";
 /// ```
 pub struct SledStore {
     tree: sled::Tree,
+    chunks: Chunks,
     db: sled::Db,
     path: PathBuf,
     owner: String,
@@ -108,6 +120,9 @@ fn io_error(
 }
 
 impl SledStore {
+    /// The largest result the store keeps, in bytes of its JSON text (16 MiB).
+    pub const MAX_RESULT: usize = MAX_RESULT;
+
     /// Opens (or creates) the store in directory `path` with the default options.
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::Error> {
         SledStore::builder(path).open()
@@ -192,6 +207,11 @@ impl SledStore {
             }
         };
         let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
+        let chunks = Chunks {
+            tree: db
+                .open_tree(CHUNKS)
+                .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
+        };
         let owner = format!(
             "sled:{}:{}:{}",
             std::process::id(),
@@ -202,17 +222,17 @@ impl SledStore {
             Durability::None => None,
             durability => {
                 let db = db.clone();
-                let data_file = match durability {
+                let mut files = match durability {
                     Durability::Fsync => Some(
-                        File::open(path.join("db"))
-                            .map_err(|e| io_error(&path, "cannot open the data file of", e))?,
+                        Files::open(&path)
+                            .map_err(|e| io_error(&path, "cannot sync the files of", e))?,
                     ),
                     _ => None,
                 };
                 let sync = Box::new(move || {
                     db.flush().map_err(|e| e.to_string())?;
-                    if let Some(file) = &data_file {
-                        file.sync_data().map_err(|e| e.to_string())?;
+                    if let Some(files) = &mut files {
+                        files.sync().map_err(|e| e.to_string())?;
                     }
                     Ok(())
                 });
@@ -224,6 +244,7 @@ impl SledStore {
         };
         let store = SledStore {
             tree,
+            chunks,
             db,
             path,
             owner,
@@ -233,6 +254,7 @@ impl SledStore {
             hub: Arc::default(),
         };
         store.mark_orphans_in_doubt()?;
+        store.chunks.remove_orphans(&store.tree)?;
         Ok(store)
     }
 
@@ -291,13 +313,33 @@ impl SledStore {
         old: Option<&[u8]>,
         new: Option<&Record>,
     ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
-        let new = new.map(encode);
+        // Everything that could refuse the record is checked before anything is written.
+        let (bytes, spilled) = match new {
+            Some(record) => {
+                let (bytes, spilled) = self.lay_out(record)?;
+                (Some(bytes), spilled)
+            }
+            None => (None, None),
+        };
         if let Some(syncer) = &self.syncer {
-            syncer.begin_write();
+            syncer.begin_write()?;
         }
-        let swapped = self.tree.compare_and_swap(key, old, new);
+        let chunks_written = match (spilled, new.and_then(|record| record.result.as_deref())) {
+            // The chunks go first: the sync that makes the record durable covers them.
+            (Some(spilled), Some(text)) => self.chunks.write(key, spilled.id, text),
+            _ => Ok(()),
+        };
+        let swapped = chunks_written.and_then(|()| self.tree.compare_and_swap(key, old, bytes));
         let won = matches!(swapped, Ok(Ok(())));
         let ticket = self.syncer.as_ref().and_then(|syncer| syncer.end_write(won));
+        // Chunks no record points to any more; a crash before they go leaves them to the
+        // next open.
+        let unused = if won { old.and_then(|old| decode(key, old).ok()?.spilled) } else { spilled };
+        if let Some(unused) = unused {
+            if let Err(e) = self.chunks.remove(key, unused.id) {
+                tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks; the next open removes them");
+            }
+        }
         match swapped {
             Ok(Ok(())) => {
                 self.hub.notify(&String::from_utf8_lossy(key));
@@ -305,6 +347,66 @@ impl SledStore {
             }
             Ok(Err(conflict)) => Ok(Err(conflict.current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
+        }
+    }
+
+    /// How `record` is written: its bytes, and where its result's chunks go when it does not
+    /// fit in the record. Refuses what the store cannot keep, before anything is written.
+    fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
+        let result_len = record.result.as_ref().map_or(0, String::len);
+        if result_len > MAX_RESULT {
+            return Err(StoreError::new(format!(
+                "key {}: the result of tool `{}` is {result_len} bytes of JSON, more than the \
+                 {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
+                 less (for example where the data is kept, not the data)",
+                record.key, record.tool
+            )));
+        }
+        if encoded_len(record, false) <= MAX_VALUE {
+            return Ok((encode(record, None), None));
+        }
+        if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
+            let id =
+                self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
+            // Bounded by MAX_RESULT above.
+            let spilled = Spilled { id, len: result_len as u32 };
+            return Ok((encode(record, Some(spilled)), Some(spilled)));
+        }
+        Err(StoreError::new(format!(
+            "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
+             sled record holds; nothing was recorded for it: use a shorter scope or tool name",
+            record.key,
+            record.tool,
+            encoded_len(record, true)
+        )))
+    }
+
+    /// The record under `key`, with its result read back from its chunks when it has them.
+    fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        loop {
+            let Some(bytes) = self.read(key)? else { return Ok(None) };
+            let view = decode(key.as_bytes(), &bytes)?;
+            let mut record = view.to_record(key);
+            let Some(spilled) = view.spilled else { return Ok(Some(record)) };
+            let text = self
+                .chunks
+                .read(key.as_bytes(), spilled)
+                .map_err(|e| io_error(&self.path, "cannot read", e))?;
+            match text.map(String::from_utf8) {
+                Some(Ok(text)) => {
+                    record.result = Some(text);
+                    return Ok(Some(record));
+                }
+                // Replaced since it was read, and its chunks removed: read it again.
+                None if self.read(key)?.as_ref() != Some(&bytes) => continue,
+                _ => {
+                    return Err(StoreError::new(format!(
+                        "the record under key {key} is damaged (its result's chunks are missing \
+                         or not UTF-8); nothing was run for it: stop the agents, copy the store \
+                         aside, and inspect it"
+                    )))
+                }
+            }
         }
     }
 
@@ -326,10 +428,7 @@ impl SledStore {
 
     /// The record under `key`, once it is durable.
     async fn read_durable(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let record = match self.read(key)? {
-            Some(bytes) => Some(decode(key.as_bytes(), &bytes)?.to_record(key)),
-            None => None,
-        };
+        let record = self.load(key)?;
         self.durable().await?;
         Ok(record)
     }
@@ -345,8 +444,7 @@ impl Store for SledStore {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
             // the record or attempting a swap. The insert below stays atomic either way.
-            if let Some(bytes) = self.read(&record.key)? {
-                let existing = decode(key, &bytes)?.to_record(&record.key);
+            if let Some(existing) = self.load(&record.key)? {
                 self.durable().await?;
                 return Ok(Some(existing));
             }
@@ -358,9 +456,21 @@ impl Store for SledStore {
                     Ok(None)
                 }
                 Err(Some(bytes)) => {
-                    let existing = decode(key, &bytes)?.to_record(&record.key);
+                    let view = decode(key, &bytes)?;
+                    let existing = match view.spilled {
+                        None => Some(view.to_record(&record.key)),
+                        Some(_) => self.load(&record.key)?,
+                    };
                     self.durable().await?;
-                    Ok(Some(existing))
+                    match existing {
+                        Some(existing) => Ok(Some(existing)),
+                        // Purged again since the swap saw it: the caller tries again.
+                        None => Err(StoreError::new(format!(
+                            "key {}: the record appeared and was removed while this call \
+                             reserved it; retry the call",
+                            record.key
+                        ))),
+                    }
                 }
                 // A swap expecting no value fails only when there is one.
                 Err(None) => Err(StoreError::new(format!(
@@ -435,7 +545,13 @@ impl Store for SledStore {
             let mut records = Vec::new();
             for entry in self.tree.iter() {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                records.push(decode(&key, &bytes)?.to_record(&String::from_utf8_lossy(&key)));
+                let key = String::from_utf8_lossy(&key);
+                let view = decode(key.as_bytes(), &bytes)?;
+                if view.spilled.is_none() {
+                    records.push(view.to_record(&key));
+                } else if let Some(record) = self.load(&key)? {
+                    records.push(record);
+                }
             }
             self.durable().await?;
             Ok(records)
@@ -450,9 +566,8 @@ impl Store for SledStore {
         Box::pin(async move {
             // Absent is not waited for: the reservation that follows is atomic and durable, and
             // waiting here would make a fresh call wait for its neighbours' syncs.
-            match self.read(key)? {
-                Some(bytes) => {
-                    let record = decode(key.as_bytes(), &bytes)?.to_record(key);
+            match self.load(key)? {
+                Some(record) => {
                     self.durable().await?;
                     Ok(Some(record))
                 }

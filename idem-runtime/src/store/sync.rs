@@ -1,8 +1,13 @@
 //! Group commit: one thread makes writes durable, and every caller that asked before a sync
 //! started is answered by that one sync. Concurrent calls share their fsyncs; no caller is told
 //! a write is durable before a sync that began after the write has finished.
+//!
+//! A failed sync poisons the syncer, as a failed fsync makes PostgreSQL stop: the kernel may
+//! have dropped the dirty pages it could not write and reports the error once, so a later sync
+//! that succeeds proves nothing about them. From then on every write is refused, every ticket
+//! not answered by an earlier good sync fails, and every reader is refused, until the store is
+//! reopened (which reads back what the disk really holds).
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -20,8 +25,8 @@ struct State {
     requested: u64,
     /// Highest generation whose sync has finished (well or badly).
     finished: u64,
-    /// Generation ranges whose sync failed, newest last, with the reason.
-    failures: VecDeque<(u64, u64, String)>,
+    /// The first generation whose sync failed, and why: it and every later one fail.
+    poisoned: Option<(u64, String)>,
     wakers: Vec<Waker>,
     shutdown: bool,
     /// Writes applied (or being applied) whose durable point is not yet asked for.
@@ -64,10 +69,8 @@ impl Syncer {
             let wakers = {
                 let mut state = worker.lock();
                 if let Err(reason) = outcome {
-                    let from = state.finished + 1;
-                    state.failures.push_back((from, target, reason));
-                    if state.failures.len() > 64 {
-                        state.failures.pop_front();
+                    if state.poisoned.is_none() {
+                        state.poisoned = Some((state.finished + 1, reason));
                     }
                 }
                 state.finished = target;
@@ -86,9 +89,15 @@ impl Syncer {
         Ticket { shared: Arc::clone(&self.shared), generation }
     }
 
-    /// Announces a write that is about to be applied; [`Syncer::end_write`] must follow.
-    pub(crate) fn begin_write(&self) {
-        self.shared.lock().writing += 1;
+    /// Announces a write that is about to be applied; [`Syncer::end_write`] must follow when it
+    /// is allowed. Refused once a sync has failed.
+    pub(crate) fn begin_write(&self) -> Result<(), StoreError> {
+        let mut state = self.shared.lock();
+        if let Some((_, reason)) = &state.poisoned {
+            return Err(poisoned(reason));
+        }
+        state.writing += 1;
+        Ok(())
     }
 
     /// Ends a write announced with [`Syncer::begin_write`]: when it changed the store, the
@@ -103,7 +112,10 @@ impl Syncer {
     /// completes once it is. Call it after the read, so that what was read is covered.
     pub(crate) fn barrier(&self) -> Option<Ticket> {
         let mut state = self.shared.lock();
-        if state.writing > 0 {
+        if state.poisoned.is_some() {
+            // What is read may be a write whose sync failed.
+            Some(Ticket { shared: Arc::clone(&self.shared), generation: u64::MAX })
+        } else if state.writing > 0 {
             // A write may have landed without asking for its sync yet: ask for one.
             Some(self.ask(&mut state))
         } else if state.requested > state.finished {
@@ -134,19 +146,23 @@ impl Future for Ticket {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.lock();
-        if state.finished < self.generation {
-            state.wakers.push(cx.waker().clone());
-            return Poll::Pending;
-        }
-        let failed =
-            state.failures.iter().find(|(from, to, _)| (*from..=*to).contains(&self.generation));
-        match failed {
-            Some((_, _, reason)) => Poll::Ready(Err(StoreError::new(format!(
-                "the store could not make a write durable ({reason}); check the disk and retry"
-            )))),
-            None => Poll::Ready(Ok(())),
+        match &state.poisoned {
+            Some((from, reason)) if self.generation >= *from => Poll::Ready(Err(poisoned(reason))),
+            _ if state.finished < self.generation => {
+                state.wakers.push(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(Ok(())),
         }
     }
+}
+
+fn poisoned(reason: &str) -> StoreError {
+    StoreError::new(format!(
+        "the store could not make a write durable ({reason}), so it refuses every read and \
+         write until it is reopened: what it holds in memory may not be on disk; check the disk \
+         (space, errors), then restart the process"
+    ))
 }
 
 #[cfg(test)]
@@ -184,7 +200,7 @@ mod tests {
     fn a_reader_waits_for_a_write_whose_sync_is_not_asked_yet() {
         let (syncer, go, _) = gated();
         assert!(syncer.barrier().is_none(), "nothing written: nothing to wait for");
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let mut ticket = syncer.barrier().expect("a write in progress must be waited for");
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(pending(&mut ticket), "not durable before the sync ran");
@@ -199,7 +215,7 @@ mod tests {
     #[test]
     fn a_reader_waits_for_a_sync_in_progress() {
         let (syncer, go, _) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let writer = syncer.end_write(true).unwrap();
         let mut reader = syncer.barrier().expect("the write's sync has not finished");
         assert!(pending(&mut reader));
@@ -211,7 +227,7 @@ mod tests {
     #[test]
     fn one_sync_answers_every_write_made_before_it_started() {
         let (syncer, go, syncs) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let first = syncer.end_write(true).unwrap();
         // Let the first sync start (it blocks on the gate), then pile up ten more writes.
         while syncs.load(Ordering::SeqCst) == 0 {
@@ -219,7 +235,7 @@ mod tests {
         }
         let later: Vec<Ticket> = (0..10)
             .map(|_| {
-                syncer.begin_write();
+                syncer.begin_write().unwrap();
                 syncer.end_write(true).unwrap()
             })
             .collect();
@@ -233,17 +249,42 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_sync_fails_the_writes_it_covered() {
+    fn a_failed_sync_refuses_every_later_write_and_read() {
         let (syncer, go, _) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
+        let durable = syncer.end_write(true).unwrap();
+        go.send(Ok(())).unwrap();
+        block_on(durable).unwrap();
+        syncer.begin_write().unwrap();
         let failed = syncer.end_write(true).unwrap();
         go.send(Err("disk full".into())).unwrap();
         let error = block_on(failed).unwrap_err().to_string();
-        assert!(error.contains("disk full"), "{error}");
-        syncer.begin_write();
-        let next = syncer.end_write(true).unwrap();
+        assert!(error.contains("disk full") && error.contains("reopened"), "{error}");
+        // More failures than the old code remembered (64), then a sync that succeeds: none of
+        // it makes the store trust its writes again.
+        for _ in 0..100 {
+            let error = syncer.begin_write().unwrap_err().to_string();
+            assert!(error.contains("refuses every read and write"), "{error}");
+        }
+        let reader = syncer.barrier().expect("a reader must not trust what it read");
+        assert!(block_on(reader).is_err(), "a reader is refused after a failed sync");
+        assert_eq!(syncer.shared.lock().writing, 0, "a refused write is not counted");
+    }
+
+    #[test]
+    fn writes_waiting_for_a_failed_sync_all_fail() {
+        let (syncer, go, syncs) = gated();
+        syncer.begin_write().unwrap();
+        let first = syncer.end_write(true).unwrap();
+        while syncs.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // Asked while the first sync runs: answered by the next one, which will succeed.
+        syncer.begin_write().unwrap();
+        let second = syncer.end_write(true).unwrap();
+        go.send(Err("EIO".into())).unwrap();
         go.send(Ok(())).unwrap();
-        block_on(next).unwrap();
-        assert_eq!(syncer.shared.lock().writing, 0, "every begun write ended");
+        assert!(block_on(first).is_err());
+        assert!(block_on(second).is_err(), "a sync after a failed one proves nothing");
     }
 }
