@@ -37,6 +37,11 @@ impl Hub {
         Watch { hub: Arc::clone(self), key: key.to_owned(), epoch: slot.epoch }
     }
 
+    /// How many watches of `key` exist.
+    pub(crate) fn watchers(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |slot| slot.interested)
+    }
+
     /// Tells the watchers of `key` that it changed: call after the write has landed.
     pub(crate) fn notify(&self, key: &str) {
         let wakers = match self.lock().get_mut(key) {

@@ -579,6 +579,10 @@ impl Store for SledStore {
     fn default_wait(&self) -> Duration {
         self.default_wait
     }
+
+    fn waiters(&self, key: &str) -> Option<usize> {
+        Some(self.hub.watchers(key))
+    }
 }
 
 impl std::fmt::Debug for SledStore {
