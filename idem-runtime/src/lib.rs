@@ -19,6 +19,7 @@ mod error;
 pub mod exec;
 mod failpoint;
 mod key;
+mod loom;
 mod record;
 mod retry;
 mod store;

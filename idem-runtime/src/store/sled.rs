@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::chunks::{Chunks, MAX_RESULT, MAX_VALUE};
@@ -12,6 +11,7 @@ use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
+use crate::loom::Arc;
 use crate::record::{now_ms, Record, Status};
 
 mod chunks;
@@ -251,7 +251,7 @@ impl SledStore {
             durability: options.durability,
             default_wait: options.default_wait,
             syncer,
-            hub: Arc::default(),
+            hub: Arc::new(Hub::default()),
         };
         store.mark_orphans_in_doubt()?;
         store.chunks.remove_orphans(&store.tree)?;
@@ -331,6 +331,9 @@ impl SledStore {
         };
         let swapped = chunks_written.and_then(|()| self.tree.compare_and_swap(key, old, bytes));
         let won = matches!(swapped, Ok(Ok(())));
+        if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
+            syncer.poison(format!("a write failed: {e}"));
+        }
         let ticket = self.syncer.as_ref().and_then(|syncer| syncer.end_write(won));
         // Chunks no record points to any more; a crash before they go leaves them to the
         // next open.
@@ -522,7 +525,7 @@ impl Store for SledStore {
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             // Watch before reading, so that a change between the read and the wait is seen.
-            let watch = self.hub.watch(key);
+            let watch = Hub::watch(&self.hub, key);
             let current = self.read_durable(key).await?;
             match &current {
                 Some(record) if same_state(record, seen) => {}
