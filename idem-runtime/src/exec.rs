@@ -44,6 +44,9 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 struct Queue {
     due: BinaryHeap<Reverse<(Instant, u64)>>,
     stopped: bool,
+    /// Until when the timer thread waits, for a model to time that wait out.
+    #[cfg(feature = "loom")]
+    waiting_until: Option<Instant>,
 }
 
 /// A deadline timer: futures register a waker and a deadline, and one thread wakes each at its
@@ -136,9 +139,19 @@ impl Timers {
                         // Passed while the others were woken: look again rather than wait.
                         continue;
                     }
+                    #[cfg(feature = "loom")]
+                    {
+                        queue.waiting_until = Some(*at);
+                    }
                     self.changed.wait_timeout(queue, timeout).unwrap_or_else(|e| e.into_inner()).0
                 }
-                None => self.changed.wait(queue).unwrap_or_else(|e| e.into_inner()),
+                None => {
+                    #[cfg(feature = "loom")]
+                    {
+                        queue.waiting_until = None;
+                    }
+                    self.changed.wait(queue).unwrap_or_else(|e| e.into_inner())
+                }
             };
         }
     }
@@ -219,13 +232,17 @@ mod loom_models {
     use super::*;
     use crate::loom::Arc;
 
-    /// Moves the clock to `ticks` ms, as a wait that timed out would find it, and tells the
-    /// timer thread (a real `wait_timeout` returns by itself at its deadline).
+    /// Moves the clock to `ticks` ms and, when the timer thread's wait runs out by then, ends
+    /// that wait, as a real `wait_timeout` returns by itself at its deadline (loom's never
+    /// times out).
     fn advance(timers: &Timers, ticks: u64) {
         let queue = lock(&timers.queue);
         timers.clock.ticks.store(ticks, Ordering::SeqCst);
+        let timed_out = queue.waiting_until.is_some_and(|at| at <= timers.clock.now());
         drop(queue);
-        timers.changed.notify_one();
+        if timed_out {
+            timers.changed.notify_one();
+        }
     }
 
     fn stop(timers: &Timers) {
@@ -255,6 +272,32 @@ mod loom_models {
     }
 
     #[test]
+    fn loom_an_earlier_deadline_is_not_held_up_by_a_later_one() {
+        crate::loom::model(|| {
+            let timers = Arc::new(Timers::default());
+            let runner = {
+                let timers = Arc::clone(&timers);
+                thread::spawn(move || timers.run())
+            };
+            // A sleep until 100 ms is registered first: the timer thread may be waiting for it.
+            let mut later =
+                Box::pin(timers.sleep_until(model_epoch() + Duration::from_millis(100)));
+            let waker = Waker::noop().clone();
+            assert!(later.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+            let clock = {
+                let timers = Arc::clone(&timers);
+                thread::spawn(move || advance(&timers, 10))
+            };
+            let deadline = model_epoch() + Duration::from_millis(10);
+            block_on(timers.sleep_until(deadline));
+            clock.join().unwrap();
+            drop(later);
+            stop(&timers);
+            runner.join().unwrap();
+        });
+    }
+
+    #[test]
     fn loom_a_dropped_sleep_does_not_keep_its_waker() {
         crate::loom::model(|| {
             let timers = Arc::new(Timers::default());
@@ -264,11 +307,7 @@ mod loom_models {
             };
             let deadline = model_epoch() + Duration::from_millis(10);
             let mut sleep = Box::pin(timers.sleep_until(deadline));
-            let polled = {
-                let waker = futures_noop_waker();
-                let mut cx = Context::from_waker(&waker);
-                sleep.as_mut().poll(&mut cx)
-            };
+            let polled = sleep.as_mut().poll(&mut Context::from_waker(&Waker::noop().clone()));
             assert!(polled.is_pending());
             drop(sleep);
             advance(&timers, 10);
@@ -276,9 +315,5 @@ mod loom_models {
             runner.join().unwrap();
             assert!(lock(&timers.wakers).is_empty(), "a dropped sleep left its waker behind");
         });
-    }
-
-    fn futures_noop_waker() -> Waker {
-        Waker::noop().clone()
     }
 }
