@@ -24,7 +24,8 @@
 use std::borrow::Cow;
 
 use crate::error::StoreError;
-use crate::record::{Record, Status};
+use crate::protocol::{Fence, Status};
+use crate::record::Record;
 
 const FORMAT: u8 = 1;
 const COMPLETED: u8 = 1;
@@ -69,7 +70,7 @@ impl View<'_> {
             status: self.status,
             tool: self.tool.clone().into_owned(),
             scope: self.scope.clone().into_owned(),
-            owner: self.owner.clone().into_owned(),
+            owner: self.owner.as_ref().into(),
             attempts: self.attempts,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -81,18 +82,21 @@ impl View<'_> {
         }
     }
 
-    /// Whether this is the state `record` saw: same status, owner and attempts (the fence).
-    pub(crate) fn same_state(&self, record: &Record) -> bool {
-        self.status == record.status
-            && self.attempts == record.attempts
-            && self.owner == record.owner.as_str()
+    /// The state a write replacing this record is fenced on.
+    pub(crate) fn fence(&self) -> Fence<'_> {
+        Fence { status: self.status, owner: &self.owner, attempts: self.attempts }
     }
 }
 
 /// The length [`encode`] gives `record`, with its result inline, or with a chunk reference in
 /// its place when `spilled`.
 pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
-    let strings = [&record.tool, &record.scope, &record.owner, &record.args_fingerprint];
+    let strings = [
+        record.tool.as_str(),
+        record.scope.as_str(),
+        record.owner.as_str(),
+        record.args_fingerprint.as_str(),
+    ];
     let result = match (&record.result, spilled) {
         (Some(_), true) => 8 + 4,
         (Some(text), false) => 4 + text.len(),
@@ -107,7 +111,12 @@ pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
 /// Writes `record` in the current format; with `spilled`, its result is replaced by a reference
 /// to the chunks that hold it.
 pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
-    let strings = [&record.tool, &record.scope, &record.owner, &record.args_fingerprint];
+    let strings = [
+        record.tool.as_str(),
+        record.scope.as_str(),
+        record.owner.as_str(),
+        record.args_fingerprint.as_str(),
+    ];
     let result = if spilled.is_some() { None } else { record.result.as_deref() };
     let len = encoded_len(record, spilled.is_some());
     let mut out = Vec::with_capacity(len);
@@ -191,7 +200,7 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 lease_until: record.lease_until,
                 tool: Cow::Owned(record.tool),
                 scope: Cow::Owned(record.scope),
-                owner: Cow::Owned(record.owner),
+                owner: Cow::Owned(record.owner.as_str().to_owned()),
                 args_fingerprint: Cow::Owned(record.args_fingerprint),
                 result: record.result.map(Cow::Owned),
                 spilled: None,
