@@ -3,7 +3,9 @@
 //! value to a blob file of its own (which it would not sync); removing a record removes the
 //! chunks of its result.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -156,4 +158,42 @@ fn an_operator_can_resolve_a_key_with_a_large_result() {
     });
     assert_eq!(replayed.unwrap(), big, "the operator's result replays");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+const CHILD: &str = "IDEM_LARGE_RESULTS_CHILD";
+
+/// Child mode: a call with a large result, stopped by a fail point once its chunks are on disk
+/// and before the record that points to them is written.
+#[test]
+fn crash_child() {
+    let Ok(dir) = std::env::var(CHILD) else { return };
+    let store = open(Path::new(&dir));
+    let _ = call(&store, "crashed").run(|| Ok::<_, Error>(result_of(100_000)));
+    panic!("the fail point after_chunks was never reached");
+}
+
+#[test]
+fn chunks_left_by_a_crash_before_their_record_are_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, dir.path())
+        .env("IDEM_FAILPOINT", "after_chunks")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let reached = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .any(|line| line.unwrap().contains("IDEM_FAILPOINT_REACHED after_chunks"));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(reached, "the child never reached the fail point");
+    assert!(chunk_count(dir.path()) > 0, "the crash left the result's chunks on disk");
+    {
+        let store = open(dir.path());
+        let again = call(&store, "crashed").run(|| Ok::<_, Error>(String::new()));
+        assert!(matches!(again, Err(Error::InDoubt { .. })), "the body ran: {again:?}");
+    }
+    assert_eq!(chunk_count(dir.path()), 0, "opening the store removed the orphaned chunks");
 }

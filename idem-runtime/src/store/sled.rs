@@ -330,6 +330,12 @@ impl SledStore {
             (Some(spilled), Some(text)) => self.chunks.write(key, spilled.id, text),
             _ => Ok(()),
         };
+        #[cfg(feature = "failpoints")]
+        if spilled.is_some() {
+            // A crash test stops here with the chunks on disk and no record pointing to them.
+            let _ = self.db.flush();
+            crate::failpoint::failpoint("after_chunks");
+        }
         let swapped = chunks_written.and_then(|()| self.tree.compare_and_swap(key, old, bytes));
         let won = matches!(swapped, Ok(Ok(())));
         if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
