@@ -42,9 +42,11 @@ impl Files {
         }
         sync_dir(&blobs)?;
         sync_dir(dir)?;
-        // sled may have created the store directory itself.
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
+        // sled may have created the store directory itself (a relative path's parent is the
+        // working directory).
+        match dir.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
         }
         let synced = [(dir.to_owned(), entries(dir)?), (blobs.clone(), entries(&blobs)?)];
         Ok(Files { data, synced })
