@@ -322,12 +322,20 @@ pub fn waiter_takes_over_after_release(store: Arc<dyn Store>) {
         })
     };
     until_waiting(&store, call(&store, "book_room", &scope).key());
+    let released = Instant::now();
     finish_tx.send(()).unwrap();
     assert!(matches!(owner.join().unwrap(), Err(ToolError::Declined)));
     assert_eq!(
         waiter.join().unwrap().unwrap(),
         "room-2",
         "the waiter runs once the owner releases"
+    );
+    // Not a speed check: a waiter that missed the release would look again only at the end of
+    // its wait.
+    let waited = released.elapsed();
+    assert!(
+        waited < Duration::from_secs(20),
+        "the waiter woke on the release, not at the end of its wait ({waited:?})"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
