@@ -325,6 +325,10 @@ impl Store for PgStore {
     fn default_wait(&self) -> Duration {
         self.shared.default_wait
     }
+
+    fn waiters(&self, key: &str) -> Option<usize> {
+        Some(self.shared.fanout.subscribers(key))
+    }
 }
 
 impl std::fmt::Debug for PgStore {

@@ -19,6 +19,7 @@ mod error;
 mod exec;
 mod failpoint;
 mod key;
+mod loom;
 mod protocol;
 mod record;
 mod retry;

@@ -94,6 +94,15 @@ pub trait Store: Send + Sync + 'static {
     fn default_wait(&self) -> Duration {
         DEFAULT_WAIT
     }
+
+    /// How many callers of [`Store::changed`] for `key` have registered for its next change
+    /// (and so cannot miss it), or `None` when the store cannot tell. For tests, which must know
+    /// that a waiter is waiting before they change the record; the conformance suite needs it.
+    #[doc(hidden)]
+    fn waiters(&self, key: &str) -> Option<usize> {
+        let _ = key;
+        None
+    }
 }
 
 /// The wait used when neither the call nor the store sets one.

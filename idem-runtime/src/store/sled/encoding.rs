@@ -7,16 +7,20 @@
 //! 0      format (1)            JSON records of the first format begin with `{`, and still read
 //! 1      status                0 in flight, 1 done, 2 in doubt
 //! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
-//!                              16 function
+//!                              16 function, 32 result kept in chunks
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
 //! then   tool, scope, owner, and a fourth string: each a u32 length and its UTF-8 bytes. The
 //!        fourth held a fingerprint of the arguments in earlier releases; it is written empty
 //!        and skipped on read, since the key already stands for the arguments
-//! then   the result's JSON text, a u32 length and its bytes, when present
+//! then   the result's JSON text, a u32 length and its bytes, when present (option 8)
+//! or     where its chunks are: a u64 chunk id and the u32 length of the text (option 32)
 //! then   the function that wrote the record, a u32 length and its bytes, when present
 //! ```
+//!
+//! A result too large to sit in the record is kept in chunks (see `chunks.rs`), so that no
+//! value handed to sled reaches the size at which sled writes it to a file of its own.
 //!
 //! The key is sled's own key for the entry, so it is not repeated in the value.
 
@@ -32,6 +36,14 @@ const EXPIRES: u8 = 2;
 const LEASE: u8 = 4;
 const RESULT: u8 = 8;
 const FUNCTION: u8 = 16;
+const CHUNKED: u8 = 32;
+
+/// Where a result kept in chunks is: its chunk id and the length of its JSON text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spilled {
+    pub(crate) id: u64,
+    pub(crate) len: u32,
+}
 
 /// A record read from sled's bytes without copying them (a record of the first, JSON format is
 /// decoded into owned fields instead).
@@ -49,10 +61,13 @@ pub(crate) struct View<'a> {
     pub(crate) scope: Cow<'a, str>,
     pub(crate) owner: Cow<'a, str>,
     pub(crate) result: Option<Cow<'a, str>>,
+    /// The result, when it is kept in chunks rather than in `result`.
+    pub(crate) spilled: Option<Spilled>,
 }
 
 impl View<'_> {
-    /// The record under `key`, owning its fields.
+    /// The record under `key`, owning its fields; a result kept in chunks is not read here, so
+    /// the store fills it in (`result` is then `None`).
     pub(crate) fn to_record(&self, key: &str) -> Record {
         Record {
             key: key.to_owned(),
@@ -77,16 +92,30 @@ impl View<'_> {
     }
 }
 
-/// Writes `record` in the current format.
-pub(crate) fn encode(record: &Record) -> Vec<u8> {
+/// The length [`encode`] gives `record`, with its result inline, or with a chunk reference in
+/// its place when `spilled`.
+pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
     let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
-    let result = record.result.as_deref();
-    let function = record.function.as_deref();
-    let len = 23
-        + 3 * 8
+    let result = match (&record.result, spilled) {
+        (Some(_), true) => 8 + 4,
+        (Some(text), false) => 4 + text.len(),
+        (None, _) => 0,
+    };
+    let function = record.function.as_ref().map_or(0, |text| 4 + text.len());
+    let times = [record.completed_at, record.expires_at, record.lease_until];
+    23 + 8 * times.iter().flatten().count()
         + strings.iter().map(|s| 4 + s.len()).sum::<usize>()
-        + result.map_or(0, |text| 4 + text.len())
-        + function.map_or(0, |text| 4 + text.len());
+        + result
+        + function
+}
+
+/// Writes `record` in the current format; with `spilled`, its result is replaced by a reference
+/// to the chunks that hold it.
+pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
+    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
+    let result = if spilled.is_some() { None } else { record.result.as_deref() };
+    let function = record.function.as_deref();
+    let len = encoded_len(record, spilled.is_some());
     let mut out = Vec::with_capacity(len);
     let mut options = 0;
     for (present, bit) in [
@@ -95,6 +124,7 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         (record.lease_until.is_some(), LEASE),
         (result.is_some(), RESULT),
         (function.is_some(), FUNCTION),
+        (spilled.is_some(), CHUNKED),
     ] {
         if present {
             options |= bit;
@@ -118,7 +148,15 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         out.extend_from_slice(&(s.len() as u32).to_le_bytes());
         out.extend_from_slice(s.as_bytes());
     }
-    for text in [result, function].into_iter().flatten() {
+    if let Some(text) = result {
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    if let Some(Spilled { id, len }) = spilled {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+    if let Some(text) = function {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
@@ -167,6 +205,7 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 scope: Cow::Owned(record.scope),
                 owner: Cow::Owned(record.owner.as_str().to_owned()),
                 result: record.result.map(Cow::Owned),
+                spilled: None,
             })
         }
     }
@@ -233,6 +272,8 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let owner = r.string()?;
     let _fingerprint = r.string()?;
     let result = if options & RESULT != 0 { Some(r.string()?) } else { None };
+    let spilled =
+        if options & CHUNKED != 0 { Some(Spilled { id: r.u64()?, len: r.u32()? }) } else { None };
     let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
     if !r.bytes.is_empty() {
         return Err(Truncated("bytes after the record"));
@@ -250,6 +291,7 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         scope,
         owner,
         result,
+        spilled,
     })
 }
 
@@ -273,7 +315,8 @@ mod tests {
             Record { lease_until: Some(11), ..done().taken_over("other#1", 10) },
             Record { function: Some("billing::send".into()), ..done() },
         ] {
-            let bytes = encode(&record);
+            let bytes = encode(&record, None);
+            assert_eq!(bytes.len(), encoded_len(&record, false));
             assert_eq!(decode(b"k", &bytes).unwrap().to_record("k"), record);
         }
     }
@@ -289,8 +332,19 @@ mod tests {
     }
 
     #[test]
+    fn a_result_in_chunks_reads_back_as_its_reference() {
+        let record = done();
+        let spilled = Spilled { id: 0x0102_0304_0506_0708, len: 70_000 };
+        let bytes = encode(&record, Some(spilled));
+        assert_eq!(bytes.len(), encoded_len(&record, true));
+        let view = decode(b"k", &bytes).unwrap();
+        assert_eq!(view.spilled, Some(spilled));
+        assert_eq!(view.to_record("k"), Record { result: None, ..record });
+    }
+
+    #[test]
     fn a_truncated_record_is_damaged_not_a_panic() {
-        let mut bytes = encode(&done());
+        let mut bytes = encode(&done(), None);
         for len in 1..bytes.len() {
             assert!(decode(b"k", &bytes[..len]).is_err(), "cut at {len} read as a record");
         }
