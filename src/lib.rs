@@ -168,8 +168,13 @@
 //! ```
 //!
 //! `retry!` takes free functions declared at module level (not inside another function's body),
-//! and methods of an `impl` block under [`#[idem::tools]`](tools), named by their type's path
-//! (`idem::retry!(Bank::get_balance(&bank, "acct-1"))`).
+//! associated functions of an inherent `impl` (`Ledger::settle(…)`), and methods of an `impl`
+//! block under [`#[idem::tools]`](tools), named by their type's path
+//! (`idem::retry!(Bank::get_balance(&bank, "acct-1"))`, `Self::get_balance(…)`,
+//! `<Adder as Tool>::call(…)`). A method taking `self` outside such a block has no compile-time
+//! classification to check. Where a tool is imported alone (`mod charge; pub use
+//! charge::charge;`), import its hidden companion with it (`pub use charge::{charge,
+//! __idem_tool_charge};`); the compile error names it.
 //!
 //! ## Errors
 //!
@@ -284,7 +289,7 @@
 /// | option | meaning | default |
 /// | --- | --- | --- |
 /// | `scope = "param"` or `"param.field"` | the unit of work the effect belongs to (see the crate docs) | required |
-/// | `tool = "name"` | the tool name in the key: pin it to keep keys across a rename | the function's name |
+/// | `tool = "name"` | the tool name in the key: pin it to keep keys across a rename or a move, or to tell two functions of one name apart (unpinned, `a::send` and `b::send` share the keys of `send`, and the second is refused with [`Error::SharedToolName`]) | the function's name |
 /// | `store = path` | a function or static giving the store | the process default store |
 /// | `wait = "30s"` | how long a concurrent caller waits for the running one | 30 s |
 /// | `ttl = "24h"` | how long a finished result is replayed | until purged |
@@ -365,8 +370,10 @@ pub use idem_macros::read;
 ///     Ok(())
 /// }
 ///
+/// # fn main() {
 /// let info = idem::tool_info!(send_fax);
 /// assert!(!info.retry_safe() && info.annotations().destructive_hint);
+/// # }
 /// ```
 pub use idem_macros::write;
 
@@ -381,8 +388,8 @@ pub use idem_macros::write;
 /// idem::retry!(get_balance("cus_42"), when = |e: &MyError| e.is_transient())
 /// ```
 ///
-/// It takes a call of a free function by its path, and checks at compile time that the function
-/// is safe to repeat: a `#[write]`, an unclassified function or a method called as
+/// It takes a call of a free or associated function by its path, and checks at compile time that
+/// the function is safe to repeat: a `#[write]`, an unclassified function or a method called as
 /// `receiver.method(…)` is a compile error that names the fix. A method of a block under
 /// [`#[idem::tools]`](tools) is taken by its type's path: `Bank::get_balance(&bank, "acct-1")`.
 /// An async call sleeps on tokio's timer; a sync one sleeps the thread.
@@ -438,10 +445,11 @@ pub use idem_macros::retry;
 /// # }
 /// ```
 ///
-/// A method is told from a module's function by its path: the segment before it is a type
-/// (`Bank`, `Self`, `<Adder as Tool>`), written in `CamelCase` as Rust's conventions have it.
-/// The classification sits in hidden constants of a second inherent `impl` of the type, so the
-/// type must be local to the crate, and one `#[idem::tools]` block per type lists its tools.
+/// A method is named by its type's path: `Bank::get_balance`, `Self::get_balance` inside the
+/// `impl`, `<Adder as Tool>::call`. The classification sits in the hidden companion constants
+/// (`__idem_tool_<name>`) that the attribute cannot declare on a method taking `self`, which this
+/// declares in a second inherent `impl` of the type; so the type must be local to the crate, and
+/// one `#[idem::tools]` block per type lists its tools.
 pub use idem_macros::tools;
 
 /// rmcp without glue (feature `rmcp`): `From<idem::Error>` for rmcp's `ErrorData` lives in
@@ -449,10 +457,10 @@ pub use idem_macros::tools;
 #[cfg(feature = "rmcp")]
 pub use idem_runtime::mcp;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
-    Call, Classified, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved,
-    RetrySafe, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
+    set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
+    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore, SledStoreBuilder,
+    Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'
@@ -465,19 +473,16 @@ pub mod __private {
         args, flatten_arg, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
-    // The classification every attribute declares beside a free function.
-    pub use idem_runtime::{Classified, Kind, RetrySafe, ToolInfo};
+    // The classification: the type of the companion constant every attribute declares beside
+    // its function, read by `tool_info!` and `retry!`.
+    pub use idem_runtime::{Kind, ToolInfo};
     // `retry!`.
-    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking, retry_safe};
-    // What `#[idem::tools]` declares beside an impl block, and `retry!` checks on a method; and
-    // `tool_info!`'s engine, which tells a method's path from a free function's.
-    pub use idem_macros::__tool_info as tool_info_of;
-    pub use idem_runtime::bounds::{retry_safe_method, IsIdempotent, IsRead, IsWrite};
+    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking};
     pub use idem_runtime::Backoff;
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::bounds::{
-        FlattenParam, IntoStore, KeyParam, RetrySafeMethod, ScopeValue, ToolError, ToolOutput,
+        FlattenParam, IntoStore, KeyParam, ScopeValue, ToolError, ToolOutput,
     };
 }
 
@@ -491,17 +496,28 @@ pub mod __private {
 /// }
 ///
 /// const INFO: idem::ToolInfo = idem::tool_info!(get_balance);
+///
+/// # fn main() {
 /// assert_eq!(INFO.name, "get_balance");
 /// assert_eq!(INFO.kind, idem::Kind::Read);
 /// assert!(INFO.annotations().read_only_hint);
+/// # }
 /// ```
 ///
-/// It reads a hidden companion type that the attribute declares beside the function, with the
-/// same name and visibility. A method under [`#[idem::tools]`](tools) is named by its type's
-/// path (`idem::tool_info!(Bank::send_payment)`, `idem::tool_info!(<Adder as Tool>::call)`).
+/// It reads a hidden companion constant, `__idem_tool_<name>`, that the attribute declares
+/// beside the function with the function's visibility, so it takes a tool declared at module
+/// level or in an inherent `impl`, not inside a function's body. Where the function is imported
+/// alone (`mod charge; pub use charge::charge;`), import the companion with it
+/// (`pub use charge::{charge, __idem_tool_charge};`): the compile error names it. A method that
+/// takes `self` or names `Self` has one only under [`#[idem::tools]`](tools), which declares it in
+/// an inherent `impl` of the type; name it by its type's path
+/// (`idem::tool_info!(Bank::send_payment)`, `idem::tool_info!(<Adder as Tool>::call)`).
 #[macro_export]
 macro_rules! tool_info {
     ($($tool:tt)+) => {
-        $crate::__private::tool_info_of!($crate, $($tool)+)
+        $crate::__tool_info!($crate, $($tool)+)
     };
 }
+
+#[doc(hidden)]
+pub use idem_macros::tool_info as __tool_info;

@@ -3,6 +3,7 @@
 mod args;
 mod classify;
 mod expand;
+mod output;
 mod retry;
 mod tools;
 mod validate;
@@ -43,9 +44,10 @@ pub fn tools(args: TokenStream, item: TokenStream) -> TokenStream {
     tools::expand(args.into(), item.into()).into()
 }
 
-/// `idem::tool_info!`'s engine: `$crate, path`.
+/// The classification of a tool, read from its companion; used through `idem::tool_info!`, which
+/// passes `$crate` first.
 #[doc(hidden)]
 #[proc_macro]
-pub fn __tool_info(input: TokenStream) -> TokenStream {
-    retry::tool_info(input.into()).into()
+pub fn tool_info(input: TokenStream) -> TokenStream {
+    classify::tool_info(input.into()).into()
 }

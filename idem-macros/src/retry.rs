@@ -1,11 +1,12 @@
 //! `retry!`: parse a call of a classified tool, check at compile time that the tool is safe to
 //! repeat, and hand the call to the runtime's backoff loop.
 
-use proc_macro2::TokenStream;
-use quote::quote;
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
-use syn::spanned::Spanned;
 use syn::{Expr, ExprCall, LitStr, Path, Token};
+
+use crate::classify::{method_span, Lookup};
 
 mod kw {
     syn::custom_keyword!(backoff);
@@ -95,115 +96,70 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
         None => syn::parse_quote!(::idem),
     };
     let Expr::Path(func) = &*input.call.func else { unreachable!("checked while parsing") };
-    let check = match crate::tools::method_path(func.qself.as_ref(), &func.path) {
-        Some((owner, method)) => method_check(&owner, &method, &krate),
-        None => safety_check(&func.path, &krate),
-    };
+    let check = safety_check(func.qself.as_ref(), &func.path, &krate);
     let backoff = match &input.backoff {
         Some(backoff) => quote!(#backoff),
-        None => quote!(#krate::__private::Backoff::default()),
+        None => quote_spanned!(Span::mixed_site()=> #krate::__private::Backoff::default()),
     };
     let when = match &input.when {
         Some(when) => quote!(#when),
-        None => quote!(#krate::__private::retry_any),
+        None => quote_spanned!(Span::mixed_site()=> #krate::__private::retry_any),
     };
     let call = &input.call;
     Ok(if input.is_async {
-        quote! {{
+        quote_spanned! {Span::mixed_site()=> {
             #check
             #krate::__private::retry_async(&#backoff, #when, || #call).await
         }}
     } else {
-        quote! {{
+        quote_spanned! {Span::mixed_site()=> {
             #check
             #krate::__private::retry_blocking(&#backoff, #when, || #call)
         }}
     })
 }
 
-/// A method's classification is a constant of a marker type that `#[idem::tools]` puts beside
-/// its block; only the markers of reads and idempotent tools are `RetrySafeMethod`. A method
-/// with no such constant (no `#[idem::tools]` on its block, or no classification) fails to
-/// resolve it, which names the method.
-fn method_check(owner: &TokenStream, method: &syn::Ident, krate: &Path) -> TokenStream {
-    let kind = crate::tools::companion(method, "kind");
-    let assert = crate::expand::respan(
-        quote!(#krate::__private::retry_safe_method(&<#owner>::#kind)),
-        method.span(),
+/// A compile-time check that the tool at `qself` and `path` is safe to repeat: its companion,
+/// found by `classify::lookup` (a method's from `#[idem::tools]`), says it is a read or an
+/// idempotent write. A failure is a constant evaluation that panics with our message, located
+/// at the user's path.
+fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenStream {
+    let name = crate::classify::function_name(path);
+    let companion = crate::classify::companion_name(&path.segments.last().expect("a path").ident);
+    let found = crate::classify::lookup(qself, path, &quote!(#krate));
+    let write = format!(
+        "`{name}` is a `#[idem::write]`: repeating it repeats its effect, so retry! never \
+         repeats it; key it with `#[idem::idempotent(scope = \"…\")]` to make it safe to retry"
     );
-    quote!(#assert;)
-}
-
-/// `tool_info!($crate, path)`: a method's constant, or a free function's companion type.
-pub(crate) fn tool_info(input: TokenStream) -> TokenStream {
-    let parsed = |input: ParseStream| {
-        let mut krate = TokenStream::new();
-        while !input.peek(Token![,]) {
-            krate.extend([input.parse::<proc_macro2::TokenTree>()?]);
-        }
-        input.parse::<Token![,]>()?;
-        let path: syn::ExprPath = input.parse()?;
-        Ok((krate, path))
-    };
-    let (krate, path) =
-        match syn::parse::Parser::parse2(parsed, input) {
-            Ok(parsed) => parsed,
-            Err(error) => return syn::Error::new(
-                error.span(),
-                "tool_info! takes the path of a classified tool: `idem::tool_info!(get_balance)`, \
-                 or `idem::tool_info!(Bank::send_payment)` for a method under `#[idem::tools]`",
-            )
-            .into_compile_error(),
-        };
-    match crate::tools::method_path(path.qself.as_ref(), &path.path) {
-        Some((owner, method)) => {
-            let info = crate::tools::companion(&method, "tool");
-            quote!(<#owner>::#info)
-        }
-        None => {
-            let path = &path.path;
-            quote!(<#path as #krate::Classified>::INFO)
-        }
-    }
-}
-
-/// A module that imports the tool's companion type under a fixed name, or, when the function
-/// has none (it is unclassified), a fallback that is not `RetrySafe`: an explicit import shadows
-/// a glob one in the type namespace only, so the fallback is seen exactly when no companion
-/// exists. The bound then fails with our message, spanned on the user's path.
-fn safety_check(path: &Path, krate: &Path) -> TokenStream {
-    let mut import = path.clone();
-    for segment in &mut import.segments {
-        segment.arguments = syn::PathArguments::None;
-    }
-    let first = import.segments.first().map(|s| s.ident.to_string()).unwrap_or_default();
-    let import = if import.leading_colon.is_some() || first == "crate" {
-        quote!(#import)
-    } else if first == "self" {
-        let rest = import.segments.iter().skip(1);
-        quote!(super #(::#rest)*)
-    } else if first == "super" {
-        quote!(super::#import)
-    } else {
-        quote!(#import)
-    };
-    let span = path.span();
-    let assert =
-        crate::expand::respan(quote!(#krate::__private::retry_safe::<__idem_tool>()), span);
-    quote! {
-        #[allow(non_snake_case)]
-        mod __idem_retry_check {
-            #[allow(unused_imports)]
-            use super::*;
-            #[allow(unused_imports)]
-            use self::__idem_fallback::*;
-            mod __idem_fallback {
-                #[allow(non_camel_case_types, dead_code)]
-                pub struct __idem_tool {}
+    let unknown = format!(
+        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
+         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
+         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
+         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
+         A tool declared inside a function's body cannot be looked up: declare it at module \
+         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
+         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
+         `#[idem::write]` or an unclassified function"
+    );
+    let mixed = Span::mixed_site();
+    let check = |found: TokenStream| {
+        let check = quote_spanned! {mixed=>
+            match #found {
+                ::core::option::Option::Some(info) if info.retry_safe() => {}
+                ::core::option::Option::Some(_) => ::core::panic!("{}", #write),
+                ::core::option::Option::None => ::core::panic!("{}", #unknown),
             }
-            #[allow(unused_imports)]
-            use #import as __idem_tool;
-            const _: () = #assert;
+        };
+        crate::expand::respan(check, method_span(path))
+    };
+    match found {
+        Lookup::Module(module) => {
+            let check = check(quote_spanned!(mixed=> __idem_lookup::FOUND));
+            quote_spanned!(mixed=> #module const _: () = #check;)
+        }
+        Lookup::Inline(found) => {
+            let check = check(found);
+            crate::expand::respan(quote_spanned!(mixed=> const { #check };), method_span(path))
         }
     }
 }

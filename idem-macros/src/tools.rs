@@ -1,12 +1,15 @@
-//! `#[idem::tools]` on an `impl` block: the compile-time classification of its methods. An item
-//! cannot be added inside a trait impl, and a type cannot sit inside any impl, so the companions
-//! go in a second, inherent impl of the same type beside the block: one constant per classified
-//! method, and `idem_tools()` listing them.
+//! `#[idem::tools]` on an `impl` block: the compile-time classification of its methods. The
+//! attribute on a method declares its companion constant (`__idem_tool_<name>`, see `classify`)
+//! only where it can prove nothing about being in an `impl`; a method taking `self`, naming
+//! `Self` or boxed by `#[async_trait]` or rmcp's `#[tool]` gets none from it, because a trait
+//! impl cannot hold one. So this attribute declares exactly those companions, in a second,
+//! inherent impl of the same type beside the block, together with `idem_tools()` listing every
+//! classified method.
 
 use proc_macro2::{Span, TokenStream};
-use quote::{format_ident, quote, ToTokens};
+use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
-use syn::{Attribute, Ident, ImplItem, ItemImpl, LitStr, Path, Token};
+use syn::{Attribute, ImplItem, ImplItemFn, ItemFn, LitStr, Path, Token};
 
 use crate::args::{Attr, Options};
 
@@ -37,7 +40,7 @@ impl Parse for ToolsOptions {
 /// Expands `#[idem::tools]`. The block itself is emitted unchanged, so that the methods'
 /// attributes (ours, rmcp's `#[tool]`) expand as usual, whichever order they are stacked in.
 pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
-    let block: ItemImpl = match syn::parse2(item.clone()) {
+    let block: syn::ItemImpl = match syn::parse2(item.clone()) {
         Ok(block) => block,
         Err(_) => {
             let error = syn::Error::new(
@@ -72,43 +75,42 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
         None => syn::parse_quote!(::idem),
     };
 
+    let mixed = Span::mixed_site();
     let mut consts = Vec::new();
     let mut listed = Vec::new();
     for member in &block.items {
         let ImplItem::Fn(method) = member else { continue };
-        let Some((attr, options)) = classification(&method.attrs) else { continue };
+        let Some((attr, options, rewritten)) = classification(&method.attrs) else { continue };
         let ident = &method.sig.ident;
         let name = options
             .tool
             .as_ref()
             .map(|tool| tool.value.value())
             .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| unraw(ident));
-        let (kind, marker) = match (attr, &options.scope) {
-            (Attr::Read, _) => (quote!(#krate::__private::Kind::Read), quote!(IsRead)),
+            .unwrap_or_else(|| syn::ext::IdentExt::unraw(ident).to_string());
+        let kind = match (attr, &options.scope) {
+            (Attr::Read, _) => quote_spanned!(mixed=> #krate::__private::Kind::Read),
             (Attr::Idempotent, Some(scope)) => {
-                let scope = scope.value.value();
-                (
-                    quote!(#krate::__private::Kind::Idempotent { scope: #scope }),
-                    quote!(IsIdempotent),
-                )
+                let scope = scope_text(&scope.value.value());
+                quote_spanned!(mixed=> #krate::__private::Kind::Idempotent { scope: #scope })
             }
             // No scope is the attribute's own error; classify it as what it would do now.
             (Attr::Idempotent, None) | (Attr::Write, _) => {
-                (quote!(#krate::__private::Kind::Write), quote!(IsWrite))
+                quote_spanned!(mixed=> #krate::__private::Kind::Write)
             }
         };
-        let info = companion(ident, "tool");
-        let kind_const = companion(ident, "kind");
-        consts.push(quote! {
-            #[doc(hidden)]
-            #[allow(non_upper_case_globals)]
-            pub const #info: #krate::__private::ToolInfo =
-                #krate::__private::ToolInfo { name: #name, kind: #kind };
-            #[doc(hidden)]
-            #[allow(non_upper_case_globals)]
-            pub const #kind_const: #krate::__private::#marker = #krate::__private::#marker;
-        });
+        let info = quote_spanned!(mixed=> #krate::__private::ToolInfo { name: #name, kind: #kind });
+        // rmcp's `#[tool]` above ours turns an `async fn` into a boxed one before ours sees it.
+        let boxed_by_tool = rewritten && method.sig.asyncness.is_some();
+        if boxed_by_tool || !crate::validate::declares_companion(&as_item_fn(method)) {
+            let companion = crate::classify::companion_name(ident);
+            consts.push(quote_spanned! {mixed=>
+                #[doc(hidden)]
+                #[allow(non_upper_case_globals, dead_code)]
+                pub const #companion: ::core::option::Option<#krate::__private::ToolInfo> =
+                    ::core::option::Option::Some(#info);
+            });
+        }
         listed.push(info);
     }
 
@@ -120,35 +122,41 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
         impl #impl_generics #self_ty #where_clause {
             #(#consts)*
 
-            #[doc(hidden)]
-            #[allow(non_upper_case_globals)]
-            pub const __idem_tools: &'static [#krate::__private::ToolInfo] = &[#(Self::#listed),*];
-
             /// The idem classification of the tools of this type's `#[idem::tools]` block, in
             /// the block's order: their names and kinds, and the MCP hints that follow.
             #[allow(dead_code)]
             pub fn idem_tools() -> &'static [#krate::__private::ToolInfo] {
-                Self::__idem_tools
+                const TOOLS: &[#krate::__private::ToolInfo] = &[#(#listed),*];
+                TOOLS
             }
         }
     }
 }
 
-/// The hidden constant `#[idem::tools]` gives `method` (`__idem_tool_send_payment`), which
-/// `tool_info!` and `retry!` name.
-pub(crate) fn companion(method: &Ident, what: &str) -> Ident {
-    format_ident!("__idem_{}_{}", what, unraw(method), span = method.span())
+/// `r#type.id` as a user reads it, `type.id`, as the attribute writes a scope's text.
+fn scope_text(written: &str) -> String {
+    written
+        .split('.')
+        .map(|segment| segment.strip_prefix("r#").unwrap_or(segment))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
-fn unraw(ident: &Ident) -> String {
-    let text = ident.to_string();
-    text.strip_prefix("r#").map(str::to_owned).unwrap_or(text)
+/// The method as the attribute on it sees it, for `validate::declares_companion`.
+fn as_item_fn(method: &ImplItemFn) -> ItemFn {
+    ItemFn {
+        attrs: method.attrs.clone(),
+        vis: method.vis.clone(),
+        sig: method.sig.clone(),
+        block: Box::new(method.block.clone()),
+    }
 }
 
-/// The method's classification attribute and its options, if it has one. Options that do not
-/// parse are the attribute's own error, reported when it expands.
-fn classification(attrs: &[Attribute]) -> Option<(Attr, Options)> {
-    attrs.iter().find_map(|attr| {
+/// The method's classification attribute, its options, and whether an `async fn` is boxed by
+/// rmcp's `#[tool]` written above it before ours expands. Options that do not parse are the
+/// attribute's own error, reported when it expands.
+fn classification(attrs: &[Attribute]) -> Option<(Attr, Options, bool)> {
+    attrs.iter().enumerate().find_map(|(index, attr)| {
         let path = attr.path();
         let ours = path.segments.len() == 1
             || (path.segments.len() == 2 && path.segments[0].ident == "idem");
@@ -165,30 +173,9 @@ fn classification(attrs: &[Attribute]) -> Option<(Attr, Options)> {
             syn::Meta::Path(_) => Options::default(),
             _ => attr.parse_args::<Options>().unwrap_or_default(),
         };
-        Some((kind, options))
+        let rewritten = attrs[..index]
+            .iter()
+            .any(|before| before.path().segments.last().is_some_and(|last| last.ident == "tool"));
+        Some((kind, options, rewritten))
     })
-}
-
-/// The type and method a call's path names, when it names a method: `<Adder as Tool>::call`, or
-/// a path whose second-to-last segment is a type (`Bank::send_payment`, `Self::send_payment`).
-/// Rust's naming conventions tell a type (`CamelCase`) from a module (`snake_case`) here: a
-/// macro sees names, not what they resolve to.
-pub(crate) fn method_path(qself: Option<&syn::QSelf>, path: &Path) -> Option<(TokenStream, Ident)> {
-    let method = path.segments.last()?.ident.clone();
-    if let Some(qself) = qself {
-        return Some((qself.ty.to_token_stream(), method));
-    }
-    let count = path.segments.len();
-    if count < 2 {
-        return None;
-    }
-    let owner = &path.segments[count - 2].ident;
-    let is_type =
-        owner == "Self" || owner.to_string().starts_with(|c: char| c.is_ascii_uppercase());
-    if !is_type {
-        return None;
-    }
-    let leading = path.leading_colon;
-    let segments = path.segments.iter().take(count - 1);
-    Some((quote!(#leading #(#segments)::*), method))
 }

@@ -1,26 +1,19 @@
 //! The checks that make misuse a compile error, all in one pass, each spanned on the user's
 //! tokens. The result is a view of the tool that `expand` turns into code.
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
-use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Stmt, Type};
+use syn::ext::IdentExt;
+use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Type};
 
 use crate::args::{Attr, Options, ParamOptions};
-
-/// How the body runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// A plain `fn`: the body goes in a closure.
-    Sync,
-    /// An `async fn`: the body goes in an `async move` block.
-    Async,
-    /// A `fn` whose body is `Box::pin(async move { … })`, as `#[async_trait]` and rmcp's `#[tool]`
-    /// write it: the inner block is wrapped.
-    Boxed,
-}
+use crate::output::{self, Shape};
 
 /// The value a `scope = "param.field"` names.
 pub(crate) struct Scope {
+    /// The path as data (in `Kind::Idempotent` and messages), raw identifiers written plain.
     pub(crate) text: String,
     pub(crate) param: Ident,
     pub(crate) fields: Vec<Member>,
@@ -29,7 +22,12 @@ pub(crate) struct Scope {
 /// A parameter that enters the key.
 pub(crate) struct KeyParam {
     pub(crate) name: Ident,
+    /// Its name in the key: `type` for `r#type`, as a Python service spells it.
+    pub(crate) label: String,
     pub(crate) ty: Type,
+    /// Its `#[cfg]` attributes, carried onto its use so that a parameter compiled out leaves
+    /// the key with it.
+    pub(crate) cfgs: Vec<Attribute>,
 }
 
 /// The parameter marked `#[idem(flatten)]`: the tool's whole argument object.
@@ -45,6 +43,9 @@ pub(crate) struct Flatten {
 pub(crate) struct Tool {
     pub(crate) attr: Attr,
     pub(crate) name: String,
+    /// Whether `tool = "…"` pinned the name: then the user chose it, and records are not tied
+    /// to the function's path (which a move to another module changes).
+    pub(crate) pinned: bool,
     pub(crate) krate: Path,
     pub(crate) scope: Option<Scope>,
     pub(crate) key_params: Vec<KeyParam>,
@@ -52,13 +53,13 @@ pub(crate) struct Tool {
     /// only one in the key.
     pub(crate) flatten: Option<Flatten>,
     pub(crate) store: Option<Path>,
-    pub(crate) wait_ms: Option<u64>,
-    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) ttl: Option<Duration>,
     pub(crate) rerun: bool,
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
-    /// Whether a companion type can sit beside the function (not for methods).
+    /// Whether the companion constant is emitted beside the function (see `classify`).
     pub(crate) companion: bool,
 }
 
@@ -73,7 +74,7 @@ pub(crate) fn tool(
     errors: &mut Vec<syn::Error>,
 ) -> Tool {
     let sig = &item.sig;
-    let fn_name = sig.ident.to_string();
+    let fn_name = sig.ident.unraw().to_string();
     let attr_name = attr.name();
 
     if let Some(repeated) = options.repeated {
@@ -170,28 +171,9 @@ pub(crate) fn tool(
         None => syn::parse_quote!(::idem),
     };
 
-    let shape = if sig.asyncness.is_some() {
-        Shape::Async
-    } else if boxed_async_block(item).is_some() {
-        Shape::Boxed
-    } else {
-        Shape::Sync
-    };
-    let output = match (&sig.output, shape) {
-        (syn::ReturnType::Type(_, ty), Shape::Boxed) => future_output(ty),
-        (syn::ReturnType::Type(_, ty), _) => Some((**ty).clone()),
-        (syn::ReturnType::Default, _) => None,
-    };
-    if attr == Attr::Idempotent && !output.as_ref().is_some_and(is_result) {
-        let message = format!(
-            "an `#[idempotent]` tool returns `Result<T, E>`: its `Ok` value is stored and replayed, \
-             and the store's failures travel in `E: From<idem::Error>`; change `{fn_name}` to return \
-             a `Result`"
-        );
-        errors.push(match &sig.output {
-            syn::ReturnType::Type(_, ty) => syn::Error::new_spanned(ty, message),
-            syn::ReturnType::Default => syn::Error::new_spanned(&sig.ident, message),
-        });
+    let (shape, output) = output::shape_and_output(item);
+    if attr == Attr::Idempotent {
+        check_output(item, shape, output.as_ref(), &fn_name, errors);
     }
 
     let params: Vec<Param> = sig
@@ -232,9 +214,18 @@ pub(crate) fn tool(
 
     let mut key_params = Vec::new();
     if attr == Attr::Idempotent {
-        for Param { name, typed, options } in &params {
+        for param in &params {
+            let Param { name, typed, options } = param;
             let is_scope = scope.as_ref().is_some_and(|s| Some(&s.param) == *name);
             let whole_scope = is_scope && scope.as_ref().is_some_and(|s| s.fields.is_empty());
+            let cfgs = conditions(&typed.attrs);
+            if let (true, Some(cfg)) = (is_scope, cfgs.first()) {
+                errors.push(syn::Error::new_spanned(
+                    cfg,
+                    "the scope parameter cannot be conditional: without it there is no key; drop \
+                     the `#[cfg]` or choose a scope that is always there",
+                ));
+            }
             match (options.skip, is_scope) {
                 (Some(span), true) => errors.push(syn::Error::new(
                     span,
@@ -255,9 +246,12 @@ pub(crate) fn tool(
                             flat.name
                         ),
                     )),
-                    (Some(name), None) => {
-                        key_params.push(KeyParam { name: (*name).clone(), ty: (*typed.ty).clone() })
-                    }
+                    (Some(name), None) => key_params.push(KeyParam {
+                        name: (*name).clone(),
+                        label: name.unraw().to_string(),
+                        ty: (*typed.ty).clone(),
+                        cfgs,
+                    }),
                     (None, None) => errors.push(syn::Error::new_spanned(
                         &typed.pat,
                         "a key parameter needs a plain name, which the key uses: bind it to a \
@@ -270,8 +264,8 @@ pub(crate) fn tool(
         }
     }
 
-    let wait_ms = options.wait.as_ref().and_then(|o| duration_ms(&o.value, errors));
-    let ttl_ms = options.ttl.as_ref().and_then(|o| duration_ms(&o.value, errors));
+    let wait = options.wait.as_ref().and_then(|o| duration(&o.value, errors));
+    let ttl = options.ttl.as_ref().and_then(|o| duration(&o.value, errors));
     let rerun = match &options.in_doubt {
         Some(o) => match o.value.value().as_str() {
             "fail" => false,
@@ -291,22 +285,113 @@ pub(crate) fn tool(
         None => false,
     };
 
-    let companion = !mentions_self(sig);
     Tool {
         attr,
         name,
+        pinned: options.tool.is_some(),
         krate,
         scope,
         key_params,
         flatten,
         store: options.store.map(|o| o.value),
-        wait_ms,
-        ttl_ms,
+        wait,
+        ttl,
         rerun,
         shape,
         output,
-        companion,
+        companion: declares_companion(item),
     }
+}
+
+/// Whether the attribute on `item` declares its companion constant beside it. Not when the
+/// signature shows it is in an `impl` (it takes `self` or names `Self`), nor when its body is
+/// `Box::pin(async move { … })`, as `#[async_trait]` and rmcp's `#[tool]` write it, in trait
+/// impls, which cannot hold the companion: `#[idem::tools]` on the block declares those in an
+/// inherent impl of its own. A free function written that way by hand loses only its
+/// classification, while a companion in a trait impl would not compile.
+pub(crate) fn declares_companion(item: &ItemFn) -> bool {
+    !is_surely_in_impl(&item.sig) && output::shape_and_output(item).0 != Shape::Boxed
+}
+
+/// The return type of an `#[idempotent]` tool: a future's output for the future shapes, a
+/// `Result` recognised by its syntax, with an owned `Ok` type.
+fn check_output(
+    item: &ItemFn,
+    shape: Shape,
+    output: Option<&Type>,
+    fn_name: &str,
+    errors: &mut Vec<syn::Error>,
+) {
+    let returned = match &item.sig.output {
+        syn::ReturnType::Type(_, ty) => Some(&**ty),
+        syn::ReturnType::Default => None,
+    };
+    // The whole return type, or the function's name when it returns nothing.
+    let at_output = |message: String| match returned {
+        Some(ty) => syn::Error::new_spanned(ty, message),
+        None => syn::Error::new_spanned(&item.sig.ident, message),
+    };
+    if shape == Shape::Sync && returned.is_some_and(output::is_future) {
+        errors.push(at_output(format!(
+            "`{fn_name}` returns a future that is not `impl Future<Output = Result<T, E>>` and \
+                 whose body is not `Box::pin(async move {{ … }})`: the macro cannot wrap it; write \
+                 it as `async fn {fn_name}(…) -> Result<T, E>`"
+        )));
+        return;
+    }
+    let Some(output) = output else {
+        errors.push(at_output(format!(
+            "an `#[idempotent]` tool returns `Result<T, E>`: its `Ok` value is stored and \
+                 replayed, and the store's failures travel in `E: From<idem::Error>`; change \
+                 `{fn_name}` to return a `Result`"
+        )));
+        return;
+    };
+    let Some(ok) = output::result_ok_type(output) else {
+        errors.push(syn::Error::new_spanned(
+            output,
+            format!(
+                "an `#[idempotent]` tool returns `Result<T, E>`, written `Result<…>` or as an alias \
+                 named `Result` such as `io::Result<T>` (the macro knows it by that name and cannot \
+                 see through other aliases): its `Ok` value is stored and replayed, and the \
+                 store's failures travel in `E: From<idem::Error>`; change `{fn_name}` to return \
+                 a `Result`"
+            ),
+        ));
+        return;
+    };
+    if let Some(borrowed) = output::borrowed_part(ok) {
+        errors.push(syn::Error::new_spanned(
+            borrowed,
+            "a replayed result must be owned: on a replay the `Ok` value is read back from the \
+             store, which cannot lend a borrow; return an owned type (`String`, not `&str`; \
+             `Vec<T>`, not `&[T]`)",
+        ));
+    }
+}
+
+/// The attributes that may compile a parameter out: each `#[cfg(…)]`, and each
+/// `#[cfg_attr(pred, …)]` cut down to the `cfg(…)` it applies (its other attributes belong to
+/// the parameter, not to a use of it).
+fn conditions(attrs: &[Attribute]) -> Vec<Attribute> {
+    let mut conditions = Vec::new();
+    for attr in attrs {
+        if attr.path().is_ident("cfg") {
+            conditions.push(attr.clone());
+        } else if attr.path().is_ident("cfg_attr") {
+            let parsed = attr.parse_args_with(
+                syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+            );
+            let Ok(parsed) = parsed else { continue };
+            let mut parts = parsed.into_iter();
+            let Some(predicate) = parts.next() else { continue };
+            let cfgs: Vec<syn::Meta> = parts.filter(|meta| meta.path().is_ident("cfg")).collect();
+            if !cfgs.is_empty() {
+                conditions.push(syn::parse_quote!(#[cfg_attr(#predicate, #(#cfgs),*)]));
+            }
+        }
+    }
+    conditions
 }
 
 /// Whether `path` names one of our attributes (`read`, `idem::write`, …).
@@ -434,13 +519,17 @@ fn parse_scope(
     sig: &syn::Signature,
     errors: &mut Vec<syn::Error>,
 ) -> Option<Scope> {
-    let text = lit.value();
-    let mut segments = text.split('.').peekable();
+    let written = lit.value();
+    let mut segments = written.split('.').peekable();
     let first = segments.peek().copied().unwrap_or_default();
-    let param = params.iter().find_map(|p| p.name.filter(|n| *n == first));
+    let first = first.strip_prefix("r#").unwrap_or(first);
+    let param = params.iter().find_map(|p| p.name.filter(|n| n.unraw() == first));
+    // The scope's text as a user reads it: unrawed, and without the flattened object's name.
+    let mut text = String::new();
     let param = match (param, flatten) {
         (Some(param), _) => {
             segments.next();
+            text.push_str(first);
             param.clone()
         }
         // Not a parameter: a field of the argument object, as the client names it.
@@ -469,7 +558,7 @@ fn parse_scope(
             errors.push(syn::Error::new_spanned(
                 lit,
                 format!(
-                    "`scope = \"{text}\"` names no parameter ({known}); the scope is a parameter, \
+                    "`scope = \"{written}\"` names no parameter ({known}); the scope is a parameter, \
                      or a field path into one such as \"req.order_id\"{hint}"
                 ),
             ));
@@ -478,16 +567,21 @@ fn parse_scope(
     };
     let mut fields = Vec::new();
     for segment in segments {
-        match syn::parse_str::<Member>(segment) {
-            Ok(member) => fields.push(with_span(member, lit.span())),
-            Err(_) => {
-                errors.push(syn::Error::new_spanned(
-                    lit,
-                    format!("`{segment}` in `scope = \"{text}\"` is not a field name"),
-                ));
-                return None;
-            }
+        let Some(member) = field(segment, lit.span()) else {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!("`{segment}` in `scope = \"{written}\"` is not a field name"),
+            ));
+            return None;
+        };
+        if !text.is_empty() {
+            text.push('.');
         }
+        match &member {
+            Member::Named(ident) => text.push_str(&ident.unraw().to_string()),
+            Member::Unnamed(index) => text.push_str(&index.index.to_string()),
+        }
+        fields.push(member);
     }
     Some(Scope { text, param, fields })
 }
@@ -506,114 +600,45 @@ fn tidy(tokens: TokenStream) -> String {
         .fold(text, |text, (from, to)| text.replace(from, to))
 }
 
-fn with_span(member: Member, span: Span) -> Member {
-    match member {
-        Member::Named(ident) => Member::Named(Ident::new(&ident.to_string(), span)),
-        Member::Unnamed(index) => Member::Unnamed(syn::Index { index: index.index, span }),
+/// A field of a scope path, `r#type` or `type` alike naming the field `r#type`.
+fn field(segment: &str, span: Span) -> Option<Member> {
+    if let Ok(index) = segment.parse::<u32>() {
+        return Some(Member::Unnamed(syn::Index { index, span }));
     }
+    let plain = segment.strip_prefix("r#").unwrap_or(segment);
+    let mut ident = syn::parse_str::<Ident>(plain)
+        .or_else(|_| syn::parse_str::<Ident>(&format!("r#{plain}")))
+        .ok()?;
+    ident.set_span(span);
+    Some(Member::Named(ident))
 }
 
-/// `"500ms"`, `"30s"`, `"5m"`, `"24h"`, `"7d"` in milliseconds.
-fn duration_ms(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<u64> {
+/// A `wait`/`ttl` value, in humantime's syntax (`"500ms"`, `"30s"`, `"24h"`, `"7d"`, `"1h 30m"`).
+fn duration(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<Duration> {
     let text = lit.value();
-    let digits = text.chars().take_while(char::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let scale = match unit {
-        "ms" => Some(1),
-        "s" => Some(1_000),
-        "m" => Some(60_000),
-        "h" => Some(3_600_000),
-        "d" => Some(86_400_000),
-        _ => None,
-    };
-    let ms = scale.and_then(|scale| number.parse::<u64>().ok()?.checked_mul(scale));
-    if ms.is_none() {
-        errors.push(syn::Error::new_spanned(
-            lit,
-            format!(
-                "`\"{text}\"` is not a duration: write a whole number and one unit of ms, s, m, h or \
-                 d, such as \"500ms\", \"30s\" or \"24h\""
-            ),
-        ));
-    }
-    ms
-}
-
-/// The `async move` block of a body that is only `Box::pin(async move { … })`.
-fn boxed_async_block(item: &ItemFn) -> Option<&syn::ExprAsync> {
-    boxed_async_block_of(&item.block)
-}
-
-/// Like [`boxed_async_block`], for mutation.
-pub(crate) fn boxed_async_block_mut(block: &mut syn::Block) -> Option<&mut syn::ExprAsync> {
-    let [Stmt::Expr(Expr::Call(call), None)] = block.stmts.as_mut_slice() else {
-        return None;
-    };
-    if !is_box_pin(&call.func) || call.args.len() != 1 {
-        return None;
-    }
-    match call.args.first_mut() {
-        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
-        _ => None,
-    }
-}
-
-fn boxed_async_block_of(block: &syn::Block) -> Option<&syn::ExprAsync> {
-    let [Stmt::Expr(Expr::Call(call), None)] = block.stmts.as_slice() else {
-        return None;
-    };
-    if !is_box_pin(&call.func) || call.args.len() != 1 {
-        return None;
-    }
-    match call.args.first() {
-        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
-        _ => None,
-    }
-}
-
-fn is_box_pin(func: &Expr) -> bool {
-    let Expr::Path(path) = func else { return false };
-    let segments: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
-    segments.ends_with(&["Box".to_owned(), "pin".to_owned()])
-}
-
-/// `X` in a return type such as `Pin<Box<dyn Future<Output = X> + Send + 'a>>`.
-fn future_output(ty: &Type) -> Option<Type> {
-    struct Find(Option<Type>);
-    impl<'ast> syn::visit::Visit<'ast> for Find {
-        fn visit_assoc_type(&mut self, assoc: &'ast syn::AssocType) {
-            if self.0.is_none() && assoc.ident == "Output" {
-                self.0 = Some(assoc.ty.clone());
-            }
+    match humantime::parse_duration(&text) {
+        Ok(duration) => Some(duration),
+        Err(error) => {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!(
+                    "`\"{text}\"` is not a duration ({error}): write a number and a unit, such as \
+                     \"500ms\", \"30s\", \"5m\", \"24h\" or \"7d\""
+                ),
+            ));
+            None
         }
     }
-    let mut find = Find(None);
-    syn::visit::Visit::visit_type(&mut find, ty);
-    find.0
 }
 
-/// Whether `ty` is a `Result` (or an alias whose name ends in `Result`).
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) if path.qself.is_none() => {
-            path.path.segments.last().is_some_and(|last| last.ident.to_string().ends_with("Result"))
-        }
-        Type::Paren(inner) => is_result(&inner.elem),
-        Type::Group(inner) => is_result(&inner.elem),
-        _ => false,
-    }
-}
-
-/// A method or associated fn: a companion type cannot sit in an `impl` block.
-fn mentions_self(sig: &syn::Signature) -> bool {
-    fn walk(tokens: TokenStream) -> bool {
-        tokens.into_iter().any(|token| match token {
-            TokenTree::Ident(ident) => ident == "self" || ident == "Self",
-            TokenTree::Group(group) => walk(group.stream()),
-            _ => false,
-        })
-    }
-    walk(sig.generics.to_token_stream())
-        || walk(sig.inputs.to_token_stream())
-        || walk(sig.output.to_token_stream())
+/// Whether the signature proves the function sits in an `impl` or a trait: a receiver, or `Self`
+/// anywhere in it. Without that proof it may be a free function, which needs its companion; a
+/// function in an inherent `impl` can hold one too, so only this proof withholds it.
+fn is_surely_in_impl(sig: &syn::Signature) -> bool {
+    use crate::classify::mentions_self_type;
+    sig.receiver().is_some()
+        || mentions_self_type(sig.generics.to_token_stream())
+        || mentions_self_type(sig.generics.where_clause.to_token_stream())
+        || mentions_self_type(sig.inputs.to_token_stream())
+        || mentions_self_type(sig.output.to_token_stream())
 }

@@ -200,9 +200,6 @@ impl<T: Deref<Target = Arc<dyn Store>>> StoreFromStatic for T {
     }
 }
 
-/// Asserts at compile time that a tool may be retried.
-pub const fn retry_safe<T: crate::classify::RetrySafe>() {}
-
 pub use crate::retry::{retry_any, retry_async, retry_blocking};
 
 /// The arguments of `tool`, none yet, ready for [`key_arg`].
@@ -229,26 +226,3 @@ pub fn flatten_arg<V: FlattenParam + ?Sized>(
 ) -> Result<Args, Error> {
     args.flatten(name, value)
 }
-
-/// The classification of a method as a type, so that `retry!` can check it at compile time:
-/// `#[idem::tools]` gives each classified method of its block a constant of one of these.
-pub struct IsRead;
-/// See [`IsRead`]: an `#[idem::idempotent]` method.
-pub struct IsIdempotent;
-/// See [`IsRead`]: an `#[idem::write]` method.
-pub struct IsWrite;
-
-/// A method that is safe to call again: a `#[read]` or an `#[idempotent]` one.
-#[diagnostic::on_unimplemented(
-    message = "this method is a `#[idem::write]` tool: retry! does not repeat it",
-    label = "a write with no key, never retried",
-    note = "retry! repeats the call, so it takes only tools whose repetition is harmless: key the \
-            write with `#[idem::idempotent(scope = \"…\")]` if a repeat must not repeat the \
-            effect, or call it once without retry!"
-)]
-pub trait RetrySafeMethod {}
-impl RetrySafeMethod for IsRead {}
-impl RetrySafeMethod for IsIdempotent {}
-
-/// Asserts at compile time that a method may be retried.
-pub const fn retry_safe_method<K: RetrySafeMethod>(_kind: &K) {}

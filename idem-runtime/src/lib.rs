@@ -19,6 +19,7 @@ mod error;
 mod exec;
 mod failpoint;
 mod key;
+mod loom;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
 mod protocol;
@@ -27,8 +28,8 @@ mod retry;
 mod store;
 mod time;
 
-pub use canonical::{canonical_json, fingerprint};
-pub use classify::{Annotations, Classified, Kind, RetrySafe, ToolInfo};
+pub use canonical::canonical_json;
+pub use classify::{Annotations, Kind, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
 pub use error::{Error, StoreError};
@@ -45,4 +46,5 @@ pub use time::utc_timestamp;
 #[doc(hidden)]
 pub mod for_stores {
     pub use crate::exec::block_on;
+    pub use crate::time::deadline_after;
 }

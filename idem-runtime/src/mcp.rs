@@ -27,6 +27,7 @@ impl From<Error> for ErrorData {
             Error::Result { .. } => "result",
             Error::InFlight { .. } => "in_flight",
             Error::InDoubt { .. } => "in_doubt",
+            Error::SharedToolName { .. } => "shared_tool_name",
             Error::NotAKey { .. } => "not_a_key",
             Error::NotFound { .. } => "not_found",
             Error::NotResolvable { .. } => "not_resolvable",

@@ -1,22 +1,26 @@
 //! The embedded store: sled 0.34, one process at a time.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::encoding::{decode, encode};
+use self::chunks::{Chunks, MAX_RESULT, MAX_VALUE};
+use self::encoding::{decode, encode, encoded_len, Spilled};
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
-use crate::protocol::Status;
-use crate::record::{now_ms, Record};
+use crate::loom::Arc;
+use crate::record::Record;
 
+mod chunks;
 mod encoding;
+mod files;
+mod open;
+
+pub use self::open::SledStoreBuilder;
 
 const TREE: &str = "idem.records";
+const CHUNKS: &str = "idem.chunks";
 
 /// The embedded store, on [sled](https://docs.rs/sled/0.34.7) 0.34 (its stable line).
 ///
@@ -25,8 +29,15 @@ const TREE: &str = "idem.records";
 /// `InDoubt` before anything else can read it.
 ///
 /// With [`Durability::Fsync`] (the default) every durable point is sled's `flush()` followed by
-/// an `fdatasync` of sled's data file: sled 0.34's flush ends in `sync_file_range`, which does
-/// not flush the device's write cache. Concurrent calls share those syncs (group commit).
+/// an `fdatasync` of sled's data file (sled 0.34's flush ends in `sync_file_range`, which does
+/// not flush the device's write cache), and of any directory whose entries changed; the files
+/// sled creates at open are synced before the store is used. Concurrent calls share those syncs
+/// (group commit). After a sync fails, the store refuses every write until it is reopened.
+///
+/// A result may be up to [`SledStore::MAX_RESULT`] bytes of JSON text; a larger one is refused
+/// with an error before anything is recorded, and the key is left in doubt, since the body ran.
+/// A result past 4 KiB is kept in chunks beside its record, so that sled never writes a value
+/// to a file of its own (which it would not sync).
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
@@ -37,6 +48,7 @@ const TREE: &str = "idem.records";
 /// ```
 pub struct SledStore {
     tree: sled::Tree,
+    chunks: Chunks,
     db: sled::Db,
     path: PathBuf,
     owner: String,
@@ -45,60 +57,6 @@ pub struct SledStore {
     syncer: Option<Syncer>,
     hub: Arc<Hub>,
 }
-
-/// Options for [`SledStore`]: durability, cache size and the default wait.
-#[derive(Clone, Debug)]
-pub struct SledStoreBuilder {
-    path: PathBuf,
-    durability: Durability,
-    cache_bytes: u64,
-    default_wait: Duration,
-    create: bool,
-    lock_wait: Duration,
-}
-
-impl SledStoreBuilder {
-    /// How far a write goes before it is reported done; [`Durability::Fsync`] by default.
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
-    }
-
-    /// sled's page cache, in bytes; 64 MiB by default (sled's own default is 1 GiB).
-    pub fn cache_capacity(mut self, bytes: u64) -> Self {
-        self.cache_bytes = bytes;
-        self
-    }
-
-    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
-    pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
-        self
-    }
-
-    /// Whether to create the store when the directory holds none (true by default; the `idem`
-    /// command opens with `false`, so that a mistyped path is an error, not a new empty store).
-    pub fn create(mut self, create: bool) -> Self {
-        self.create = create;
-        self
-    }
-
-    /// How long to wait for the directory's lock when another holder has it; zero by default.
-    /// sled 0.34 releases its lock a moment after the last handle is dropped (its I/O threads
-    /// close the file), so reopening right after a close, or after an agent exits, can find it
-    /// briefly held; the `idem` command waits a little rather than fail.
-    pub fn lock_wait(mut self, wait: Duration) -> Self {
-        self.lock_wait = wait;
-        self
-    }
-
-    /// Opens the store.
-    pub fn open(self) -> Result<SledStore, crate::Error> {
-        SledStore::open_with(self).map_err(|source| crate::Error::store(None, None, source))
-    }
-}
-
-static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
 fn io_error(
     path: &Path,
@@ -109,6 +67,9 @@ fn io_error(
 }
 
 impl SledStore {
+    /// The largest result the store keeps, in bytes of its JSON text (16 MiB).
+    pub const MAX_RESULT: usize = MAX_RESULT;
+
     /// Opens (or creates) the store in directory `path` with the default options.
     pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::Error> {
         SledStore::builder(path).open()
@@ -126,117 +87,6 @@ impl SledStore {
         }
     }
 
-    fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
-        let path = options.path.clone();
-        if !options.create && !path.join("conf").exists() {
-            return Err(StoreError::new(format!(
-                "no idem store at {}: check the path (or $IDEM_STORE); it is created by the \
-                 first idempotent call",
-                path.display()
-            )));
-        }
-        if path.exists() && !path.is_dir() {
-            return Err(StoreError::new(format!(
-                "{} is a file, not a store directory: point the store at a directory",
-                path.display()
-            )));
-        }
-        let config = sled::Config::new()
-            .path(&path)
-            .cache_capacity(options.cache_bytes)
-            .flush_every_ms(match options.durability {
-                // With no durable points of its own, let sled's background flusher write.
-                Durability::None => Some(500),
-                _ => None,
-            });
-        // sled 0.34 can panic on some damaged files instead of returning an error: never let
-        // that reach the caller as a panic.
-        let lock_deadline = Instant::now() + options.lock_wait;
-        let opened = loop {
-            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
-            match &opened {
-                Ok(Err(sled::Error::Io(e)))
-                    if e.to_string().contains("could not acquire lock")
-                        && Instant::now() < lock_deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => break opened,
-            }
-        };
-        let db = match opened {
-            Ok(Ok(db)) => db,
-            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
-                return Err(StoreError::new(format!(
-                    "the store at {} is open in another process (sled takes an exclusive \
-                     lock): stop that process, or use the PostgreSQL store to share one store \
-                     between processes",
-                    path.display()
-                )))
-            }
-            Ok(Err(e)) => {
-                return Err(StoreError::with_source(
-                    format!(
-                        "cannot open the store at {}: it may be damaged or not an idem store; \
-                         move it aside and inspect it",
-                        path.display()
-                    ),
-                    e,
-                ))
-            }
-            Err(_) => {
-                return Err(StoreError::new(format!(
-                    "cannot open the store at {}: sled failed reading it, so it is likely \
-                     damaged; move it aside and inspect it",
-                    path.display()
-                )))
-            }
-        };
-        let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
-        let owner = format!(
-            "sled:{}:{}:{}",
-            std::process::id(),
-            now_ms(),
-            INSTANCE.fetch_add(1, Ordering::Relaxed)
-        );
-        let syncer = match options.durability {
-            Durability::None => None,
-            durability => {
-                let db = db.clone();
-                let data_file = match durability {
-                    Durability::Fsync => Some(
-                        File::open(path.join("db"))
-                            .map_err(|e| io_error(&path, "cannot open the data file of", e))?,
-                    ),
-                    _ => None,
-                };
-                let sync = Box::new(move || {
-                    db.flush().map_err(|e| e.to_string())?;
-                    if let Some(file) = &data_file {
-                        file.sync_data().map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
-                });
-                Some(
-                    Syncer::start("idem-sled-sync", sync)
-                        .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
-                )
-            }
-        };
-        let store = SledStore {
-            tree,
-            db,
-            path,
-            owner,
-            durability: options.durability,
-            default_wait: options.default_wait,
-            syncer,
-            hub: Arc::default(),
-        };
-        store.mark_orphans_in_doubt()?;
-        Ok(store)
-    }
-
     /// The directory this store lives in.
     pub fn path(&self) -> &Path {
         &self.path
@@ -245,27 +95,6 @@ impl SledStore {
     /// The durability this store was opened with.
     pub fn durability(&self) -> Durability {
         self.durability
-    }
-
-    /// Any `InFlight` record found at open belongs to a process that died mid-call.
-    fn mark_orphans_in_doubt(&self) -> Result<(), StoreError> {
-        let mut marked = 0usize;
-        for entry in self.tree.iter() {
-            let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-            let Ok(view) = decode(&key, &bytes) else { continue };
-            if view.status == Status::InFlight {
-                let record = view.to_record(&String::from_utf8_lossy(&key));
-                let doubt = record.in_doubt(now_ms());
-                tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-                if self.cas(&key, Some(&bytes), Some(&doubt))?.is_ok() {
-                    marked += 1;
-                }
-            }
-        }
-        if marked > 0 {
-            crate::exec::block_on(self.durable())?;
-        }
-        Ok(())
     }
 
     /// Completes once every write made so far is durable (at once when all already are, or
@@ -292,13 +121,42 @@ impl SledStore {
         old: Option<&[u8]>,
         new: Option<&Record>,
     ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
-        let new = new.map(encode);
+        // Everything that could refuse the record is checked before anything is written.
+        let (bytes, spilled) = match new {
+            Some(record) => {
+                let (bytes, spilled) = self.lay_out(record)?;
+                (Some(bytes), spilled)
+            }
+            None => (None, None),
+        };
         if let Some(syncer) = &self.syncer {
-            syncer.begin_write();
+            syncer.begin_write()?;
         }
-        let swapped = self.tree.compare_and_swap(key, old, new);
+        let chunks_written = match (spilled, new.and_then(|record| record.result.as_deref())) {
+            // The chunks go first: the sync that makes the record durable covers them.
+            (Some(spilled), Some(text)) => self.chunks.write(key, spilled.id, text),
+            _ => Ok(()),
+        };
+        #[cfg(feature = "failpoints")]
+        if spilled.is_some() {
+            // A crash test stops here with the chunks on disk and no record pointing to them.
+            let _ = self.db.flush();
+            crate::failpoint::failpoint("after_chunks");
+        }
+        let swapped = chunks_written.and_then(|()| self.tree.compare_and_swap(key, old, bytes));
         let won = matches!(swapped, Ok(Ok(())));
+        if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
+            syncer.poison(format!("a write failed: {e}"));
+        }
         let ticket = self.syncer.as_ref().and_then(|syncer| syncer.end_write(won));
+        // Chunks no record points to any more; a crash before they go leaves them to the
+        // next open.
+        let unused = if won { old.and_then(|old| decode(key, old).ok()?.spilled) } else { spilled };
+        if let Some(unused) = unused {
+            if let Err(e) = self.chunks.remove(key, unused.id) {
+                tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks; the next open removes them");
+            }
+        }
         match swapped {
             Ok(Ok(())) => {
                 self.hub.notify(&String::from_utf8_lossy(key));
@@ -306,6 +164,66 @@ impl SledStore {
             }
             Ok(Err(conflict)) => Ok(Err(conflict.current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
+        }
+    }
+
+    /// How `record` is written: its bytes, and where its result's chunks go when it does not
+    /// fit in the record. Refuses what the store cannot keep, before anything is written.
+    fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
+        let result_len = record.result.as_ref().map_or(0, String::len);
+        if result_len > MAX_RESULT {
+            return Err(StoreError::new(format!(
+                "key {}: the result of tool `{}` is {result_len} bytes of JSON, more than the \
+                 {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
+                 less (for example where the data is kept, not the data)",
+                record.key, record.tool
+            )));
+        }
+        if encoded_len(record, false) <= MAX_VALUE {
+            return Ok((encode(record, None), None));
+        }
+        if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
+            let id =
+                self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
+            // Bounded by MAX_RESULT above.
+            let spilled = Spilled { id, len: result_len as u32 };
+            return Ok((encode(record, Some(spilled)), Some(spilled)));
+        }
+        Err(StoreError::new(format!(
+            "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
+             sled record holds; nothing was recorded for it: use a shorter scope or tool name",
+            record.key,
+            record.tool,
+            encoded_len(record, true)
+        )))
+    }
+
+    /// The record under `key`, with its result read back from its chunks when it has them.
+    fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        loop {
+            let Some(bytes) = self.read(key)? else { return Ok(None) };
+            let view = decode(key.as_bytes(), &bytes)?;
+            let mut record = view.to_record(key);
+            let Some(spilled) = view.spilled else { return Ok(Some(record)) };
+            let text = self
+                .chunks
+                .read(key.as_bytes(), spilled)
+                .map_err(|e| io_error(&self.path, "cannot read", e))?;
+            match text.map(String::from_utf8) {
+                Some(Ok(text)) => {
+                    record.result = Some(text);
+                    return Ok(Some(record));
+                }
+                // Replaced since it was read, and its chunks removed: read it again.
+                None if self.read(key)?.as_ref() != Some(&bytes) => continue,
+                _ => {
+                    return Err(StoreError::new(format!(
+                        "the record under key {key} is damaged (its result's chunks are missing \
+                         or not UTF-8); nothing was run for it: stop the agents, copy the store \
+                         aside, and inspect it"
+                    )))
+                }
+            }
         }
     }
 
@@ -327,10 +245,7 @@ impl SledStore {
 
     /// The record under `key`, once it is durable.
     async fn read_durable(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let record = match self.read(key)? {
-            Some(bytes) => Some(decode(key.as_bytes(), &bytes)?.to_record(key)),
-            None => None,
-        };
+        let record = self.load(key)?;
         self.durable().await?;
         Ok(record)
     }
@@ -346,8 +261,7 @@ impl Store for SledStore {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
             // the record or attempting a swap. The insert below stays atomic either way.
-            if let Some(bytes) = self.read(&record.key)? {
-                let existing = decode(key, &bytes)?.to_record(&record.key);
+            if let Some(existing) = self.load(&record.key)? {
                 self.durable().await?;
                 return Ok(Reserved::Taken(existing));
             }
@@ -359,9 +273,21 @@ impl Store for SledStore {
                     Ok(Reserved::Mine)
                 }
                 Err(Some(bytes)) => {
-                    let existing = decode(key, &bytes)?.to_record(&record.key);
+                    let view = decode(key, &bytes)?;
+                    let existing = match view.spilled {
+                        None => Some(view.to_record(&record.key)),
+                        Some(_) => self.load(&record.key)?,
+                    };
                     self.durable().await?;
-                    Ok(Reserved::Taken(existing))
+                    match existing {
+                        Some(existing) => Ok(Reserved::Taken(existing)),
+                        // Purged again since the swap saw it: the caller tries again.
+                        None => Err(StoreError::new(format!(
+                            "key {}: the record appeared and was removed while this call \
+                             reserved it; retry the call",
+                            record.key
+                        ))),
+                    }
                 }
                 // A swap expecting no value fails only when there is one.
                 Err(None) => Err(StoreError::new(format!(
@@ -413,7 +339,7 @@ impl Store for SledStore {
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             // Watch before reading, so that a change between the read and the wait is seen.
-            let watch = self.hub.watch(key);
+            let watch = Hub::watch(&self.hub, key);
             let current = self.read_durable(key).await?;
             match &current {
                 Some(record) if record.fence() == seen.fence() => {}
@@ -429,12 +355,22 @@ impl Store for SledStore {
         record.owner.is_of(&self.owner)
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         Box::pin(async move {
             let mut records = Vec::new();
             for entry in self.tree.iter() {
                 let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                records.push(decode(&key, &bytes)?.to_record(&String::from_utf8_lossy(&key)));
+                let key = String::from_utf8_lossy(&key);
+                // One damaged record is reported as such; the listing goes on.
+                match decode(key.as_bytes(), &bytes) {
+                    Ok(view) if view.spilled.is_none() => records.push(Ok(view.to_record(&key))),
+                    Ok(_) => {
+                        if let Some(record) = self.load(&key).transpose() {
+                            records.push(record);
+                        }
+                    }
+                    Err(e) => records.push(Err(e)),
+                }
             }
             self.durable().await?;
             Ok(records)
@@ -449,9 +385,8 @@ impl Store for SledStore {
         Box::pin(async move {
             // Absent is not waited for: the reservation that follows is atomic and durable, and
             // waiting here would make a fresh call wait for its neighbours' syncs.
-            match self.read(key)? {
-                Some(bytes) => {
-                    let record = decode(key.as_bytes(), &bytes)?.to_record(key);
+            match self.load(key)? {
+                Some(record) => {
                     self.durable().await?;
                     Ok(Some(record))
                 }
@@ -462,6 +397,10 @@ impl Store for SledStore {
 
     fn default_wait(&self) -> Duration {
         self.default_wait
+    }
+
+    fn waiters(&self, key: &str) -> Option<usize> {
+        Some(self.hub.watchers(key))
     }
 }
 
