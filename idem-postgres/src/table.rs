@@ -359,8 +359,11 @@ impl Shared {
                 Assessment::InDoubt => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake =
-                if self.fanout.listening() { wake } else { wake.min(deadline_after(now, DEGRADED_RECHECK)) };
+            let wake = if self.fanout.listening() {
+                wake
+            } else {
+                wake.min(deadline_after(now, DEGRADED_RECHECK))
+            };
             tokio::select! {
                 () = subscription.next() => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
