@@ -20,6 +20,8 @@ pub mod exec;
 mod failpoint;
 mod key;
 mod record;
+#[cfg(unix)]
+pub mod remote;
 mod retry;
 mod store;
 mod time;

@@ -14,6 +14,10 @@ use crate::error::StoreError;
 use crate::record::{now_ms, Record, Status};
 
 mod encoding;
+#[cfg(unix)]
+mod peer;
+#[cfg(unix)]
+mod serve;
 
 const TREE: &str = "idem.records";
 
@@ -35,13 +39,16 @@ const TREE: &str = "idem.records";
 /// # Ok(()) }
 /// ```
 pub struct SledStore {
+    /// Declared first so that it stops serving before the rest of the store goes away.
+    #[cfg(unix)]
+    admin: Option<serve::Server>,
     tree: sled::Tree,
     db: sled::Db,
     path: PathBuf,
     owner: String,
     durability: Durability,
     default_wait: Duration,
-    syncer: Option<Syncer>,
+    syncer: Option<Arc<Syncer>>,
     hub: Arc<Hub>,
 }
 
@@ -54,6 +61,7 @@ pub struct SledStoreBuilder {
     default_wait: Duration,
     create: bool,
     lock_wait: Duration,
+    admin_socket: bool,
 }
 
 impl SledStoreBuilder {
@@ -91,6 +99,18 @@ impl SledStoreBuilder {
         self
     }
 
+    /// Whether the process answers the `idem` command on a Unix socket in the store directory,
+    /// `admin.sock` (true by default; Unix only). sled lets one process hold a store, so this is
+    /// how an operator lists and settles the records of an agent that is running. The socket is
+    /// the user's alone (mode 0600, and the peer's user is checked on every connection), and it
+    /// is removed when the store closes; one left by a process that died is replaced at open.
+    /// When it cannot be made (a path too long for a socket, a read-only directory), the store
+    /// opens without it and logs a warning.
+    pub fn admin_socket(mut self, serve: bool) -> Self {
+        self.admin_socket = serve;
+        self
+    }
+
     /// Opens the store.
     pub fn open(self) -> Result<SledStore, crate::Error> {
         SledStore::open_with(self).map_err(|source| crate::Error::store(None, "-", source))
@@ -122,6 +142,7 @@ impl SledStore {
             default_wait: DEFAULT_WAIT,
             create: true,
             lock_wait: Duration::ZERO,
+            admin_socket: true,
         }
     }
 
@@ -168,8 +189,9 @@ impl SledStore {
             Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
                 return Err(StoreError::new(format!(
                     "the store at {} is open in another process (sled takes an exclusive \
-                     lock): stop that process, or use the PostgreSQL store to share one store \
-                     between processes",
+                     lock), which does not serve the `idem` command on its admin socket: stop \
+                     that process, or open the store there with the admin socket on (the \
+                     default), or use the PostgreSQL store to share one store between processes",
                     path.display()
                 )))
             }
@@ -216,13 +238,16 @@ impl SledStore {
                     }
                     Ok(())
                 });
-                Some(
+                Some(Arc::new(
                     Syncer::start("idem-sled-sync", sync)
                         .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
-                )
+                ))
             }
         };
-        let store = SledStore {
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut store = SledStore {
+            #[cfg(unix)]
+            admin: None,
             tree,
             db,
             path,
@@ -233,7 +258,35 @@ impl SledStore {
             hub: Arc::default(),
         };
         store.mark_orphans_in_doubt()?;
+        #[cfg(unix)]
+        if options.admin_socket {
+            store.admin = store.serve_admin();
+        }
         Ok(store)
+    }
+
+    /// Starts the admin socket on a second handle to this store (same tree, owner, sync thread
+    /// and notifications, so a resolve is seen by waiters and fenced like any write here).
+    #[cfg(unix)]
+    fn serve_admin(&self) -> Option<serve::Server> {
+        let handle = SledStore {
+            admin: None,
+            tree: self.tree.clone(),
+            db: self.db.clone(),
+            path: self.path.clone(),
+            owner: self.owner.clone(),
+            durability: self.durability,
+            default_wait: self.default_wait,
+            syncer: self.syncer.clone(),
+            hub: Arc::clone(&self.hub),
+        };
+        match serve::Server::start(&self.path, Arc::new(handle)) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");
+                None
+            }
+        }
     }
 
     /// The directory this store lives in.
@@ -272,7 +325,7 @@ impl SledStore {
     /// so that no caller is handed a result the store could still lose: a waiter woken by a
     /// write, or a replay racing the owner's sync.
     async fn durable(&self) -> Result<(), StoreError> {
-        match self.syncer.as_ref().and_then(Syncer::barrier) {
+        match self.syncer.as_deref().and_then(Syncer::barrier) {
             Some(ticket) => ticket.await,
             None => Ok(()),
         }
@@ -297,7 +350,7 @@ impl SledStore {
         }
         let swapped = self.tree.compare_and_swap(key, old, new);
         let won = matches!(swapped, Ok(Ok(())));
-        let ticket = self.syncer.as_ref().and_then(|syncer| syncer.end_write(won));
+        let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
         match swapped {
             Ok(Ok(())) => {
                 self.hub.notify(&String::from_utf8_lossy(key));
