@@ -50,9 +50,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             };
             purge(&mut store::open(location)?, which, out)
         }
-        Command::Stats { json } => {
-            stats(&mut store::open(location)?, json, out)
-        }
+        Command::Stats { json } => stats(&mut store::open(location)?, json, out),
     }
 }
 

@@ -31,7 +31,9 @@ fn socket(path: &Path) -> PathBuf {
 
 /// A call that finished with `result`; returns its key.
 fn finish(store: &Arc<SledStore>, scope: &str, result: &str) -> Key {
-    let call = Call::new("charge_card", scope, &json!({})).unwrap().store(Arc::clone(store) as Arc<dyn Store>);
+    let call = Call::new("charge_card", scope, &json!({}))
+        .unwrap()
+        .store(Arc::clone(store) as Arc<dyn Store>);
     let key = call.key().clone();
     let got: Result<String, Error> = call.run(|| Ok(result.to_owned()));
     assert_eq!(got.unwrap(), result);
@@ -40,7 +42,9 @@ fn finish(store: &Arc<SledStore>, scope: &str, result: &str) -> Key {
 
 /// A call whose request may have landed before it failed: its key is left in doubt.
 fn doubt(store: &Arc<SledStore>, scope: &str) -> Key {
-    let call = Call::new("charge_card", scope, &json!({})).unwrap().store(Arc::clone(store) as Arc<dyn Store>);
+    let call = Call::new("charge_card", scope, &json!({}))
+        .unwrap()
+        .store(Arc::clone(store) as Arc<dyn Store>);
     let key = call.key().clone();
     let got: Result<String, Error> = call.run(|| {
         may_have_landed();
@@ -148,7 +152,8 @@ fn bad_requests_get_clear_errors_and_change_no_record() {
     let line = format!("{{\"v\":1,\"op\":\"resolve\",\"key\":\"{in_doubt}\"}}\n");
     let answer = exchange(&mut stream, line.as_bytes());
     assert!(refusal(&answer).contains("resolution"), "names what is missing: {answer}");
-    let line = format!("{{\"v\":1,\"op\":\"resolve\",\"key\":\"{in_doubt}\",\"resolution\":\"maybe\"}}\n");
+    let line =
+        format!("{{\"v\":1,\"op\":\"resolve\",\"key\":\"{in_doubt}\",\"resolution\":\"maybe\"}}\n");
     let answer = exchange(&mut stream, line.as_bytes());
     assert!(refusal(&answer).contains("maybe"), "{answer}");
     let answer = exchange(&mut stream, b"{\"v\":1,\"op\":\"show\",\"key\":\"../etc\"}\n");

@@ -127,7 +127,10 @@ impl Remote {
             (Ok(()), Ok(_)) => return Err(broken(ErrorKind::UnexpectedEof.into())),
         }
         let mut response: Value = serde_json::from_str(&line).map_err(|e| {
-            failed(format!("the admin socket {} answered with bad JSON: {e}", self.socket.display()))
+            failed(format!(
+                "the admin socket {} answered with bad JSON: {e}",
+                self.socket.display()
+            ))
         })?;
         if let Some(error) = response.get_mut("error") {
             let error: WireError = serde_json::from_value(error.take()).map_err(|e| {

@@ -129,13 +129,27 @@ impl Request {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub(crate) enum WireError {
-    NotFound { key: String },
-    NotResolvable { key: String, tool: String, status: Status },
-    Store { key: Option<String>, tool: String, message: String },
+    NotFound {
+        key: String,
+    },
+    NotResolvable {
+        key: String,
+        tool: String,
+        status: Status,
+    },
+    Store {
+        key: Option<String>,
+        tool: String,
+        message: String,
+    },
     /// The request itself was refused: malformed, too large, another version, another user.
-    Refused { message: String },
+    Refused {
+        message: String,
+    },
     /// Any other error, as its message.
-    Other { message: String },
+    Other {
+        message: String,
+    },
 }
 
 impl From<Error> for WireError {

@@ -9,8 +9,8 @@ use std::os::unix::net::UnixStream;
 pub(crate) fn check_same_user(stream: &UnixStream) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
-    let peer = peer_uid(stream)
-        .map_err(|e| format!("cannot tell which user connected ({e}); refused"))?;
+    let peer =
+        peer_uid(stream).map_err(|e| format!("cannot tell which user connected ({e}); refused"))?;
     if peer == me {
         Ok(())
     } else {
