@@ -17,6 +17,7 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::failpoint::failpoint;
 use crate::key::Key;
+use crate::meter::{self, Outcome};
 use crate::record::{now_ms, Record, Status};
 use crate::store::Store;
 
@@ -292,6 +293,7 @@ impl Drop for Owned {
             return;
         }
         if self.started {
+            meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
             tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
             self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())));
         } else {
@@ -401,10 +403,12 @@ impl Call {
         })
     }
 
-    /// Reserves the key, or finds its result, or waits for its owner.
+    /// Reserves the key, or finds its result, or waits for its owner; `waited_since` is set
+    /// when a wait for another owner begins.
     async fn acquire<T: DeserializeOwned>(
         &self,
         store: &Arc<dyn Store>,
+        waited_since: &mut Option<Instant>,
     ) -> Result<Acquired<T>, Error> {
         // Taken when the first wait begins: a replay never needs the clock for it.
         let mut deadline = None;
@@ -450,7 +454,8 @@ impl Call {
                     Status::InFlight if store.owner_alive(&existing) => {
                         tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                         let deadline = *deadline.get_or_insert_with(|| {
-                            Instant::now() + self.wait.unwrap_or_else(|| store.default_wait())
+                            let now = *waited_since.insert(Instant::now());
+                            now + self.wait.unwrap_or_else(|| store.default_wait())
                         });
                         match store.changed(self.key.as_str(), &existing, deadline).await {
                             Err(e) => return Err(self.store_error(e)),
@@ -487,6 +492,7 @@ impl Call {
                 if let Some(mine) = takeover {
                     match store.replace(&existing, Some(&mine)).await {
                         Ok(true) => {
+                            meter::takeover(&self.tool);
                             tracing::info!(key = %self.key, tool = %self.tool, attempts = mine.attempts, "idem: took over");
                             return Ok(Acquired::Owned(Box::new(Owned {
                                 store: Arc::clone(store),
@@ -555,6 +561,7 @@ impl Call {
         match owned.store.replace(&owned.record, Some(&doubt)).await {
             Ok(_) => {
                 owned.settled = true;
+                meter::call(&self.tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: the body failed after its effect may have landed");
             }
             Err(e) => {
@@ -566,6 +573,7 @@ impl Call {
 
     async fn release(&self, mut owned: Box<Owned>) {
         owned.settled = true;
+        meter::call(&self.tool, Outcome::Released, Duration::ZERO);
         match owned.store.replace(&owned.record, None).await {
             Ok(_) => {
                 tracing::debug!(key = %self.key, tool = %self.tool, "idem: released after an error")
@@ -576,14 +584,40 @@ impl Call {
         }
     }
 
+    /// Counts a call that ends before its body runs (a replay, or an error), and the time it
+    /// waited for another owner; the other outcomes are counted where the record is settled.
+    fn count_acquired<T>(
+        &self,
+        acquired: Result<Acquired<T>, Error>,
+        started: Instant,
+        waited_since: Option<Instant>,
+    ) -> Result<Acquired<T>, Error> {
+        if let Some(since) = waited_since {
+            meter::wait(&self.tool, since.elapsed());
+        }
+        match &acquired {
+            Ok(Acquired::Owned(_)) => {}
+            Ok(Acquired::Replay(_)) if waited_since.is_some() => {
+                meter::call(&self.tool, Outcome::Waited, started.elapsed())
+            }
+            Ok(Acquired::Replay(_)) => meter::call(&self.tool, Outcome::Replay, started.elapsed()),
+            Err(e) => meter::call(&self.tool, Outcome::of_error(e), started.elapsed()),
+        }
+        acquired.map_err(noted)
+    }
+
     /// Runs a sync body at most once for this key; needs no async runtime.
     pub fn run<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned,
         E: From<Error>,
     {
-        let store = self.resolve_store().map_err(noted)?;
-        let mut owned = match block_on(self.acquire::<T>(&store)).map_err(noted)? {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = self
+            .resolve_store()
+            .and_then(|store| block_on(self.acquire::<T>(&store, &mut waited_since)));
+        let mut owned = match self.count_acquired(acquired, started, waited_since)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -598,6 +632,7 @@ impl Call {
             Ok(value) => {
                 failpoint("after_body");
                 block_on(self.complete(owned, &value)).map_err(noted)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
             }
@@ -617,8 +652,13 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let store = self.resolve_store().map_err(noted)?;
-        let mut owned = match self.acquire::<T>(&store).await.map_err(noted)? {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = match self.resolve_store() {
+            Ok(store) => self.acquire::<T>(&store, &mut waited_since).await,
+            Err(e) => Err(e),
+        };
+        let mut owned = match self.count_acquired(acquired, started, waited_since)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -630,6 +670,7 @@ impl Call {
             Ok(value) => {
                 failpoint("after_body");
                 self.complete(owned, &value).await.map_err(noted)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
             }

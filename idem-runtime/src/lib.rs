@@ -19,6 +19,7 @@ mod error;
 pub mod exec;
 mod failpoint;
 mod key;
+mod meter;
 mod record;
 #[cfg(unix)]
 pub mod remote;
