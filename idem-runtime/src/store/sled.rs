@@ -21,11 +21,20 @@ mod serve;
 
 const TREE: &str = "idem.records";
 
+/// The keys of the records that are `InFlight`, each written in the same sled transaction as
+/// its record, so that opening a store reads only what a dead process may have left in flight.
+const IN_FLIGHT: &str = "idem.in-flight";
+
+/// Written (in sled's default tree) once a store's in-flight index is complete. A store without
+/// it was written before the index existed: its first open scans every record, once.
+const INDEXED: &[u8] = b"idem.in-flight-indexed";
+
 /// The embedded store, on [sled](https://docs.rs/sled/0.34.7) 0.34 (its stable line).
 ///
 /// sled takes an exclusive lock on its directory: one process at a time. When a store opens,
 /// every record still `InFlight` was left by a process that died mid-call, so it is marked
-/// `InDoubt` before anything else can read it.
+/// `InDoubt` before anything else can read it. An index of in-flight keys, kept in the same
+/// atomic writes as the records, finds them without reading the rest of the store.
 ///
 /// With [`Durability::Fsync`] (the default) every durable point is sled's `flush()` followed by
 /// an `fdatasync` of sled's data file: sled 0.34's flush ends in `sync_file_range`, which does
@@ -43,6 +52,7 @@ pub struct SledStore {
     #[cfg(unix)]
     admin: Option<serve::Server>,
     tree: sled::Tree,
+    index: sled::Tree,
     db: sled::Db,
     path: PathBuf,
     owner: String,
@@ -214,6 +224,9 @@ impl SledStore {
             }
         };
         let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
+        let index = db
+            .open_tree(IN_FLIGHT)
+            .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
         let owner = format!(
             "sled:{}:{}:{}",
             std::process::id(),
@@ -249,6 +262,7 @@ impl SledStore {
             #[cfg(unix)]
             admin: None,
             tree,
+            index,
             db,
             path,
             owner,
@@ -272,6 +286,7 @@ impl SledStore {
         let handle = SledStore {
             admin: None,
             tree: self.tree.clone(),
+            index: self.index.clone(),
             db: self.db.clone(),
             path: self.path.clone(),
             owner: self.owner.clone(),
@@ -299,25 +314,58 @@ impl SledStore {
         self.durability
     }
 
-    /// Any `InFlight` record found at open belongs to a process that died mid-call.
+    /// Any `InFlight` record found at open belongs to a process that died mid-call. The index
+    /// lists them; a store written before the index existed is scanned whole, once, and then
+    /// marked as indexed (after its orphans are settled, so a crash mid-way scans again).
     fn mark_orphans_in_doubt(&self) -> Result<(), StoreError> {
+        let read_error = |e| io_error(&self.path, "cannot read", e);
+        let indexed = self.db.get(INDEXED).map_err(read_error)?.is_some();
         let mut marked = 0usize;
-        for entry in self.tree.iter() {
-            let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-            let Ok(view) = decode(&key, &bytes) else { continue };
-            if view.status == Status::InFlight {
-                let record = view.to_record(&String::from_utf8_lossy(&key));
-                let doubt = record.in_doubt(now_ms());
-                tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-                if self.cas(&key, Some(&bytes), Some(&doubt))?.is_ok() {
-                    marked += 1;
+        if indexed {
+            for entry in self.index.iter() {
+                let (key, _) = entry.map_err(read_error)?;
+                match self.tree.get(&key).map_err(read_error)? {
+                    Some(bytes) => marked += usize::from(self.mark_if_in_flight(&key, &bytes)?),
+                    // Never left by the atomic writes; drop it rather than look again each time.
+                    None => {
+                        self.index
+                            .remove(&key)
+                            .map_err(|e| io_error(&self.path, "cannot write to", e))?;
+                    }
+                }
+            }
+        } else {
+            for entry in self.tree.iter() {
+                let (key, bytes) = entry.map_err(read_error)?;
+                marked += usize::from(self.mark_if_in_flight(&key, &bytes)?);
+            }
+            self.db
+                .insert(INDEXED, &[1u8][..])
+                .map_err(|e| io_error(&self.path, "cannot write to", e))?;
+            tracing::info!(store = %self.path.display(), "idem: indexed the in-flight records of a store written by an earlier idem (once)");
+        }
+        if marked > 0 || !indexed {
+            match &self.syncer {
+                Some(_) => crate::exec::block_on(self.durable())?,
+                // No sync thread, but the one-time migration is worth keeping.
+                None => {
+                    self.db.flush().map_err(|e| io_error(&self.path, "cannot write to", e))?;
                 }
             }
         }
-        if marked > 0 {
-            crate::exec::block_on(self.durable())?;
-        }
         Ok(())
+    }
+
+    /// Marks the record `bytes` under `key` in doubt if it is in flight; whether it did.
+    fn mark_if_in_flight(&self, key: &[u8], bytes: &sled::IVec) -> Result<bool, StoreError> {
+        let Ok(view) = decode(key, bytes) else { return Ok(false) };
+        if view.status != Status::InFlight {
+            return Ok(false);
+        }
+        let record = view.to_record(&String::from_utf8_lossy(key));
+        let doubt = record.in_doubt(now_ms());
+        tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
+        Ok(self.cas(key, Some(bytes), Some(&doubt))?.is_ok())
     }
 
     /// Completes once every write made so far is durable (at once when all already are, or
@@ -344,11 +392,20 @@ impl SledStore {
         old: Option<&[u8]>,
         new: Option<&Record>,
     ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+        let was_in_flight = old
+            .is_some_and(|old| decode(key, old).is_ok_and(|view| view.status == Status::InFlight));
+        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
         let new = new.map(encode);
         if let Some(syncer) = &self.syncer {
             syncer.begin_write();
         }
-        let swapped = self.tree.compare_and_swap(key, old, new);
+        let swapped = if was_in_flight || in_flight {
+            self.swap_indexed(key, old, new, in_flight)
+        } else {
+            // Neither side is in flight: the index is not concerned, and a plain swap is cheaper
+            // than a transaction.
+            self.tree.compare_and_swap(key, old, new).map(|swap| swap.map_err(|c| c.current))
+        };
         let won = matches!(swapped, Ok(Ok(())));
         let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
         match swapped {
@@ -356,8 +413,41 @@ impl SledStore {
                 self.hub.notify(&String::from_utf8_lossy(key));
                 Ok(Ok(ticket))
             }
-            Ok(Err(conflict)) => Ok(Err(conflict.current)),
+            Ok(Err(current)) => Ok(Err(current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
+        }
+    }
+
+    /// A compare-and-swap of the record that also enters or removes `key` in the in-flight
+    /// index, in one sled transaction: a crash keeps both writes or neither.
+    fn swap_indexed(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<Vec<u8>>,
+        in_flight: bool,
+    ) -> sled::Result<Result<(), Option<sled::IVec>>> {
+        use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+        let outcome = (&self.tree, &self.index).transaction(|(tree, index)| {
+            let current = tree.get(key)?;
+            if current.as_deref() != old {
+                return Ok(Err(current));
+            }
+            match &new {
+                Some(bytes) => tree.insert(key, bytes.as_slice())?,
+                None => tree.remove(key)?,
+            };
+            if in_flight {
+                index.insert(key, &[][..])?;
+            } else {
+                index.remove(key)?;
+            }
+            Ok::<_, ConflictableTransactionError<std::convert::Infallible>>(Ok(()))
+        });
+        match outcome {
+            Ok(swapped) => Ok(swapped),
+            Err(TransactionError::Storage(e)) => Err(e),
+            Err(TransactionError::Abort(never)) => match never {},
         }
     }
 
