@@ -377,18 +377,30 @@ pub use idem_macros::write;
 /// ```
 pub use idem_macros::retry;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Backoff, Call,
-    Classified, Durability, Error, InDoubtPolicy, Key, Kind, Record, RetrySafe, SledStore,
-    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
+    Call, Classified, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved,
+    RetrySafe, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
-/// The only contract between the macros and the runtime: generated code names these items by
-/// absolute path. Not a public API.
+/// The only contract between the macros and the runtime: generated code (from `idem-macros`'
+/// `expand.rs`, `classify.rs` and `retry.rs`) names these items, and only these, by absolute
+/// path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use idem_runtime::bounds::*;
-    pub use idem_runtime::*;
+    // Building and running a call (`#[idempotent]`).
+    pub use idem_runtime::bounds::{
+        args, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
+    };
+    pub use idem_runtime::{Call, InDoubtPolicy};
+    // The classification every attribute declares beside a free function.
+    pub use idem_runtime::{Classified, Kind, RetrySafe, ToolInfo};
+    // `retry!`.
+    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking, retry_safe};
+    pub use idem_runtime::Backoff;
+    // Named by the compiler's messages when a bound above fails, so that they read
+    // `idem::__private::ToolError` rather than a path into the runtime.
+    pub use idem_runtime::bounds::{IntoStore, KeyParam, ScopeValue, ToolError, ToolOutput};
 }
 
 /// The compile-time classification ([`ToolInfo`]) of a function marked `#[idem::read]`,

@@ -92,15 +92,9 @@ pub(crate) enum Command {
     },
 }
 
-/// Accepts only the names the command prints (`in_flight` and the like are the runtime's
-/// spellings, not this command's).
+/// Accepts a status in its one spelling, the one the command prints.
 fn parse_status(text: &str) -> Result<Status, String> {
-    match text {
-        "in-flight" => Ok(Status::InFlight),
-        "done" => Ok(Status::Done),
-        "in-doubt" => Ok(Status::InDoubt),
-        other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
-    }
+    text.parse()
 }
 
 #[cfg(test)]

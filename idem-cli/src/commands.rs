@@ -128,7 +128,7 @@ fn describe(record: &Record, now: u64) -> String {
         ("tool", cell(&record.tool)),
         ("scope", cell(&record.scope)),
         ("attempts", record.attempts.to_string()),
-        ("owner", record.owner.clone()),
+        ("owner", record.owner.to_string()),
         ("created", when(record.created_at)),
         ("updated", when(record.updated_at)),
         ("completed", record.completed_at.map_or_else(|| "-".to_owned(), when)),
@@ -194,11 +194,10 @@ fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
     let stats = store.stats()?;
     let count = |status: Status| stats.by_status.get(status.as_str()).copied().unwrap_or(0);
     if json {
-        let by_status: serde_json::Map<String, serde_json::Value> =
-            [Status::InFlight, Status::Done, Status::InDoubt]
-                .into_iter()
-                .map(|status| (status.to_string(), count(status).into()))
-                .collect();
+        let by_status: serde_json::Map<String, serde_json::Value> = Status::ALL
+            .into_iter()
+            .map(|status| (status.to_string(), count(status).into()))
+            .collect();
         let line = serde_json::json!({
             "by_status": by_status,
             "by_tool": stats.by_tool,
@@ -207,7 +206,7 @@ fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
         });
         return writeln!(out, "{line}").map_err(write_failed);
     }
-    let mut by_status: Vec<Vec<String>> = [Status::InFlight, Status::Done, Status::InDoubt]
+    let mut by_status: Vec<Vec<String>> = Status::ALL
         .into_iter()
         .map(|status| vec![status.to_string(), count(status).to_string()])
         .collect();

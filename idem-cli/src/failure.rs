@@ -40,8 +40,8 @@ impl Failure {
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         match error {
-            // `Key::parse` says what a key looks like; its tool is a placeholder.
-            Error::Key { tool, reason } if tool == "-" => Failure::usage(reason),
+            // The operator's typo: the message says what a key looks like.
+            error @ Error::NotAKey { .. } => Failure::usage(error.to_string()),
             Error::Key { tool, reason } => {
                 Failure::usage(format!("tool `{tool}`: cannot derive a key: {reason}"))
             }

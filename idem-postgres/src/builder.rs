@@ -88,7 +88,7 @@ impl PgStoreBuilder {
     /// including one inside an async runtime (the work runs on the store's own runtime); in
     /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
     pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
-        idem_runtime::exec::block_on(self.connect_async())
+        idem_runtime::for_stores::block_on(self.connect_async())
     }
 
     /// Connects without blocking; the future runs on any executor.

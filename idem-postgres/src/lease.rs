@@ -8,13 +8,13 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use idem_runtime::Record;
+use idem_runtime::{Owner, Record};
 use tokio::sync::Notify;
 
 /// Who holds a record: the owner and attempt this instance wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Holder {
-    pub(crate) owner: String,
+    pub(crate) owner: Owner,
     pub(crate) attempts: u32,
 }
 

@@ -45,16 +45,24 @@ impl Names {
 
     /// The statements that create the table and its triggers; idempotent, and run under an
     /// advisory lock so that a fleet starting at once does not race on `CREATE … IF NOT EXISTS`.
+    ///
+    /// Tables of the first release spelled two statuses `in_flight` and `in_doubt`; the
+    /// migration rewrites those rows and their check into the one spelling
+    /// ([`Status::as_str`]), once, in the same transaction.
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
         let function = format!("\"{schema}\".\"{table}_notify\"");
         let channel = self.channel();
+        let (in_flight, done, in_doubt) =
+            (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
         format!(
             r#"
 CREATE SCHEMA IF NOT EXISTS "{schema}";
 CREATE TABLE IF NOT EXISTS {t} (
     key              text PRIMARY KEY,
-    status           text NOT NULL CHECK (status IN ('in_flight', 'done', 'in_doubt')),
+    status           text NOT NULL
+                     CONSTRAINT "{table}_status_check"
+                     CHECK (status IN ('{in_flight}', '{done}', '{in_doubt}')),
     tool             text NOT NULL,
     scope            text NOT NULL,
     owner            text NOT NULL,
@@ -67,6 +75,23 @@ CREATE TABLE IF NOT EXISTS {t} (
     args_fingerprint text NOT NULL,
     result           text
 );
+DO $migrate$
+DECLARE
+    old_check text;
+BEGIN
+    FOR old_check IN
+        SELECT conname FROM pg_constraint
+        WHERE conrelid = '{t}'::regclass AND contype = 'c'
+          AND pg_get_constraintdef(oid) LIKE '%in\_flight%'
+    LOOP
+        EXECUTE format('ALTER TABLE {t} DROP CONSTRAINT %I', old_check);
+        UPDATE {t} SET status = '{in_flight}' WHERE status = 'in_flight';
+        UPDATE {t} SET status = '{in_doubt}' WHERE status = 'in_doubt';
+        ALTER TABLE {t} ADD CONSTRAINT "{table}_status_check"
+            CHECK (status IN ('{in_flight}', '{done}', '{in_doubt}'));
+    END LOOP;
+END
+$migrate$;
 CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('{channel}', CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
@@ -101,15 +126,22 @@ pub(crate) struct Statements {
     pub(crate) size: String,
 }
 
-/// The fence shared by `update` and `delete`: the stored record must still be in the state the
-/// caller saw ($2 status, $3 owner, $4 attempts), and an in-flight record may be replaced by
-/// someone other than its owner ($5 = false) only once the owner's lease has lapsed.
-const FENCE: &str = "key = $1 AND status = $2 AND owner = $3 AND attempts = $4 \
-                     AND ($5 OR status <> 'in_flight' OR lease_until IS NULL OR lease_until <= ";
+/// The fence ([`idem_runtime::Fence`]) shared by `update` and `delete`: the stored record must
+/// still be in the state the caller saw ($2 status, $3 owner, $4 attempts), and an in-flight
+/// record may be replaced by someone other than its owner ($5 = false) only once the owner's
+/// lease has lapsed.
+fn fence(in_flight: &str) -> String {
+    format!(
+        "key = $1 AND status = $2 AND owner = $3 AND attempts = $4 \
+         AND ($5 OR status <> '{in_flight}' OR lease_until IS NULL OR lease_until <= {NOW_MS})"
+    )
+}
 
 impl Statements {
     pub(crate) fn new(names: &Names) -> Statements {
         let t = names.qualified();
+        let in_flight = Status::InFlight.as_str();
+        let fence = fence(in_flight);
         Statements {
             now: format!("SELECT {NOW_MS}"),
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
@@ -125,30 +157,21 @@ impl Statements {
                 "UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, attempts = $10, \
                  created_at = $11, updated_at = $12, completed_at = $13, expires_at = $14, \
                  args_fingerprint = $15, result = $16, \
-                 lease_until = CASE WHEN $6 = 'in_flight' THEN {NOW_MS} + $17 END \
-                 WHERE {FENCE}{NOW_MS})"
+                 lease_until = CASE WHEN $6 = '{in_flight}' THEN {NOW_MS} + $17 END \
+                 WHERE {fence}"
             ),
-            delete: format!("DELETE FROM {t} WHERE {FENCE}{NOW_MS})"),
+            delete: format!("DELETE FROM {t} WHERE {fence}"),
             // Renews every lease in one statement; a lease that has already lapsed is never
             // revived, so a peer that saw it lapse may take the record over safely.
             renew: format!(
                 "UPDATE {t} AS r SET lease_until = {NOW_MS} + $4 \
                  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
                  WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
-                 AND r.status = 'in_flight' AND r.lease_until > {NOW_MS} \
+                 AND r.status = '{in_flight}' AND r.lease_until > {NOW_MS} \
                  RETURNING r.key, r.owner, r.attempts"
             ),
             size: format!("SELECT pg_total_relation_size('{t}')"),
         }
-    }
-}
-
-/// The name a status is stored under.
-pub(crate) fn status_text(status: Status) -> &'static str {
-    match status {
-        Status::InFlight => "in_flight",
-        Status::Done => "done",
-        Status::InDoubt => "in_doubt",
     }
 }
 
@@ -180,10 +203,10 @@ impl Values {
     pub(crate) fn of(record: &Record) -> Values {
         Values {
             key: record.key.clone(),
-            status: status_text(record.status),
+            status: record.status.as_str(),
             tool: record.tool.clone(),
             scope: record.scope.clone(),
-            owner: record.owner.clone(),
+            owner: record.owner.as_str().to_owned(),
             attempts: i64::from(record.attempts),
             created_at: to_i64(record.created_at),
             updated_at: to_i64(record.updated_at),
@@ -243,7 +266,7 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         status,
         tool: row.get(2),
         scope: row.get(3),
-        owner: row.get(4),
+        owner: row.get::<_, String>(4).into(),
         attempts: u32::try_from(attempts).map_err(|_| damaged("attempts out of range"))?,
         created_at: to_u64(row.get(6)),
         updated_at: to_u64(row.get(7)),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::{now_ms, Record, Status, Store, StoreError, StoreFuture};
+use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
@@ -72,7 +72,7 @@ struct Shared {
 }
 
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
-    idem_runtime::Error::Store { key: None, tool: "-".to_owned(), source }
+    idem_runtime::Error::Store { key: None, tool: None, source }
 }
 
 fn pg_error(what: &str, e: tokio_postgres::Error) -> StoreError {
@@ -207,7 +207,7 @@ impl PgStore {
     /// DDL out of the agents' start-up.
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(
+        idem_runtime::for_stores::block_on(
             self.runtime.spawn_store(async move { shared.migrate().await }),
         )
         .map_err(store_error)
@@ -299,13 +299,6 @@ impl Shared {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// Whether `owner` is one of this instance's calls (the engine writes `"{owner_id}#{n}"`).
-    fn is_ours(&self, owner: &str) -> bool {
-        owner
-            .strip_prefix(self.owner.as_str())
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('#'))
-    }
-
     async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
         let client = self.client().await?;
         let statement = client
@@ -319,7 +312,7 @@ impl Shared {
         row.as_ref().map(sql::decode).transpose()
     }
 
-    async fn reserve(&self, record: Record) -> Result<Option<Record>, StoreError> {
+    async fn reserve(&self, record: Record) -> Result<Reserved, StoreError> {
         let values = Values::of(&record);
         let lease = self.lease_ms();
         loop {
@@ -339,23 +332,24 @@ impl Shared {
             };
             if inserted == 1 {
                 self.leases.hold(&record);
-                return Ok(None);
+                return Ok(Reserved::Mine);
             }
             // Someone holds the key. Read it in a fresh statement: the insert's snapshot may not
             // show a row committed while it ran. If it is gone again, try the insert again.
             if let Some(existing) = self.get(&record.key).await? {
-                return Ok(Some(existing));
+                return Ok(Reserved::Taken(existing));
             }
         }
     }
 
     async fn replace(&self, current: Record, new: Option<Record>) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let status = sql::status_text(current.status);
-        let attempts = i64::from(current.attempts);
-        let ours = self.is_ours(&current.owner);
+        let seen = current.fence();
+        let (status, owner, attempts) =
+            (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
+        let ours = current.owner.is_of(&self.owner);
         let fence: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&current.key, &status, &current.owner, &attempts, &ours];
+            [&current.key, &status, &owner, &attempts, &ours];
         let changed = match &new {
             Some(new) => {
                 let values = Values::of(new);
@@ -382,7 +376,7 @@ impl Shared {
             return Ok(false);
         }
         self.leases.drop_if(&current.key, &Holder::of(&current));
-        if let Some(new) = new.filter(|n| n.status == Status::InFlight) {
+        if let Some(new) = new.filter(|n| n.status == idem_runtime::Status::InFlight) {
             self.leases.hold(&new);
         }
         Ok(true)
@@ -412,7 +406,10 @@ impl Shared {
                 let attempts: i64 = row.get(2);
                 (
                     row.get(0),
-                    Holder { owner: row.get(1), attempts: u32::try_from(attempts).unwrap_or(0) },
+                    Holder {
+                        owner: row.get::<_, String>(1).into(),
+                        attempts: u32::try_from(attempts).unwrap_or(0),
+                    },
                 )
             })
             .collect())
@@ -436,7 +433,7 @@ impl Shared {
         loop {
             let current = self.get(&key).await?;
             let record = match current {
-                Some(record) if idem_state(&record, &seen) => record,
+                Some(record) if record.fence() == seen.fence() => record,
                 other => return Ok(other),
             };
             let now = Instant::now();
@@ -444,11 +441,13 @@ impl Shared {
                 return Ok(Some(record));
             }
             // The owner may die without a word: wake when its lease lapses, to look again.
-            let wake = match (record.status, self.lease_left(&record)) {
-                (Status::InFlight, Some(left)) => {
-                    deadline.min(now + left + Duration::from_millis(5))
-                }
-                (Status::InFlight, None) => return Ok(Some(record)),
+            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
+                Assessment::Running => match self.lease_left(&record) {
+                    Some(left) => deadline.min(now + left + Duration::from_millis(5)),
+                    None => return Ok(Some(record)),
+                },
+                // The lease lapsed: the owner is dead, and the caller must know now.
+                Assessment::InDoubt => return Ok(Some(record)),
                 _ => deadline,
             };
             let wake =
@@ -477,11 +476,6 @@ impl Shared {
             .map_err(|e| pg_error("cannot read the table size", e))?;
         Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
-}
-
-/// The engine's notion of "the same state" (status, owner, attempts).
-fn idem_state(a: &Record, b: &Record) -> bool {
-    a.status == b.status && a.owner == b.owner && a.attempts == b.attempts
 }
 
 /// Renews held leases every heartbeat interval while any is held.
@@ -515,7 +509,7 @@ impl Store for PgStore {
         &self.shared.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
         self.runtime.spawn_store(async move { shared.reserve(record).await })
     }
@@ -561,7 +555,7 @@ impl Store for PgStore {
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
-        record.status == Status::InFlight && self.shared.lease_left(record).is_some()
+        self.shared.lease_left(record).is_some()
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
@@ -571,8 +565,10 @@ impl Store for PgStore {
 
     fn size_on_disk(&self) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::exec::block_on(self.runtime.spawn_store(async move { shared.size().await }))
-            .ok()
+        idem_runtime::for_stores::block_on(
+            self.runtime.spawn_store(async move { shared.size().await }),
+        )
+        .ok()
     }
 
     fn default_wait(&self) -> Duration {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
-use idem_runtime::exec::block_on;
+use idem_runtime::for_stores::block_on;
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 
 const LEASE: Duration = Duration::from_secs(1);

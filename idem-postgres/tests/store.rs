@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 
 use idem_postgres::PgStore;
-use idem_runtime::exec::block_on;
-use idem_runtime::{now_ms, Call, Error, Record, Status, Store};
+use idem_runtime::for_stores::block_on;
+use idem_runtime::{now_ms, Call, Error, Record, Reserved, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
     PgStore::builder(url).schema(schema).pool_size(4).connect().expect("the store connects")
@@ -22,13 +22,13 @@ fn a_live_lease_cannot_be_taken_over() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
     let mine =
-        Record::reserve("k1", "charge_card", "s", &format!("{}#1", a.owner_id()), "f", now_ms());
-    assert_eq!(block_on(a.reserve(&mine)).unwrap(), None, "a reserves");
+        Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), "f", now_ms());
+    assert_eq!(block_on(a.reserve(&mine)).unwrap(), Reserved::Mine, "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");
     assert!(held.lease_until.is_some());
 
-    let takeover = held.taken_over(&format!("{}#1", b.owner_id()), now_ms());
+    let takeover = held.taken_over(format!("{}#1", b.owner_id()), now_ms());
     assert!(
         !block_on(b.replace(&held, Some(&takeover))).unwrap(),
         "a live owner's record is not taken over"
@@ -104,4 +104,61 @@ fn the_url_names_the_table() {
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");
     assert_eq!(store.table(), format!("{schema}.calls"));
     assert_eq!(block_on(store.scan()).unwrap(), Vec::new());
+}
+
+#[test]
+fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("spelling");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let args = serde_json::json!({"n": 1});
+    let doubtful = idem_runtime::Key::derive("charge_card", "s", &args).unwrap();
+    // The table as the first release created it, with its spelling of two statuses.
+    common::run_sql(
+        &url,
+        &format!(
+            r#"CREATE SCHEMA "{schema}";
+            CREATE TABLE "{schema}".records (
+                key text PRIMARY KEY,
+                status text NOT NULL CHECK (status IN ('in_flight', 'done', 'in_doubt')),
+                tool text NOT NULL, scope text NOT NULL, owner text NOT NULL,
+                attempts bigint NOT NULL, created_at bigint NOT NULL, updated_at bigint NOT NULL,
+                completed_at bigint, expires_at bigint, lease_until bigint,
+                args_fingerprint text NOT NULL, result text);
+            INSERT INTO "{schema}".records VALUES
+                ('{doubtful}', 'in_doubt', 'charge_card', 's', 'pg:old#1', 1, 1, 2, NULL, NULL,
+                 NULL, 'f', NULL),
+                ('k_flight', 'in_flight', 'charge_card', 's', 'pg:old#2', 1, 1, 2, NULL, NULL,
+                 1, 'f', NULL),
+                ('k_done', 'done', 'charge_card', 's', 'pg:old#3', 1, 1, 2, 2, NULL, NULL, 'f',
+                 '7');"#
+        ),
+    )
+    .expect("the old table is created");
+
+    let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
+    let mut statuses: Vec<(String, Status)> =
+        block_on(store.scan()).unwrap().into_iter().map(|r| (r.key, r.status)).collect();
+    statuses.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected = vec![
+        (doubtful.to_string(), Status::InDoubt),
+        ("k_done".to_owned(), Status::Done),
+        ("k_flight".to_owned(), Status::InFlight),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(statuses, expected, "every old row reads, with its status");
+    let again: Result<u32, Error> =
+        Call::new("charge_card", "s", &args).unwrap().store(Arc::clone(&store)).run(|| Ok(1));
+    assert!(matches!(again, Err(Error::InDoubt { .. })), "still in doubt: {again:?}");
+
+    let old_spelling = format!(
+        "INSERT INTO \"{schema}\".records VALUES ('k_old', 'in_flight', 't', 's', 'o', 1, 1, 1, \
+         NULL, NULL, NULL, 'f', NULL)"
+    );
+    assert!(common::run_sql(&url, &old_spelling).is_err(), "the old spelling is refused now");
+    drop(store);
+    let reopened = self::store(&url, &schema);
+    assert_eq!(block_on(reopened.scan()).unwrap().len(), 3, "a second migration changes nothing");
 }

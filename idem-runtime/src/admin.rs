@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
-use crate::record::{now_ms, Record, Status};
+use crate::protocol::{assess, Assessment, Status};
+use crate::record::{now_ms, Record};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -49,7 +50,7 @@ pub struct Stats {
 }
 
 fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
-    Error::store(key, "-", source)
+    Error::store(key, None, source)
 }
 
 /// Records matching `filter`, newest first.
@@ -79,12 +80,7 @@ pub fn resolve(
     resolution: Resolution,
 ) -> Result<Option<Record>, Error> {
     let current = show(store, key)?;
-    let settleable = match current.status {
-        Status::InDoubt => true,
-        Status::InFlight => !store.owner_alive(&current),
-        Status::Done => false,
-    };
-    if !settleable {
+    if assess(Some(&current), now_ms(), |r| store.owner_alive(r)) != Assessment::InDoubt {
         return Err(Error::NotResolvable {
             key: key.to_string(),
             tool: current.tool,
@@ -100,7 +96,7 @@ pub fn resolve(
     if !swapped {
         return Err(Error::store(
             Some(key.as_str()),
-            &current.tool,
+            Some(&current.tool),
             crate::StoreError::new(
                 "the record changed while it was being resolved; look at it again with `idem show`",
             ),

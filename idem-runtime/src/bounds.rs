@@ -73,7 +73,7 @@ pub fn run_sync<T: ToolOutput, E: ToolError>(
     call: Result<Call, Error>,
     body: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
-    call.map_err(crate::engine::noted)?.run(body)
+    call.map_err(crate::retry::raise)?.run(body)
 }
 
 /// Runs an async tool body through the engine, or returns the error that prevented the call.
@@ -84,7 +84,7 @@ where
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    call.map_err(crate::engine::noted)?.run_async(body).await
+    call.map_err(crate::retry::raise)?.run_async(body).await
 }
 
 /// What a store-giving function may return.

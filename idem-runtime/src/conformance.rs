@@ -15,9 +15,16 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::admin::{self, Filter, Purge, Resolution};
 use crate::exec::block_on;
 use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
+
+mod around;
+
+pub use self::around::{
+    bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
+    error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
+    stale_owner_cannot_write,
+};
 
 /// What a factory hands the suite: a store, optionally with something that must live as long
 /// (a temp dir).
@@ -71,7 +78,7 @@ macro_rules! conformance_suite {
 static NONCE: AtomicU64 = AtomicU64::new(0);
 
 /// A scope no other check (or earlier run on a shared backend) uses.
-fn scope(name: &str) -> String {
+pub(crate) fn scope(name: &str) -> String {
     format!(
         "{name}-{}-{}-{}",
         std::process::id(),
@@ -80,18 +87,18 @@ fn scope(name: &str) -> String {
     )
 }
 
-fn call(store: &Arc<dyn Store>, tool: &str, scope: &str) -> Call {
+pub(crate) fn call(store: &Arc<dyn Store>, tool: &str, scope: &str) -> Call {
     Call::new(tool, scope, &serde_json::json!({ "amount": 4200, "customer": "cus_123" }))
         .expect("plain arguments derive a key")
         .store(Arc::clone(store))
 }
 
-fn status(store: &Arc<dyn Store>, key: &Key) -> Option<Status> {
+pub(crate) fn status(store: &Arc<dyn Store>, key: &Key) -> Option<Status> {
     block_on(store.get(key.as_str())).expect("the store answers get").map(|r| r.status)
 }
 
 /// Waits, boundedly, for a detached write (from a `Drop`) to land.
-fn eventually_status(store: &Arc<dyn Store>, key: &Key, want: Status) {
+pub(crate) fn eventually_status(store: &Arc<dyn Store>, key: &Key, want: Status) {
     let until = Instant::now() + Duration::from_secs(10);
     while status(store, key) != Some(want) {
         assert!(Instant::now() < until, "key {key} never became {want}: {:?}", status(store, key));
@@ -144,7 +151,7 @@ fn first_clone(c: &Charge) -> Charge {
 }
 
 #[derive(Debug)]
-enum ToolError {
+pub(crate) enum ToolError {
     Declined,
     #[allow(dead_code)] // read through Debug in failure messages
     Idem(Error),
@@ -458,145 +465,4 @@ pub fn distinct_keys_each_run_once(store: Arc<dyn Store>) {
     let counts = counts.lock().unwrap();
     let wrong: Vec<_> = counts.iter().enumerate().filter(|(_, &c)| c != 1).collect();
     assert!(wrong.is_empty(), "each of 4000 keys runs exactly once; (key, runs) off: {wrong:?}");
-}
-
-pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
-    let scope = scope("fence");
-    let key = call(&store, "send_email", &scope).key().clone();
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        let _: Result<(), Error> = call(&store, "send_email", &scope).run(|| panic!("crash"));
-    }));
-    eventually_status(&store, &key, Status::InDoubt);
-    let doubtful = block_on(store.get(key.as_str())).unwrap().unwrap();
-    let _: String = call(&store, "send_email", &scope)
-        .in_doubt(InDoubtPolicy::Rerun)
-        .run(|| Ok::<_, Error>("sent".into()))
-        .unwrap();
-    let stale_done = doubtful.done(serde_json::json!("late"), crate::now_ms(), None);
-    assert!(
-        !block_on(store.replace(&doubtful, Some(&stale_done))).unwrap(),
-        "a stale write is refused"
-    );
-    assert!(!block_on(store.replace(&doubtful, None)).unwrap(), "a stale release is refused");
-    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
-    assert_eq!(record.result.as_deref(), Some(r#""sent""#), "the new owner's result stands");
-}
-
-pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
-    let scope = scope("operator");
-    let key = call(&store, "charge_card", &scope).key().clone();
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
-    }));
-    eventually_status(&store, &key, Status::InDoubt);
-    let doubtful =
-        admin::list(store.as_ref(), &Filter { status: Some(Status::InDoubt), tool: None }).unwrap();
-    assert!(doubtful.iter().any(|r| r.key == key.as_str()), "ls --status in-doubt lists it");
-
-    admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO)).expect("purge runs");
-    assert_eq!(
-        status(&store, &key),
-        Some(Status::InDoubt),
-        "purge never removes an in-doubt record"
-    );
-
-    admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("ch_manual"))).unwrap();
-    let runs = AtomicUsize::new(0);
-    let got: String = call(&store, "charge_card", &scope)
-        .run(|| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, Error>("ch_again".to_string())
-        })
-        .unwrap();
-    assert_eq!(
-        (got.as_str(), runs.load(Ordering::SeqCst)),
-        ("ch_manual", 0),
-        "the resolved result replays"
-    );
-
-    match admin::resolve(store.as_ref(), &key, Resolution::Release) {
-        Err(Error::NotResolvable { status: Status::Done, .. }) => {}
-        other => panic!("resolving a done record must be refused, got {other:?}"),
-    }
-    std::thread::sleep(Duration::from_millis(5));
-    let removed = admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1))).unwrap();
-    assert!(removed >= 1, "the finished record is purged");
-    assert_eq!(status(&store, &key), None);
-}
-
-pub fn bad_arguments_are_refused_and_nothing_is_lost(store: Arc<dyn Store>) {
-    let scope = scope("bad");
-    let kept: String =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
-    let before = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
-    #[derive(serde::Serialize)]
-    struct Ratio {
-        ratio: f64,
-    }
-    match Call::new("charge_card", &scope, &Ratio { ratio: f64::NAN }) {
-        Err(Error::Key { tool, reason }) => {
-            assert_eq!(tool, "charge_card");
-            assert!(reason.to_lowercase().contains("nan"), "the reason names the value: {reason}");
-        }
-        other => panic!("NaN must be refused, got {other:?}"),
-    }
-    struct Refuses;
-    impl serde::Serialize for Refuses {
-        fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-            Err(serde::ser::Error::custom("this handle cannot be serialized"))
-        }
-    }
-    assert!(matches!(Call::new("charge_card", &scope, &Refuses), Err(Error::Key { .. })));
-    let after = admin::list(store.as_ref(), &Filter::default()).unwrap().len();
-    assert_eq!(before, after, "no record was added or lost");
-    let replayed: String =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".into())).unwrap();
-    assert_eq!((kept.as_str(), replayed.as_str()), ("ch_1", "ch_1"));
-}
-
-pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
-    let scope = scope("current");
-    let expected = call(&store, "charge_card", &scope).key().clone();
-    let seen =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::current_key())).unwrap();
-    assert_eq!(seen, expected);
-    assert_eq!(crate::try_current_key(), None, "no key outside a call");
-    let scope2 = format!("{scope}-async");
-    let expected = call(&store, "charge_card", &scope2).key().clone();
-    let seen = block_on(
-        call(&store, "charge_card", &scope2)
-            .run_async(|| async { Ok::<_, Error>(crate::current_key()) }),
-    )
-    .unwrap();
-    assert_eq!(seen, expected);
-}
-
-pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {
-    let scope = scope("landed");
-    let key = call(&store, "charge_card", &scope).key().clone();
-    let runs = AtomicUsize::new(0);
-    let timed_out: Result<String, ToolError> = call(&store, "charge_card", &scope).run(|| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        assert!(crate::may_have_landed(), "inside a call");
-        Err(ToolError::Declined)
-    });
-    assert!(matches!(timed_out, Err(ToolError::Declined)), "the body's error comes back");
-    assert_eq!(status(&store, &key), Some(Status::InDoubt), "kept in doubt, not released");
-    let again: Result<String, ToolError> = call(&store, "charge_card", &scope).run(|| {
-        runs.fetch_add(1, Ordering::SeqCst);
-        Ok("ch_2".into())
-    });
-    assert!(matches!(again, Err(ToolError::Idem(Error::InDoubt { .. }))), "{again:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "the effect is not run a second time");
-
-    let scope = format!("{scope}-async");
-    let key = call(&store, "charge_card", &scope).key().clone();
-    let timed_out: Result<String, ToolError> =
-        block_on(call(&store, "charge_card", &scope).run_async(|| async {
-            crate::may_have_landed();
-            Err(ToolError::Declined)
-        }));
-    assert!(timed_out.is_err());
-    assert_eq!(status(&store, &key), Some(Status::InDoubt), "async: kept in doubt too");
-    assert!(!crate::may_have_landed(), "outside a call it does nothing");
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::record::Status;
+use crate::protocol::Status;
 
 /// A failure of the store backend, with its source. Backend-neutral: sled, PostgreSQL and any
 /// other store report through this type.
@@ -43,14 +43,18 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Formats an optional key for messages.
-struct KeyText<'a>(&'a Option<String>);
+/// Formats the key and tool of a store error, as far as they are known.
+struct Subject<'a>(&'a Option<String>, &'a Option<String>);
 
-impl fmt::Display for KeyText<'_> {
+impl fmt::Display for Subject<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(key) => write!(f, "key {key}"),
-            None => f.write_str("no key"),
+            Some(key) => write!(f, "key {key}")?,
+            None => f.write_str("no key")?,
+        }
+        match self.1 {
+            Some(tool) => write!(f, " (tool `{tool}`)"),
+            None => Ok(()),
         }
     }
 }
@@ -136,6 +140,16 @@ pub enum Error {
         since_ms: u64,
     },
 
+    /// A text given as a key is not one (operator API, `idem show`, `idem resolve`).
+    #[error(
+        "{text:?} is not a key: a key is 32 lower-case hex digits, such as \
+             82e1e1a327aa97bb3929e05cc4ca3bd5 (see `idem ls`)"
+    )]
+    NotAKey {
+        /// The text that was given.
+        text: String,
+    },
+
     /// No record exists for this key (operator API).
     #[error("key {key}: no record; check the key with `idem ls`")]
     NotFound {
@@ -158,12 +172,12 @@ pub enum Error {
     },
 
     /// The store failed.
-    #[error("{} (tool `{tool}`): the store failed: {source}", KeyText(key))]
+    #[error("{}: the store failed: {source}", Subject(key, tool))]
     Store {
         /// The key being worked on, when there was one.
         key: Option<String>,
-        /// The tool being called, or `-` outside a call.
-        tool: String,
+        /// The tool being called, when there was a call.
+        tool: Option<String>,
         /// The backend's error.
         source: StoreError,
     },
@@ -173,7 +187,7 @@ impl Error {
     /// The key this error is about, when there is one.
     pub fn key(&self) -> Option<&str> {
         match self {
-            Error::Key { .. } => None,
+            Error::Key { .. } | Error::NotAKey { .. } => None,
             Error::Replay { key, .. }
             | Error::Result { key, .. }
             | Error::InFlight { key, .. }
@@ -192,7 +206,8 @@ impl Error {
         matches!(self, Error::InFlight { .. } | Error::Store { .. })
     }
 
-    pub(crate) fn store(key: Option<&str>, tool: &str, source: StoreError) -> Self {
-        Error::Store { key: key.map(str::to_owned), tool: tool.to_owned(), source }
+    /// The store failed while working on `key` for `tool`, as far as they are known.
+    pub(crate) fn store(key: Option<&str>, tool: Option<&str>, source: StoreError) -> Self {
+        Error::Store { key: key.map(str::to_owned), tool: tool.map(str::to_owned), source }
     }
 }

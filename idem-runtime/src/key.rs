@@ -100,7 +100,7 @@ impl Key {
     ///
     /// # Errors
     ///
-    /// [`Error::Key`] (with tool `-`) naming the text and saying what a key looks like.
+    /// [`Error::NotAKey`] naming the text and saying what a key looks like.
     ///
     /// # Examples
     ///
@@ -119,7 +119,7 @@ impl Key {
         if is_key {
             Ok(Key(s.to_owned()))
         } else {
-            Err(Error::Key { tool: "-".into(), reason: not_a_key(s) })
+            Err(Error::NotAKey { text: s.to_owned() })
         }
     }
 
@@ -211,14 +211,6 @@ impl Serialize for Key {
 impl<'de> Deserialize<'de> for Key {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Key, D::Error> {
         let text = String::deserialize(deserializer)?;
-        Key::parse(&text).map_err(|_| serde::de::Error::custom(not_a_key(&text)))
+        Key::parse(&text).map_err(serde::de::Error::custom)
     }
-}
-
-/// Why `text` is refused as a key, and what a key looks like.
-fn not_a_key(text: &str) -> String {
-    format!(
-        "{text:?} is not a key: a key is {KEY_LEN} lower-case hex digits, \
-         such as 82e1e1a327aa97bb3929e05cc4ca3bd5 (see `idem ls`)"
-    )
 }

@@ -16,10 +16,11 @@ pub mod conformance;
 mod default;
 mod engine;
 mod error;
-pub mod exec;
+mod exec;
 mod failpoint;
 mod key;
 mod meter;
+mod protocol;
 mod record;
 #[cfg(unix)]
 pub mod remote;
@@ -33,8 +34,16 @@ pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
 pub use error::{Error, StoreError};
 pub use key::Key;
-pub use record::{now_ms, Record, Status};
+pub use protocol::{assess, Assessment, Fence, Owner, Status};
+pub use record::{now_ms, Record};
 pub use retry::Backoff;
 pub use store::sled::{SledStore, SledStoreBuilder};
-pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
+pub use store::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
+
+/// What the store crates of this workspace (idem-postgres) need from the runtime beyond the
+/// [`Store`] interface. Not a public API: it may change in any release.
+#[doc(hidden)]
+pub mod for_stores {
+    pub use crate::exec::block_on;
+}

@@ -1,53 +1,10 @@
 //! The record a store keeps per key.
 
-use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// Where a key stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    /// Reserved by an owner that is running the body.
-    #[serde(alias = "in_flight")]
-    InFlight,
-    /// The body returned `Ok`; the result is stored and replayed.
-    Done,
-    /// An attempt was interrupted (crash, panic, dropped future): the effect may have landed.
-    #[serde(alias = "in_doubt")]
-    InDoubt,
-}
-
-impl Status {
-    /// The name used by the `idem` command: `in-flight`, `done`, `in-doubt`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::InFlight => "in-flight",
-            Status::Done => "done",
-            Status::InDoubt => "in-doubt",
-        }
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Status {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "in-flight" | "in_flight" => Ok(Status::InFlight),
-            "done" => Ok(Status::Done),
-            "in-doubt" | "in_doubt" => Ok(Status::InDoubt),
-            other => Err(format!("unknown status `{other}`: use in-flight, done or in-doubt")),
-        }
-    }
-}
+use crate::protocol::{Owner, Status};
 
 /// One key's record. Raw arguments are never stored, only their fingerprint, since they may hold
 /// personal data.
@@ -61,8 +18,8 @@ pub struct Record {
     pub tool: String,
     /// The scope text that went into the key.
     pub scope: String,
-    /// The store instance that reserved (or last took over) the key.
-    pub owner: String,
+    /// The call that reserved (or last took over) the key.
+    pub owner: Owner,
     /// How many times the body has been started for this key.
     pub attempts: u32,
     /// Milliseconds since the Unix epoch when the key was first reserved.
@@ -90,7 +47,7 @@ impl Record {
         key: &str,
         tool: &str,
         scope: &str,
-        owner: &str,
+        owner: impl Into<Owner>,
         args_fingerprint: &str,
         now: u64,
     ) -> Record {
@@ -99,7 +56,7 @@ impl Record {
             status: Status::InFlight,
             tool: tool.to_owned(),
             scope: scope.to_owned(),
-            owner: owner.to_owned(),
+            owner: owner.into(),
             attempts: 1,
             created_at: now,
             updated_at: now,
@@ -117,10 +74,10 @@ impl Record {
     }
 
     /// This record taken over by `owner` for another attempt.
-    pub fn taken_over(&self, owner: &str, now: u64) -> Record {
+    pub fn taken_over(&self, owner: impl Into<Owner>, now: u64) -> Record {
         Record {
             status: Status::InFlight,
-            owner: owner.to_owned(),
+            owner: owner.into(),
             attempts: self.attempts.saturating_add(1),
             updated_at: now,
             completed_at: None,

@@ -1,10 +1,56 @@
 //! Retrying a safe tool with exponential backoff and jitter. The backoff itself comes from
-//! `backon`; this module only chooses its defaults and runs it for `idem::retry!`.
+//! `backon`; this module chooses its defaults, runs it for `idem::retry!`, and keeps the one
+//! piece of bookkeeping `retry!` needs from the engine: whether an attempt failed on an idem
+//! error that no attempt can fix.
 
+use std::cell::RefCell;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use backon::{BlockingRetryable, ExponentialBuilder, Retryable};
+
+use crate::error::Error;
+
+tokio::task_local! {
+    static ASYNC_VERDICT: Arc<AtomicBool>;
+}
+
+thread_local! {
+    static SYNC_VERDICT: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Every error the engine hands its caller passes through here. It notes, for an enclosing
+/// `idem::retry!`, whether calling again could help: an in-doubt key, arguments with no key or
+/// a stored result that no longer fits stay as they are however often the call repeats, so
+/// `retry!` returns them at once. The error's own type carries the error on, so the note travels
+/// beside it, in the attempt's task or thread.
+pub(crate) fn raise(error: Error) -> Error {
+    if !error.is_retryable() {
+        let set = |verdict: &Arc<AtomicBool>| verdict.store(true, Ordering::SeqCst);
+        if ASYNC_VERDICT.try_with(set).is_err() {
+            SYNC_VERDICT.with(|verdict| verdict.borrow().as_ref().map(set));
+        }
+    }
+    error
+}
+
+/// Runs one sync attempt of `retry!`; returns its outcome and whether its error was final.
+fn attempt_sync<R>(attempt: impl FnOnce() -> R) -> (R, bool) {
+    let verdict = Arc::new(AtomicBool::new(false));
+    let outer = SYNC_VERDICT.with(|slot| slot.replace(Some(Arc::clone(&verdict))));
+    let outcome = attempt();
+    SYNC_VERDICT.with(|slot| *slot.borrow_mut() = outer);
+    (outcome, verdict.load(Ordering::SeqCst))
+}
+
+/// Runs one async attempt of `retry!`; returns its outcome and whether its error was final.
+async fn attempt_async<F: Future>(attempt: F) -> (F::Output, bool) {
+    let verdict = Arc::new(AtomicBool::new(false));
+    let outcome = ASYNC_VERDICT.scope(Arc::clone(&verdict), attempt).await;
+    (outcome, verdict.load(Ordering::SeqCst))
+}
 
 /// How `idem::retry!` spaces its attempts: exponential backoff with full jitter.
 ///
@@ -95,7 +141,7 @@ pub fn retry_blocking<T, E>(
     mut when: impl FnMut(&E) -> bool,
     mut call: impl FnMut() -> Result<T, E>,
 ) -> Result<T, E> {
-    let attempt = || match crate::engine::attempt_sync(&mut call) {
+    let attempt = || match attempt_sync(&mut call) {
         (Err(e), true) => Err(Attempt::Final(e)),
         (Err(e), false) => Err(Attempt::Again(e)),
         (Ok(v), _) => Ok(v),
@@ -134,7 +180,7 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let attempt = || {
-        let attempt = crate::engine::attempt_async(call());
+        let attempt = attempt_async(call());
         async move {
             match attempt.await {
                 (Err(e), true) => Err(Attempt::Final(e)),

@@ -48,7 +48,7 @@ impl Remote {
             ))),
             Err(e) => Err(Error::store(
                 None,
-                "-",
+                None,
                 StoreError::with_source(
                     format!(
                         "cannot connect to {}, the admin socket of the process holding the store",
@@ -104,7 +104,7 @@ impl Remote {
         let broken = |e: std::io::Error| {
             Error::store(
                 None,
-                "-",
+                None,
                 StoreError::with_source(
                     format!(
                         "the admin socket {} stopped answering (did the process holding the \
@@ -155,5 +155,5 @@ fn unexpected(value: &Value) -> Error {
 }
 
 fn failed(message: impl Into<String>) -> Error {
-    Error::store(None, "-", StoreError::new(message))
+    Error::store(None, None, StoreError::new(message))
 }

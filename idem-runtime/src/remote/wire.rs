@@ -16,7 +16,8 @@ use serde_json::Value;
 
 use crate::admin::{Filter, Purge, Resolution};
 use crate::error::{Error, StoreError};
-use crate::record::{Record, Status};
+use crate::protocol::Status;
+use crate::record::Record;
 
 /// The version this build speaks; a request with another is refused, not guessed at.
 pub(crate) const VERSION: u64 = 1;
@@ -129,6 +130,9 @@ impl Request {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub(crate) enum WireError {
+    NotAKey {
+        text: String,
+    },
     NotFound {
         key: String,
     },
@@ -139,7 +143,7 @@ pub(crate) enum WireError {
     },
     Store {
         key: Option<String>,
-        tool: String,
+        tool: Option<String>,
         message: String,
     },
     /// The request itself was refused: malformed, too large, another version, another user.
@@ -155,6 +159,7 @@ pub(crate) enum WireError {
 impl From<Error> for WireError {
     fn from(error: Error) -> WireError {
         match error {
+            Error::NotAKey { text } => WireError::NotAKey { text },
             Error::NotFound { key } => WireError::NotFound { key },
             Error::NotResolvable { key, tool, status } => {
                 WireError::NotResolvable { key, tool, status }
@@ -170,6 +175,7 @@ impl From<Error> for WireError {
 impl WireError {
     pub(crate) fn into_error(self) -> Error {
         match self {
+            WireError::NotAKey { text } => Error::NotAKey { text },
             WireError::NotFound { key } => Error::NotFound { key },
             WireError::NotResolvable { key, tool, status } => {
                 Error::NotResolvable { key, tool, status }
@@ -179,7 +185,7 @@ impl WireError {
             }
             WireError::Refused { message } | WireError::Other { message } => Error::store(
                 None,
-                "-",
+                None,
                 StoreError::new(format!(
                     "the process holding the store refused the request: {message}"
                 )),

@@ -37,16 +37,17 @@ pub trait Store: Send + Sync + 'static {
     /// The identity this store instance writes into the records it reserves or takes over.
     fn owner_id(&self) -> &str;
 
-    /// Inserts `record` under `record.key` if no record is there, durably. Returns `None` when
-    /// the insert happened, or the record already there.
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>>;
+    /// Inserts `record` under `record.key` if no record is there, durably: [`Reserved::Mine`]
+    /// when the insert happened, [`Reserved::Taken`] with the record already there otherwise.
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved>;
 
     /// The record under `key`, if any.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
 
     /// Replaces `current` by `new` (or deletes it when `new` is `None`) only if the stored
-    /// record is still `current` (same status, owner and attempts), durably. Returns whether
-    /// the swap happened. This is the fence: a caller that lost its record cannot write.
+    /// record is still in the state `current` was ([`Record::fence`], and
+    /// [`Fence::admits`](crate::Fence::admits)), durably. Returns whether the swap happened. This
+    /// is the fence: a caller that lost its record cannot write.
     fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>)
         -> StoreFuture<'a, bool>;
 
@@ -63,8 +64,9 @@ pub trait Store: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>>;
 
-    /// Whether the owner of an `InFlight` record is still running it. A dead owner's record is
-    /// treated as in doubt.
+    /// Whether the owner of an `InFlight` record is still running it: a fact only the store
+    /// knows (on sled, whether the owner is this process; on PostgreSQL, whether its lease
+    /// holds). [`assess`](crate::assess) treats a dead owner's record as in doubt.
     fn owner_alive(&self, record: &Record) -> bool;
 
     /// Every record, in no particular order (for the operator commands).
@@ -95,7 +97,14 @@ pub trait Store: Send + Sync + 'static {
 /// The wait used when neither the call nor the store sets one.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
-/// Two records stand for the same state when status, owner and attempts agree.
-pub(crate) fn same_state(a: &Record, b: &Record) -> bool {
-    a.status == b.status && a.owner == b.owner && a.attempts == b.attempts
+/// What [`Store::reserve`] found.
+// Returned once per reservation and taken apart at once: boxing the record would only add an
+// allocation to the common path.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reserved {
+    /// The record was inserted: the caller owns the key.
+    Mine,
+    /// A record was already there; here it is, as stored.
+    Taken(Record),
 }

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use self::encoding::{decode, encode};
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
-use super::{same_state, Durability, Store, StoreFuture, DEFAULT_WAIT};
+use super::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
-use crate::record::{now_ms, Record, Status};
+use crate::protocol::Status;
+use crate::record::{now_ms, Record};
 
 mod encoding;
 #[cfg(unix)]
@@ -123,7 +124,7 @@ impl SledStoreBuilder {
 
     /// Opens the store.
     pub fn open(self) -> Result<SledStore, crate::Error> {
-        SledStore::open_with(self).map_err(|source| crate::Error::store(None, "-", source))
+        SledStore::open_with(self).map_err(|source| crate::Error::store(None, None, source))
     }
 }
 
@@ -460,7 +461,7 @@ impl SledStore {
     ) -> Result<Option<Option<Ticket>>, StoreError> {
         let key = current.key.as_bytes();
         match self.read(&current.key)? {
-            Some(bytes) if decode(key, &bytes)?.same_state(current) => {
+            Some(bytes) if current.fence().admits(decode(key, &bytes)?.fence()) => {
                 Ok(self.cas(key, Some(&bytes), new)?.ok())
             }
             _ => Ok(None),
@@ -483,7 +484,7 @@ impl Store for SledStore {
         &self.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Option<Record>> {
+    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
         Box::pin(async move {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
@@ -491,19 +492,19 @@ impl Store for SledStore {
             if let Some(bytes) = self.read(&record.key)? {
                 let existing = decode(key, &bytes)?.to_record(&record.key);
                 self.durable().await?;
-                return Ok(Some(existing));
+                return Ok(Reserved::Taken(existing));
             }
             match self.cas(key, None, Some(record))? {
                 Ok(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(None)
+                    Ok(Reserved::Mine)
                 }
                 Err(Some(bytes)) => {
                     let existing = decode(key, &bytes)?.to_record(&record.key);
                     self.durable().await?;
-                    Ok(Some(existing))
+                    Ok(Reserved::Taken(existing))
                 }
                 // A swap expecting no value fails only when there is one.
                 Err(None) => Err(StoreError::new(format!(
@@ -558,7 +559,7 @@ impl Store for SledStore {
             let watch = self.hub.watch(key);
             let current = self.read_durable(key).await?;
             match &current {
-                Some(record) if same_state(record, seen) => {}
+                Some(record) if record.fence() == seen.fence() => {}
                 _ => return Ok(current),
             }
             let _ = crate::exec::until(watch, deadline).await;
@@ -567,10 +568,8 @@ impl Store for SledStore {
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
-        // sled is single-process: only this instance can be running a body. Owners are
-        // `<instance>#<call>`.
-        record.owner.split_once('#').map_or(record.owner.as_str(), |(instance, _)| instance)
-            == self.owner
+        // sled is single-process: only this instance can be running a body.
+        record.owner.is_of(&self.owner)
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Record>> {

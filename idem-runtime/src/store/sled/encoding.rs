@@ -19,7 +19,8 @@
 use std::borrow::Cow;
 
 use crate::error::StoreError;
-use crate::record::{Record, Status};
+use crate::protocol::{Fence, Status};
+use crate::record::Record;
 
 const FORMAT: u8 = 1;
 const COMPLETED: u8 = 1;
@@ -53,7 +54,7 @@ impl View<'_> {
             status: self.status,
             tool: self.tool.clone().into_owned(),
             scope: self.scope.clone().into_owned(),
-            owner: self.owner.clone().into_owned(),
+            owner: self.owner.as_ref().into(),
             attempts: self.attempts,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -65,17 +66,20 @@ impl View<'_> {
         }
     }
 
-    /// Whether this is the state `record` saw: same status, owner and attempts (the fence).
-    pub(crate) fn same_state(&self, record: &Record) -> bool {
-        self.status == record.status
-            && self.attempts == record.attempts
-            && self.owner == record.owner.as_str()
+    /// The state a write replacing this record is fenced on.
+    pub(crate) fn fence(&self) -> Fence<'_> {
+        Fence { status: self.status, owner: &self.owner, attempts: self.attempts }
     }
 }
 
 /// Writes `record` in the current format.
 pub(crate) fn encode(record: &Record) -> Vec<u8> {
-    let strings = [&record.tool, &record.scope, &record.owner, &record.args_fingerprint];
+    let strings = [
+        record.tool.as_str(),
+        record.scope.as_str(),
+        record.owner.as_str(),
+        record.args_fingerprint.as_str(),
+    ];
     let result = record.result.as_deref();
     let len = 23
         + 3 * 8
@@ -157,7 +161,7 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 lease_until: record.lease_until,
                 tool: Cow::Owned(record.tool),
                 scope: Cow::Owned(record.scope),
-                owner: Cow::Owned(record.owner),
+                owner: Cow::Owned(record.owner.as_str().to_owned()),
                 args_fingerprint: Cow::Owned(record.args_fingerprint),
                 result: record.result.map(Cow::Owned),
             })

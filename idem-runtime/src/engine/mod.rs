@@ -1,0 +1,255 @@
+//! The engine that every idempotent call goes through: derive, reserve, replay or wait, run once,
+//! record. Generated code calls it through the facade's hidden module; it is usable directly as
+//! [`Call`].
+//!
+//! [`Call`] and its builder live here; the state machine in `machine`, what a body can reach
+//! (`current_key()`, `may_have_landed()`) in `context`, and the argument tree in `args`.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use self::context::Current;
+use self::machine::Acquired;
+use crate::canonical::canonical_json_for;
+use crate::error::Error;
+use crate::exec::block_on;
+use crate::failpoint::failpoint;
+use crate::key::Key;
+use crate::meter::{self, Outcome};
+use crate::retry::raise;
+use crate::store::Store;
+
+mod args;
+mod context;
+mod machine;
+
+pub use self::args::Args;
+pub use self::context::{current_key, may_have_landed, try_current_key};
+
+/// What a call does when it finds its key in doubt (or left in flight by a dead owner).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InDoubtPolicy {
+    /// Return [`Error::InDoubt`] and run nothing: an operator decides (the default).
+    #[default]
+    Fail,
+    /// Take the record over and run the body again with the same key. Safe only where the
+    /// target system deduplicates that key (push it with [`current_key`]).
+    Rerun,
+}
+
+/// One idempotent call: its key and the policy it runs under.
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// use std::sync::Arc;
+/// use idem_runtime::{Call, SledStore, Store};
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path())?);
+/// let mut runs = 0;
+/// for _ in 0..3 {
+///     let charge: Result<String, idem_runtime::Error> =
+///         Call::new("charge_card", "order-17", &serde_json::json!({"amount": 4200}))?
+///             .store(store.clone())
+///             .run(|| { runs += 1; Ok("ch_1".to_string()) });
+///     assert_eq!(charge?, "ch_1");
+/// }
+/// assert_eq!(runs, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Call {
+    tool: String,
+    scope: String,
+    key: Key,
+    /// The canonical arguments, fingerprinted only when a record is written: a replay needs no
+    /// fingerprint.
+    canonical: String,
+    store: Option<Arc<dyn Store>>,
+    wait: Option<Duration>,
+    ttl: Option<Duration>,
+    in_doubt: InDoubtPolicy,
+}
+
+impl std::fmt::Debug for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Call")
+            .field("tool", &self.tool)
+            .field("scope", &self.scope)
+            .field("key", &self.key)
+            .field("wait", &self.wait)
+            .field("ttl", &self.ttl)
+            .field("in_doubt", &self.in_doubt)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Call {
+    /// A call of `tool` in `scope` with `args` (any `Serialize` value; a struct or map of the
+    /// tool's parameters by name). Fails with [`Error::Key`] when the arguments cannot be put in
+    /// canonical JSON (NaN, a failing `Serialize`).
+    pub fn new(
+        tool: &str,
+        scope: impl Display,
+        args: &(impl Serialize + ?Sized),
+    ) -> Result<Call, Error> {
+        let canonical = canonical_json_for(tool, args)?;
+        Ok(Call::from_canonical(tool, scope, canonical))
+    }
+
+    /// A call whose arguments are already canonical JSON (see [`Args`]).
+    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl Into<String>) -> Call {
+        let scope = scope.to_string();
+        let canonical = canonical.into();
+        Call {
+            key: Key::derive_canonical(tool, &scope, &canonical),
+            canonical,
+            tool: tool.to_owned(),
+            scope,
+            store: None,
+            wait: None,
+            ttl: None,
+            in_doubt: InDoubtPolicy::Fail,
+        }
+    }
+
+    /// The store to use instead of the process default.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Call {
+        self.store = Some(store);
+        self
+    }
+
+    /// How long to wait for a concurrent owner of the key (the store's default otherwise).
+    pub fn wait(mut self, wait: Duration) -> Call {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// How long a finished record is replayed; kept until purged otherwise.
+    pub fn ttl(mut self, ttl: Duration) -> Call {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// What to do when the key is in doubt.
+    pub fn in_doubt(mut self, policy: InDoubtPolicy) -> Call {
+        self.in_doubt = policy;
+        self
+    }
+
+    /// The call's idempotency key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    fn resolve_store(&self) -> Result<Arc<dyn Store>, Error> {
+        match &self.store {
+            Some(store) => Ok(Arc::clone(store)),
+            None => crate::default::default_store().map_err(|e| match e {
+                Error::Store { source, .. } => self.store_error(source),
+                other => other,
+            }),
+        }
+    }
+
+    fn store_error(&self, source: crate::StoreError) -> Error {
+        Error::store(Some(self.key.as_str()), Some(&self.tool), source)
+    }
+
+    /// Counts a call that ends before its body runs (a replay, or an error), and the time it
+    /// waited for another owner; the other outcomes are counted where the record is settled.
+    fn count_acquired<T>(
+        &self,
+        acquired: Result<Acquired<T>, Error>,
+        started: Instant,
+        waited_since: Option<Instant>,
+    ) -> Result<Acquired<T>, Error> {
+        if let Some(since) = waited_since {
+            meter::wait(&self.tool, since.elapsed());
+        }
+        match &acquired {
+            Ok(Acquired::Owned(_)) => {}
+            Ok(Acquired::Replay(_)) if waited_since.is_some() => {
+                meter::call(&self.tool, Outcome::Waited, started.elapsed())
+            }
+            Ok(Acquired::Replay(_)) => meter::call(&self.tool, Outcome::Replay, started.elapsed()),
+            Err(e) => meter::call(&self.tool, Outcome::of_error(e), started.elapsed()),
+        }
+        acquired
+    }
+
+    /// Runs a sync body at most once for this key; needs no async runtime.
+    pub fn run<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+    {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = self
+            .resolve_store()
+            .and_then(|store| block_on(self.acquire::<T>(&store, &mut waited_since)));
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
+            Acquired::Replay(value) => return Ok(value),
+            Acquired::Owned(owned) => owned,
+        };
+        failpoint("after_reserve");
+        owned.start();
+        let call = Current::new(&self.key);
+        match call.enter_sync(body) {
+            Ok(value) => {
+                failpoint("after_body");
+                block_on(self.complete(owned, &value)).map_err(raise)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
+                failpoint("after_complete");
+                Ok(value)
+            }
+            Err(e) => {
+                block_on(self.after_error(owned, call.may_have_landed()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs an async body at most once for this key. The future is `Send` when the body's is;
+    /// it never blocks the executor on a sync.
+    pub async fn run_async<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = match self.resolve_store() {
+            Ok(store) => self.acquire::<T>(&store, &mut waited_since).await,
+            Err(e) => Err(e),
+        };
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
+            Acquired::Replay(value) => return Ok(value),
+            Acquired::Owned(owned) => owned,
+        };
+        failpoint("after_reserve");
+        owned.start();
+        let call = Current::new(&self.key);
+        match call.enter_async(body()).await {
+            Ok(value) => {
+                failpoint("after_body");
+                self.complete(owned, &value).await.map_err(raise)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
+                failpoint("after_complete");
+                Ok(value)
+            }
+            Err(e) => {
+                self.after_error(owned, call.may_have_landed()).await;
+                Err(e)
+            }
+        }
+    }
+}
