@@ -376,6 +376,10 @@ pub use idem_macros::write;
 /// # }
 /// ```
 pub use idem_macros::retry;
+/// The `idem::admin` operations on a sled store that a running process holds, through its
+/// admin socket (Unix only).
+#[cfg(unix)]
+pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
     may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,

@@ -38,7 +38,14 @@ impl Remote {
         let socket = store.as_ref().join(wire::SOCKET_FILE);
         match UnixStream::connect(&socket) {
             Ok(stream) => Ok(Some(Remote { socket, stream: BufReader::new(stream) })),
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
+            // No socket, a stale one, or a path that is no directory: opening the store directly
+            // gives the right answer or the right error.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NotFound | ErrorKind::ConnectionRefused | ErrorKind::NotADirectory
+                ) =>
+            {
                 Ok(None)
             }
             Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(failed(format!(
