@@ -22,8 +22,8 @@ mod serve;
 
 const TREE: &str = "idem.records";
 
-/// The keys of the records that are `InFlight`, each written in the same sled transaction as
-/// its record, so that opening a store reads only what a dead process may have left in flight.
+/// The keys of the records that are `InFlight` (a superset of them, at any point a crash can stop
+/// at), so that opening a store reads only what a dead process may have left in flight.
 const IN_FLIGHT: &str = "idem.in-flight";
 
 /// Written (in sled's default tree) once a store's in-flight index is complete. A store without
@@ -61,6 +61,9 @@ pub struct SledStore {
     default_wait: Duration,
     syncer: Option<Arc<Syncer>>,
     hub: Arc<Hub>,
+    /// Serialise the writes of one key that touch the in-flight index (see `swap_indexed`);
+    /// striped, since contention on a key is rare.
+    key_locks: Arc<[std::sync::Mutex<()>]>,
 }
 
 /// Options for [`SledStore`]: durability, cache size and the default wait.
@@ -271,6 +274,7 @@ impl SledStore {
             default_wait: options.default_wait,
             syncer,
             hub: Arc::default(),
+            key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
         };
         store.mark_orphans_in_doubt()?;
         #[cfg(unix)]
@@ -295,6 +299,7 @@ impl SledStore {
             default_wait: self.default_wait,
             syncer: self.syncer.clone(),
             hub: Arc::clone(&self.hub),
+            key_locks: Arc::clone(&self.key_locks),
         };
         match serve::Server::start(&self.path, Arc::new(handle)) {
             Ok(server) => Some(server),
@@ -403,8 +408,7 @@ impl SledStore {
         let swapped = if was_in_flight || in_flight {
             self.swap_indexed(key, old, new, in_flight)
         } else {
-            // Neither side is in flight: the index is not concerned, and a plain swap is cheaper
-            // than a transaction.
+            // Neither side is in flight: the index is not concerned.
             self.tree.compare_and_swap(key, old, new).map(|swap| swap.map_err(|c| c.current))
         };
         let won = matches!(swapped, Ok(Ok(())));
@@ -419,8 +423,13 @@ impl SledStore {
         }
     }
 
-    /// A compare-and-swap of the record that also enters or removes `key` in the in-flight
-    /// index, in one sled transaction: a crash keeps both writes or neither.
+    /// A compare-and-swap of the record that keeps the in-flight index a superset of the
+    /// in-flight records at every point a crash can stop at: a key is entered before its record
+    /// goes in flight and removed after it leaves, and sled recovers a prefix of its writes. The
+    /// key's lock keeps another writer of the same key from slipping between the two writes, so
+    /// a removal never drops the entry of a newer reservation. (A sled transaction would tie the
+    /// two writes too, but it takes sled's global write lock, which waits for every flush: it
+    /// made fresh calls on a large store ten times slower.)
     fn swap_indexed(
         &self,
         key: &[u8],
@@ -428,28 +437,25 @@ impl SledStore {
         new: Option<Vec<u8>>,
         in_flight: bool,
     ) -> sled::Result<Result<(), Option<sled::IVec>>> {
-        use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
-        let outcome = (&self.tree, &self.index).transaction(|(tree, index)| {
-            let current = tree.get(key)?;
-            if current.as_deref() != old {
-                return Ok(Err(current));
-            }
-            match &new {
-                Some(bytes) => tree.insert(key, bytes.as_slice())?,
-                None => tree.remove(key)?,
-            };
-            if in_flight {
-                index.insert(key, &[][..])?;
-            } else {
-                index.remove(key)?;
-            }
-            Ok::<_, ConflictableTransactionError<std::convert::Infallible>>(Ok(()))
-        });
-        match outcome {
-            Ok(swapped) => Ok(swapped),
-            Err(TransactionError::Storage(e)) => Err(e),
-            Err(TransactionError::Abort(never)) => match never {},
+        let stripe = key.iter().fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
+        let _key = self.key_locks[stripe % self.key_locks.len()]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if in_flight {
+            self.index.insert(key, &[][..])?;
         }
+        let swapped = self.tree.compare_and_swap(key, old, new)?.map_err(|c| c.current);
+        let still_needed = match &swapped {
+            Ok(()) => in_flight,
+            // Not swapped: the entry stays only for a record that is in flight.
+            Err(current) => current.as_deref().is_some_and(|bytes| {
+                decode(key, bytes).is_ok_and(|view| view.status == Status::InFlight)
+            }),
+        };
+        if !still_needed {
+            self.index.remove(key)?;
+        }
+        Ok(swapped)
     }
 
     /// Swaps `current` for `new` if it is still stored; the ticket of the swap, or `None`
