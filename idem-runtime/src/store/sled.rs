@@ -34,8 +34,8 @@ const INDEXED: &[u8] = b"idem.in-flight-indexed";
 ///
 /// sled takes an exclusive lock on its directory: one process at a time. When a store opens,
 /// every record still `InFlight` was left by a process that died mid-call, so it is marked
-/// `InDoubt` before anything else can read it. An index of in-flight keys, kept in the same
-/// atomic writes as the records, finds them without reading the rest of the store.
+/// `InDoubt` before anything else can read it. An index of in-flight keys, written with the
+/// records, finds them without reading the rest of the store.
 ///
 /// With [`Durability::Fsync`] (the default) every durable point is sled's `flush()` followed by
 /// an `fdatasync` of sled's data file: sled 0.34's flush ends in `sync_file_range`, which does
