@@ -167,8 +167,11 @@
 //! # }
 //! ```
 //!
-//! `retry!` takes free functions declared at module level (not inside another function's body):
-//! a method has no compile-time classification to check, so retry a free function that calls it.
+//! `retry!` takes free functions declared at module level (not inside another function's body)
+//! and associated functions of an inherent `impl` (`Ledger::settle(…)`): a method taking `self`
+//! has no compile-time classification to check, so retry a function that calls it. Where a tool
+//! is imported alone (`mod charge; pub use charge::charge;`), import its hidden companion with it
+//! (`pub use charge::{charge, __idem_tool_charge};`); the compile error names it.
 //!
 //! ## Errors
 //!
@@ -337,8 +340,10 @@ pub use idem_macros::read;
 ///     Ok(())
 /// }
 ///
+/// # fn main() {
 /// let info = idem::tool_info!(send_fax);
 /// assert!(!info.retry_safe() && info.annotations().destructive_hint);
+/// # }
 /// ```
 pub use idem_macros::write;
 
@@ -353,9 +358,10 @@ pub use idem_macros::write;
 /// idem::retry!(get_balance("cus_42"), when = |e: &MyError| e.is_transient())
 /// ```
 ///
-/// It takes a call of a free function by its path, and checks at compile time that the function
-/// is safe to repeat: a `#[write]`, an unclassified function or a method is a compile error that
-/// names the fix. An async call sleeps on tokio's timer; a sync one sleeps the thread.
+/// It takes a call of a free or associated function by its path, and checks at compile time that
+/// the function is safe to repeat: a `#[write]`, an unclassified function or a method is a
+/// compile error that names the fix. An async call sleeps on tokio's timer; a sync one sleeps
+/// the thread.
 ///
 /// ```
 /// # use std::sync::atomic::{AtomicU32, Ordering};
@@ -383,8 +389,8 @@ pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
     may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
-    Call, Classified, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved,
-    RetrySafe, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'
@@ -397,10 +403,11 @@ pub mod __private {
         args, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
-    // The classification every attribute declares beside a free function.
-    pub use idem_runtime::{Classified, Kind, RetrySafe, ToolInfo};
+    // The classification: the type of the companion constant every attribute declares beside
+    // its function, read by `tool_info!` and `retry!`.
+    pub use idem_runtime::{Kind, ToolInfo};
     // `retry!`.
-    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking, retry_safe};
+    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking};
     pub use idem_runtime::Backoff;
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
@@ -417,16 +424,26 @@ pub mod __private {
 /// }
 ///
 /// const INFO: idem::ToolInfo = idem::tool_info!(get_balance);
+///
+/// # fn main() {
 /// assert_eq!(INFO.name, "get_balance");
 /// assert_eq!(INFO.kind, idem::Kind::Read);
 /// assert!(INFO.annotations().read_only_hint);
+/// # }
 /// ```
 ///
-/// It reads a hidden companion type that the attribute declares beside the function, with the
-/// same name and visibility; methods have none (see the crate docs).
+/// It reads a hidden companion constant, `__idem_tool_<name>`, that the attribute declares
+/// beside the function with the function's visibility, so it takes a tool declared at module
+/// level or in an inherent `impl`, not inside a function's body. Where the function is imported
+/// alone (`mod charge; pub use charge::charge;`), import the companion with it
+/// (`pub use charge::{charge, __idem_tool_charge};`): the compile error names it. A method that
+/// takes `self` or names `Self` has none (see the crate docs).
 #[macro_export]
 macro_rules! tool_info {
     ($tool:path) => {
-        <$tool as $crate::Classified>::INFO
+        $crate::__tool_info!($crate, $tool)
     };
 }
+
+#[doc(hidden)]
+pub use idem_macros::tool_info as __tool_info;

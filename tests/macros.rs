@@ -506,3 +506,192 @@ async fn retry_returns_an_in_doubt_key_at_once_in_async_tools() {
     assert_eq!(asked, 0, "not retried");
     assert_eq!(doubtful::ASYNC_RUNS.load(Ordering::SeqCst), 1, "the body never ran again");
 }
+
+// The reference keys below were computed with the reference derivation in Python,
+// `sha256(f"{scope}\0{tool}\0{json.dumps(args, sort_keys=True, separators=(',', ':'))}")[:32]`,
+// and are written here as it printed them, so that they check the macro against Python rather
+// than against `Key::derive`.
+
+mod raw {
+    use super::*;
+
+    test_store!(STORE);
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge(r#type: &str, order: &str) -> Result<String, PayError> {
+        let _ = (r#type, order);
+        Ok(idem::current_key().to_string())
+    }
+
+    #[idem::idempotent(scope = "r#type", store = STORE)]
+    pub fn classify(r#type: &str, amount: u64) -> Result<String, PayError> {
+        let _ = (r#type, amount);
+        Ok(idem::current_key().to_string())
+    }
+}
+
+#[test]
+fn raw_identifier_parameters_key_by_their_plain_names() {
+    // {"type": "card"} in scope "o-1" for tool "charge".
+    assert_eq!(raw::charge("card", "o-1").unwrap(), "5143c103a521d3d287dbf29e104fc33f");
+    // {"amount": 5} in scope "refund" for tool "classify".
+    assert_eq!(raw::classify("refund", 5).unwrap(), "853d799d4450014a0c562c9101e59a28");
+    const INFO: idem::ToolInfo = idem::tool_info!(raw::classify);
+    assert_eq!(INFO.kind, Kind::Idempotent { scope: "type" });
+}
+
+mod conditional {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge(
+        order: &str,
+        #[cfg(any())] gone: String,
+        kept: u8,
+        #[cfg(test)] present: bool,
+        #[cfg_attr(test, cfg(any()), allow(unused))] also_gone: u32,
+    ) -> Result<String, PayError> {
+        let _ = (order, kept, present);
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(idem::current_key().to_string())
+    }
+}
+
+#[test]
+fn a_parameter_compiled_out_leaves_the_key() {
+    // {"kept": 7, "present": true} in scope "o-1" for tool "charge".
+    assert_eq!(conditional::charge("o-1", 7, true).unwrap(), "41e491faf962519af9ad0e0613cb28f7");
+    assert_eq!(conditional::charge("o-1", 7, true).unwrap(), "41e491faf962519af9ad0e0613cb28f7");
+    assert_eq!(conditional::RUNS.load(Ordering::SeqCst), 1);
+}
+
+mod tangled {
+    use super::*;
+
+    test_store!(STORE);
+
+    /// Every parameter is named like a binding of the expansion.
+    #[idem::idempotent(scope = "__idem_call", tool = "tangle", store = STORE, wait = "1s")]
+    pub fn tangle(
+        __idem_call: &str,
+        __idem_args: u32,
+        __idem_body: &str,
+        __idem_ret: bool,
+        __idem_store: u8,
+        __idem_lookup: u8,
+    ) -> Result<String, PayError> {
+        let _ = (__idem_call, __idem_args, __idem_body, __idem_ret, __idem_store, __idem_lookup);
+        Ok(idem::current_key().to_string())
+    }
+}
+
+#[test]
+fn parameters_named_like_the_expansion_keep_their_values() {
+    // {"__idem_args": 3, "__idem_body": "b", "__idem_lookup": 5, "__idem_ret": true,
+    // "__idem_store": 4} in scope "o-1" for tool "tangle".
+    let key = tangled::tangle("o-1", 3, "b", true, 4, 5).unwrap();
+    assert_eq!(key, "4ea46152078a0c8b3fe7f2e83a313ac5");
+}
+
+/// A tool in a module of its own name, re-exported beside it: the layout that a companion
+/// type named like the function made fail to compile.
+mod refunds {
+    pub mod refund {
+        use super::super::*;
+
+        test_store!(STORE);
+        pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+        #[idem::idempotent(scope = "order", store = STORE)]
+        pub fn refund(order: &str, amount: u64) -> Result<String, PayError> {
+            let _ = (order, amount);
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(idem::current_key().to_string())
+        }
+    }
+    pub use refund::{__idem_tool_refund, refund};
+}
+
+#[test]
+fn a_tool_in_a_module_of_its_name_is_keyed_and_classified() {
+    // {"amount": 8} in scope "o-4" for tool "refund".
+    let key = idem::retry!(refunds::refund("o-4", 8), backoff = quick()).unwrap();
+    assert_eq!(key, "5a25031200d93f811e55039b3802466c");
+    assert_eq!(refunds::refund("o-4", 8).unwrap(), key);
+    assert_eq!(refunds::refund::RUNS.load(Ordering::SeqCst), 1);
+    const INFO: idem::ToolInfo = idem::tool_info!(refunds::refund);
+    assert_eq!(INFO.kind, Kind::Idempotent { scope: "order" });
+    assert_eq!(idem::tool_info!(refunds::refund::refund), INFO);
+}
+
+mod associated {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    pub struct Ledger;
+
+    impl Ledger {
+        #[idem::read]
+        pub fn ping(x: u32) -> Result<u32, PayError> {
+            Ok(x)
+        }
+
+        #[idem::idempotent(scope = "order", tool = "settle", store = STORE)]
+        pub fn settle(order: &str, amount: u64) -> Result<String, PayError> {
+            let _ = (order, amount);
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(idem::current_key().to_string())
+        }
+
+        #[idem::write]
+        pub(crate) fn wipe() -> Result<(), PayError> {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn an_associated_function_is_keyed_and_classified() {
+    // {"amount": 30} in scope "o-2" for tool "settle".
+    let key = associated::Ledger::settle("o-2", 30).unwrap();
+    assert_eq!(key, "2d8f13bcbc28d6c370fbd8260e69fd12");
+    assert_eq!(associated::Ledger::settle("o-2", 30).unwrap(), key);
+    assert_eq!(associated::RUNS.load(Ordering::SeqCst), 1);
+    assert_eq!(idem::retry!(associated::Ledger::ping(4)), Ok(4));
+    assert_eq!(idem::tool_info!(associated::Ledger::ping).kind, Kind::Read);
+    assert_eq!(idem::tool_info!(associated::Ledger::wipe).kind, Kind::Write);
+    associated::Ledger::wipe().unwrap();
+}
+
+mod future_returning {
+    use super::*;
+
+    test_store!(STORE);
+    pub static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idem::idempotent(scope = "order", store = STORE)]
+    pub fn charge_later(
+        order: String,
+        amount: u64,
+    ) -> impl std::future::Future<Output = Result<String, PayError>> + Send {
+        async move {
+            let _ = (order, amount);
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(idem::current_key().to_string())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_function_returning_a_future_runs_once_per_key() {
+    // {"amount": 12} in scope "o-3" for tool "charge_later".
+    let key = future_returning::charge_later("o-3".to_owned(), 12).await.unwrap();
+    assert_eq!(key, "7e9ced4ea0c2ad55e3ce6302e4ec89a6");
+    assert_eq!(future_returning::charge_later("o-3".to_owned(), 12).await.unwrap(), key);
+    assert_eq!(future_returning::RUNS.load(Ordering::SeqCst), 1);
+}

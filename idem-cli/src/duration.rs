@@ -1,30 +1,16 @@
-//! Durations as operators write them: `30d`, `12h`, `15m`, `90s`, `500ms`.
+//! Durations as operators write them: `30d`, `12h`, `15m`, `90s`, `500ms`, in humantime's syntax,
+//! the one the attributes' `wait` and `ttl` take too.
 
 use std::time::Duration;
 
-/// Parses a whole number followed by one unit: `ms`, `s`, `m`, `h` or `d`.
+/// Parses a duration such as `30d` or `1h 30m` (see `humantime::parse_duration`).
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || {
-        format!("`{text}` is not a duration: write a whole number and a unit, such as 30d, 12h, 15m, 90s or 500ms")
-    };
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-    let (number, unit) = text.split_at(split);
-    if number.is_empty() {
-        return Err(bad());
-    }
-    let number: u64 = number.parse().map_err(|_| bad())?;
-    let millis_per_unit: u64 = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad()),
-    };
-    number
-        .checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{text}` is too long a duration"))
+    humantime::parse_duration(text).map_err(|error| {
+        format!(
+            "`{text}` is not a duration ({error}): write a number and a unit, such as 30d, 12h, \
+             15m, 90s or 500ms"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -42,21 +28,19 @@ mod tests {
     }
 
     #[test]
+    fn reads_humantimes_longer_forms() {
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(90 * 60)));
+        assert_eq!(parse_duration("1w"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("10sec"), Ok(Duration::from_secs(10)));
+    }
+
+    #[test]
     fn refuses_anything_else() {
-        for bad in [
-            "",
-            "30",
-            "d",
-            "-1d",
-            "1.5h",
-            "30 d",
-            "30D",
-            "1w",
-            "10sec",
-            "1h30m",
-            "99999999999999999999d",
-        ] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        for bad in ["", "30", "d", "-1d", "30D", "1fortnight", "99999999999999999999d"] {
+            let error = parse_duration(bad).expect_err(bad);
+            assert!(error.contains(&format!("`{bad}` is not a duration")), "{error}");
         }
         assert!(parse_duration("18446744073709551615d").is_err());
     }

@@ -614,7 +614,7 @@ fn purge_expired_removes_only_expired_records() {
 #[test]
 fn purge_refuses_bad_durations_and_needs_one_mode() {
     let fx = fixture();
-    for bad in ["30", "1w", "1.5h", "-1d", "d", "12 h"] {
+    for bad in ["30", "1fortnight", "-1d", "d", "30D"] {
         let line = idem(&fx.path, &["purge", "--older-than", bad]).fails(2).to_owned();
         assert!(line.contains("not a duration"), "{bad}: {line}");
     }

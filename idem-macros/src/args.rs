@@ -2,6 +2,7 @@
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
+use syn::spanned::Spanned;
 use syn::{LitStr, Path, Token};
 
 mod kw {
@@ -51,13 +52,17 @@ pub(crate) struct Options {
     pub(crate) repeated: Option<syn::Error>,
 }
 
-fn set<T>(
-    slot: &mut Option<Opt<T>>,
-    key: Span,
+/// Parses `keyword = value` into `slot`, noting a repeat in `repeated` rather than failing, so
+/// that every repeated option is reported together.
+fn parse_option<K: Parse + Spanned, T: Parse>(
+    input: ParseStream,
     name: &str,
-    value: T,
+    slot: &mut Option<Opt<T>>,
     repeated: &mut Option<syn::Error>,
-) {
+) -> syn::Result<()> {
+    let key = input.parse::<K>()?.span();
+    input.parse::<Token![=]>()?;
+    let value = input.parse()?;
     if slot.is_some() {
         let error = syn::Error::new(key, format!("`{name}` is given twice: keep one"));
         match repeated {
@@ -67,41 +72,29 @@ fn set<T>(
     } else {
         *slot = Some(Opt { key, value });
     }
+    Ok(())
 }
 
 impl Parse for Options {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let mut options = Options::default();
+        let mut o = Options::default();
+        let r = &mut o.repeated;
         while !input.is_empty() {
             let lookahead = input.lookahead1();
             if lookahead.peek(kw::scope) {
-                let key = input.parse::<kw::scope>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.scope, key, "scope", input.parse()?, &mut options.repeated);
+                parse_option::<kw::scope, _>(input, "scope", &mut o.scope, r)?;
             } else if lookahead.peek(kw::tool) {
-                let key = input.parse::<kw::tool>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.tool, key, "tool", input.parse()?, &mut options.repeated);
+                parse_option::<kw::tool, _>(input, "tool", &mut o.tool, r)?;
             } else if lookahead.peek(kw::store) {
-                let key = input.parse::<kw::store>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.store, key, "store", input.parse()?, &mut options.repeated);
+                parse_option::<kw::store, _>(input, "store", &mut o.store, r)?;
             } else if lookahead.peek(kw::wait) {
-                let key = input.parse::<kw::wait>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.wait, key, "wait", input.parse()?, &mut options.repeated);
+                parse_option::<kw::wait, _>(input, "wait", &mut o.wait, r)?;
             } else if lookahead.peek(kw::ttl) {
-                let key = input.parse::<kw::ttl>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.ttl, key, "ttl", input.parse()?, &mut options.repeated);
+                parse_option::<kw::ttl, _>(input, "ttl", &mut o.ttl, r)?;
             } else if lookahead.peek(kw::in_doubt) {
-                let key = input.parse::<kw::in_doubt>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.in_doubt, key, "in_doubt", input.parse()?, &mut options.repeated);
+                parse_option::<kw::in_doubt, _>(input, "in_doubt", &mut o.in_doubt, r)?;
             } else if lookahead.peek(Token![crate]) {
-                let key = input.parse::<Token![crate]>()?.span;
-                input.parse::<Token![=]>()?;
-                set(&mut options.krate, key, "crate", input.parse()?, &mut options.repeated);
+                parse_option::<Token![crate], _>(input, "crate", &mut o.krate, r)?;
             } else {
                 return Err(lookahead.error());
             }
@@ -109,7 +102,7 @@ impl Parse for Options {
                 input.parse::<Token![,]>()?;
             }
         }
-        Ok(options)
+        Ok(o)
     }
 }
 

@@ -1,14 +1,21 @@
 //! Turning a validated tool into code: the original function, its body wrapped in the engine
 //! the way `#[instrument]` wraps one, and its companion classification.
+//!
+//! Every token the expansion writes has a `Span::mixed_site()` resolution, so that its bindings
+//! (`__idem_call`, `__idem_args`, …) and the user's parameters cannot see one another, whatever
+//! the parameters are named; only the user's own tokens resolve at the call site.
+
+use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{quote, ToTokens};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::ItemFn;
 
 use crate::args::{self, Attr, Options};
 use crate::classify;
-use crate::validate::{self, Shape, Tool};
+use crate::output::{self, Shape};
+use crate::validate::{self, Tool};
 
 /// Expands one attribute. On any error the function is still emitted (without our helper
 /// attributes) beside the errors, so that one mistake does not bury the user in others.
@@ -59,14 +66,24 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
     let prepare = prepare_call(tool);
     let output = tool.output.as_ref().expect("validated: an idempotent tool returns a Result");
     let span = output.span();
+    let mixed = Span::mixed_site();
     match tool.shape {
         Shape::Sync => {
-            let run = respan(quote!(#krate::__private::run_sync(__idem_call, __idem_body)), span);
+            let run = respan(quote_spanned!(mixed=> #krate::__private::run_sync), span);
             let body = &item.block;
-            item.block = syn::parse_quote!({
+            *item.block = syn::parse_quote_spanned!(mixed=> {
                 #prepare
                 let __idem_body = move || -> #output #body;
-                #run
+                #run(__idem_call, __idem_body)
+            });
+        }
+        Shape::Future => {
+            let run = respan(quote_spanned!(mixed=> #krate::__private::run_async), span);
+            let body = &item.block;
+            *item.block = syn::parse_quote_spanned!(mixed=> {
+                #prepare
+                let __idem_body = move || #body;
+                #run(__idem_call, __idem_body)
             });
         }
         Shape::Async => {
@@ -74,8 +91,8 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
             *item.block = block;
         }
         Shape::Boxed => {
-            let inner = validate::boxed_async_block_mut(&mut item.block)
-                .expect("validated: a boxed async body");
+            let inner =
+                output::boxed_async_block(&mut item.block).expect("validated: a boxed async body");
             inner.block = async_body(krate, &prepare, output, &inner.block, span);
         }
     }
@@ -89,35 +106,42 @@ fn async_body(
     body: &syn::Block,
     span: Span,
 ) -> syn::Block {
-    let run = respan(quote!(#krate::__private::run_async(__idem_call, __idem_body)), span);
-    syn::parse_quote!({
+    let mixed = Span::mixed_site();
+    let run = respan(quote_spanned!(mixed=> #krate::__private::run_async), span);
+    syn::parse_quote_spanned!(mixed=> {
         #prepare
         let __idem_body = move || async move {
             let __idem_ret: #output = #body;
             __idem_ret
         };
-        #run.await
+        #run(__idem_call, __idem_body).await
     })
 }
 
-/// `let __idem_call: Result<Call, Error> = …;` from the key parameters and the options.
+/// `let __idem_call: Result<Call, Error> = …;` from the key parameters and the options. Each key
+/// parameter is added in a statement of its own that carries the parameter's `#[cfg]`s.
 fn prepare_call(tool: &Tool) -> TokenStream {
     let krate = &tool.krate;
     let name = &tool.name;
+    let mixed = Span::mixed_site();
     let args = tool.key_params.iter().map(|param| {
-        let ident = &param.name;
-        let label = ident.to_string();
+        let (ident, label, cfgs) = (&param.name, &param.label, &param.cfgs);
+        // Located at the parameter's type, the parameter's own name included (it keeps its
+        // resolution), so that a key parameter that is not `Serialize` is reported there.
         let key_arg = respan(
-            quote!(#krate::__private::key_arg(__idem_args, #label, &#ident)),
+            quote_spanned!(mixed=> #krate::__private::key_arg(__idem_args, #label, &#ident)),
             param.ty.span(),
         );
-        quote!(.and_then(|__idem_args| #key_arg))
+        quote_spanned! {mixed=>
+            #(#cfgs)*
+            let __idem_args = __idem_args.and_then(|__idem_args| #key_arg);
+        }
     });
     let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
-    let scope_fn = respan(quote!(#krate::__private::scope), param.span());
+    let scope_fn = respan(quote_spanned!(mixed=> #krate::__private::scope), param.span());
     let store = tool.store.as_ref().map(|path| {
-        quote! {
+        quote_spanned! {mixed=>
             .and_then(|__idem_call| {
                 #[allow(unused_imports)]
                 use #krate::__private::{StoreFromFn as _, StoreFromStatic as _};
@@ -125,18 +149,23 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             })
         }
     });
-    let wait = tool.wait_ms.map(
-        |ms| quote!(.map(|__idem_call| __idem_call.wait(::core::time::Duration::from_millis(#ms)))),
-    );
-    let ttl = tool.ttl_ms.map(
-        |ms| quote!(.map(|__idem_call| __idem_call.ttl(::core::time::Duration::from_millis(#ms)))),
-    );
-    let rerun = tool
-        .rerun
-        .then(|| quote!(.map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))));
-    quote! {
-        let __idem_call = #krate::__private::args(#name)
-            #(#args)*
+    let wait = tool.wait.map(|wait| {
+        let wait = duration(wait);
+        quote_spanned!(mixed=> .map(|__idem_call| __idem_call.wait(#wait)))
+    });
+    let ttl = tool.ttl.map(|ttl| {
+        let ttl = duration(ttl);
+        quote_spanned!(mixed=> .map(|__idem_call| __idem_call.ttl(#ttl)))
+    });
+    let rerun = tool.rerun.then(|| {
+        quote_spanned! {mixed=>
+            .map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))
+        }
+    });
+    quote_spanned! {mixed=>
+        let __idem_args = #krate::__private::args(#name);
+        #(#args)*
+        let __idem_call = __idem_args
             .map(|__idem_args| {
                 #krate::__private::Call::from_canonical(
                     #name,
@@ -151,19 +180,26 @@ fn prepare_call(tool: &Tool) -> TokenStream {
     }
 }
 
-/// `tokens` with every span set to `span`, so that a failed bound on a generated call points at
-/// the user's tokens (a path whose tokens mix spans is reported at the attribute).
+fn duration(duration: Duration) -> TokenStream {
+    let (secs, nanos) = (duration.as_secs(), duration.subsec_nanos());
+    quote_spanned!(Span::mixed_site()=> ::core::time::Duration::new(#secs, #nanos))
+}
+
+/// `tokens` located at `span`, so that a failed bound on a generated call points at the user's
+/// tokens (a path whose tokens mix spans is reported at the attribute), while still resolving
+/// at the mixed site like the rest of the expansion.
 pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut token| {
+            let located = token.span().located_at(span);
             if let TokenTree::Group(group) = &token {
                 let mut inner =
                     proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
+                inner.set_span(located);
                 token = TokenTree::Group(inner);
             }
-            token.set_span(span);
+            token.set_span(located);
             token
         })
         .collect()

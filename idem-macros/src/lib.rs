@@ -3,6 +3,7 @@
 mod args;
 mod classify;
 mod expand;
+mod output;
 mod retry;
 mod validate;
 
@@ -33,4 +34,12 @@ pub fn write(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn retry(input: TokenStream) -> TokenStream {
     retry::expand(input.into()).into()
+}
+
+/// The classification of a tool, read from its companion; used through `idem::tool_info!`, which
+/// passes `$crate` first.
+#[doc(hidden)]
+#[proc_macro]
+pub fn tool_info(input: TokenStream) -> TokenStream {
+    classify::tool_info(input.into()).into()
 }

@@ -1,8 +1,8 @@
 //! `retry!`: parse a call of a classified tool, check at compile time that the tool is safe to
 //! repeat, and hand the call to the runtime's backoff loop.
 
-use proc_macro2::TokenStream;
-use quote::quote;
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{Expr, ExprCall, LitStr, Path, Token};
@@ -96,63 +96,56 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
     let check = safety_check(&func.path, &krate);
     let backoff = match &input.backoff {
         Some(backoff) => quote!(#backoff),
-        None => quote!(#krate::__private::Backoff::default()),
+        None => quote_spanned!(Span::mixed_site()=> #krate::__private::Backoff::default()),
     };
     let when = match &input.when {
         Some(when) => quote!(#when),
-        None => quote!(#krate::__private::retry_any),
+        None => quote_spanned!(Span::mixed_site()=> #krate::__private::retry_any),
     };
     let call = &input.call;
     Ok(if input.is_async {
-        quote! {{
+        quote_spanned! {Span::mixed_site()=> {
             #check
             #krate::__private::retry_async(&#backoff, #when, || #call).await
         }}
     } else {
-        quote! {{
+        quote_spanned! {Span::mixed_site()=> {
             #check
             #krate::__private::retry_blocking(&#backoff, #when, || #call)
         }}
     })
 }
 
-/// A module that imports the tool's companion type under a fixed name, or, when the function
-/// has none (it is unclassified), a fallback that is not `RetrySafe`: an explicit import shadows
-/// a glob one in the type namespace only, so the fallback is seen exactly when no companion
-/// exists. The bound then fails with our message, spanned on the user's path.
+/// A compile-time check that the tool at `path` is safe to repeat: its companion, found by
+/// `classify::lookup`, says it is a read or an idempotent write. A failure is a constant
+/// evaluation that panics with our message, located at the user's path.
 fn safety_check(path: &Path, krate: &Path) -> TokenStream {
-    let mut import = path.clone();
-    for segment in &mut import.segments {
-        segment.arguments = syn::PathArguments::None;
-    }
-    let first = import.segments.first().map(|s| s.ident.to_string()).unwrap_or_default();
-    let import = if import.leading_colon.is_some() || first == "crate" {
-        quote!(#import)
-    } else if first == "self" {
-        let rest = import.segments.iter().skip(1);
-        quote!(super #(::#rest)*)
-    } else if first == "super" {
-        quote!(super::#import)
-    } else {
-        quote!(#import)
-    };
-    let span = path.span();
-    let assert =
-        crate::expand::respan(quote!(#krate::__private::retry_safe::<__idem_tool>()), span);
-    quote! {
-        #[allow(non_snake_case)]
-        mod __idem_retry_check {
-            #[allow(unused_imports)]
-            use super::*;
-            #[allow(unused_imports)]
-            use self::__idem_fallback::*;
-            mod __idem_fallback {
-                #[allow(non_camel_case_types, dead_code)]
-                pub struct __idem_tool {}
-            }
-            #[allow(unused_imports)]
-            use #import as __idem_tool;
-            const _: () = #assert;
-        }
-    }
+    let name = crate::classify::function_name(path);
+    let companion = crate::classify::companion_name(&path.segments.last().expect("a path").ident);
+    let lookup = crate::classify::lookup(path, &quote!(#krate));
+    let write = format!(
+        "`{name}` is a `#[idem::write]`: repeating it repeats its effect, so retry! never \
+         repeats it; key it with `#[idem::idempotent(scope = \"…\")]` to make it safe to retry"
+    );
+    let unknown = format!(
+        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
+         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
+         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
+         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
+         A tool declared inside a function's body cannot be looked up: declare it at module \
+         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
+         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
+         `#[idem::write]` or an unclassified function"
+    );
+    let check = crate::expand::respan(
+        quote_spanned! {Span::mixed_site()=>
+            const _: () = match __idem_lookup::FOUND {
+                ::core::option::Option::Some(info) if info.retry_safe() => {}
+                ::core::option::Option::Some(_) => ::core::panic!("{}", #write),
+                ::core::option::Option::None => ::core::panic!("{}", #unknown),
+            };
+        },
+        path.span(),
+    );
+    quote!(#lookup #check)
 }

@@ -1,26 +1,19 @@
 //! The checks that make misuse a compile error, all in one pass, each spanned on the user's
 //! tokens. The result is a view of the tool that `expand` turns into code.
 
+use std::time::Duration;
+
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::ToTokens;
-use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Stmt, Type};
+use syn::ext::IdentExt;
+use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Type};
 
 use crate::args::{Attr, Options};
-
-/// How the body runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Shape {
-    /// A plain `fn`: the body goes in a closure.
-    Sync,
-    /// An `async fn`: the body goes in an `async move` block.
-    Async,
-    /// A `fn` whose body is `Box::pin(async move { … })`, as `#[async_trait]` and rmcp's `#[tool]`
-    /// write it: the inner block is wrapped.
-    Boxed,
-}
+use crate::output::{self, Shape};
 
 /// The value a `scope = "param.field"` names.
 pub(crate) struct Scope {
+    /// The path as data (in `Kind::Idempotent` and messages), raw identifiers written plain.
     pub(crate) text: String,
     pub(crate) param: Ident,
     pub(crate) fields: Vec<Member>,
@@ -29,7 +22,12 @@ pub(crate) struct Scope {
 /// A parameter that enters the key.
 pub(crate) struct KeyParam {
     pub(crate) name: Ident,
+    /// Its name in the key: `type` for `r#type`, as a Python service spells it.
+    pub(crate) label: String,
     pub(crate) ty: Type,
+    /// Its `#[cfg]` attributes, carried onto its use so that a parameter compiled out leaves
+    /// the key with it.
+    pub(crate) cfgs: Vec<Attribute>,
 }
 
 /// A validated tool, ready to expand.
@@ -40,14 +38,21 @@ pub(crate) struct Tool {
     pub(crate) scope: Option<Scope>,
     pub(crate) key_params: Vec<KeyParam>,
     pub(crate) store: Option<Path>,
-    pub(crate) wait_ms: Option<u64>,
-    pub(crate) ttl_ms: Option<u64>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) ttl: Option<Duration>,
     pub(crate) rerun: bool,
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
-    /// Whether a companion type can sit beside the function (not for methods).
+    /// Whether the companion constant is emitted beside the function (see `classify`).
     pub(crate) companion: bool,
+}
+
+/// A typed parameter as the checks see it: its plain name if it has one, and its `#[idem(skip)]`.
+struct Param<'a> {
+    name: Option<&'a Ident>,
+    typed: &'a syn::PatType,
+    skip: Option<Span>,
 }
 
 /// Checks `item` under `attr` with `options`; `skips` holds each parameter's `#[idem(skip)]`.
@@ -60,7 +65,7 @@ pub(crate) fn tool(
     errors: &mut Vec<syn::Error>,
 ) -> Tool {
     let sig = &item.sig;
-    let fn_name = sig.ident.to_string();
+    let fn_name = sig.ident.unraw().to_string();
     let attr_name = attr.name();
 
     if let Some(repeated) = options.repeated {
@@ -152,37 +157,18 @@ pub(crate) fn tool(
         None => syn::parse_quote!(::idem),
     };
 
-    let shape = if sig.asyncness.is_some() {
-        Shape::Async
-    } else if boxed_async_block(item).is_some() {
-        Shape::Boxed
-    } else {
-        Shape::Sync
-    };
-    let output = match (&sig.output, shape) {
-        (syn::ReturnType::Type(_, ty), Shape::Boxed) => future_output(ty),
-        (syn::ReturnType::Type(_, ty), _) => Some((**ty).clone()),
-        (syn::ReturnType::Default, _) => None,
-    };
-    if attr == Attr::Idempotent && !output.as_ref().is_some_and(is_result) {
-        let message = format!(
-            "an `#[idempotent]` tool returns `Result<T, E>`: its `Ok` value is stored and replayed, \
-             and the store's failures travel in `E: From<idem::Error>`; change `{fn_name}` to return \
-             a `Result`"
-        );
-        errors.push(match &sig.output {
-            syn::ReturnType::Type(_, ty) => syn::Error::new_spanned(ty, message),
-            syn::ReturnType::Default => syn::Error::new_spanned(&sig.ident, message),
-        });
+    let (shape, output) = output::shape_and_output(item);
+    if attr == Attr::Idempotent {
+        check_output(item, shape, output.as_ref(), &fn_name, errors);
     }
 
-    let params: Vec<(Option<&Ident>, &syn::PatType, Option<Span>)> = sig
+    let params: Vec<Param> = sig
         .inputs
         .iter()
         .zip(skips)
         .filter_map(|(input, skip)| match input {
             FnArg::Receiver(_) => None,
-            FnArg::Typed(typed) => Some((plain_name(&typed.pat), typed, *skip)),
+            FnArg::Typed(typed) => Some(Param { name: plain_name(&typed.pat), typed, skip: *skip }),
         })
         .collect();
 
@@ -205,22 +191,33 @@ pub(crate) fn tool(
 
     let mut key_params = Vec::new();
     if attr == Attr::Idempotent {
-        for (name, typed, skip) in &params {
-            let is_scope = scope.as_ref().is_some_and(|s| Some(&s.param) == *name);
-            match (skip, is_scope) {
+        for param in &params {
+            let is_scope = scope.as_ref().is_some_and(|s| Some(&s.param) == param.name);
+            let cfgs = conditions(&param.typed.attrs);
+            if let (true, Some(cfg)) = (is_scope, cfgs.first()) {
+                errors.push(syn::Error::new_spanned(
+                    cfg,
+                    "the scope parameter cannot be conditional: without it there is no key; drop \
+                     the `#[cfg]` or choose a scope that is always there",
+                ));
+            }
+            match (param.skip, is_scope) {
                 (Some(span), true) => errors.push(syn::Error::new(
-                    *span,
+                    span,
                     "the scope parameter cannot be skipped: the key is built from it; drop \
                      `#[idem(skip)]` or choose another scope",
                 )),
                 (Some(_), false) => {}
                 (None, true) if scope.as_ref().is_some_and(|s| s.fields.is_empty()) => {}
-                (None, _) => match name {
-                    Some(name) => {
-                        key_params.push(KeyParam { name: (*name).clone(), ty: (*typed.ty).clone() })
-                    }
+                (None, _) => match param.name {
+                    Some(name) => key_params.push(KeyParam {
+                        name: name.clone(),
+                        label: name.unraw().to_string(),
+                        ty: (*param.typed.ty).clone(),
+                        cfgs,
+                    }),
                     None => errors.push(syn::Error::new_spanned(
-                        &typed.pat,
+                        &param.typed.pat,
                         "a key parameter needs a plain name, which the key uses: bind it to a \
                          name, or mark it `#[idem(skip)]` if it is not part of the intent",
                     )),
@@ -229,8 +226,8 @@ pub(crate) fn tool(
         }
     }
 
-    let wait_ms = options.wait.as_ref().and_then(|o| duration_ms(&o.value, errors));
-    let ttl_ms = options.ttl.as_ref().and_then(|o| duration_ms(&o.value, errors));
+    let wait = options.wait.as_ref().and_then(|o| duration(&o.value, errors));
+    let ttl = options.ttl.as_ref().and_then(|o| duration(&o.value, errors));
     let rerun = match &options.in_doubt {
         Some(o) => match o.value.value().as_str() {
             "fail" => false,
@@ -250,7 +247,6 @@ pub(crate) fn tool(
         None => false,
     };
 
-    let companion = !mentions_self(sig);
     Tool {
         attr,
         name,
@@ -258,13 +254,97 @@ pub(crate) fn tool(
         scope,
         key_params,
         store: options.store.map(|o| o.value),
-        wait_ms,
-        ttl_ms,
+        wait,
+        ttl,
         rerun,
         shape,
         output,
-        companion,
+        // `Box::pin(async move { … })` is what `#[async_trait]` writes, in trait impls, which
+        // cannot hold the companion; a free function written that way by hand loses only its
+        // classification, while a companion in a trait impl would not compile.
+        companion: !is_surely_in_impl(sig) && shape != Shape::Boxed,
     }
+}
+
+/// The return type of an `#[idempotent]` tool: a future's output for the future shapes, a
+/// `Result` recognised by its syntax, with an owned `Ok` type.
+fn check_output(
+    item: &ItemFn,
+    shape: Shape,
+    output: Option<&Type>,
+    fn_name: &str,
+    errors: &mut Vec<syn::Error>,
+) {
+    let returned = match &item.sig.output {
+        syn::ReturnType::Type(_, ty) => Some(&**ty),
+        syn::ReturnType::Default => None,
+    };
+    // The whole return type, or the function's name when it returns nothing.
+    let at_output = |message: String| match returned {
+        Some(ty) => syn::Error::new_spanned(ty, message),
+        None => syn::Error::new_spanned(&item.sig.ident, message),
+    };
+    if shape == Shape::Sync && returned.is_some_and(output::is_future) {
+        errors.push(at_output(format!(
+            "`{fn_name}` returns a future that is not `impl Future<Output = Result<T, E>>` and \
+                 whose body is not `Box::pin(async move {{ … }})`: the macro cannot wrap it; write \
+                 it as `async fn {fn_name}(…) -> Result<T, E>`"
+        )));
+        return;
+    }
+    let Some(output) = output else {
+        errors.push(at_output(format!(
+            "an `#[idempotent]` tool returns `Result<T, E>`: its `Ok` value is stored and \
+                 replayed, and the store's failures travel in `E: From<idem::Error>`; change \
+                 `{fn_name}` to return a `Result`"
+        )));
+        return;
+    };
+    let Some(ok) = output::result_ok_type(output) else {
+        errors.push(syn::Error::new_spanned(
+            output,
+            format!(
+                "an `#[idempotent]` tool returns `Result<T, E>`, written `Result<…>` or as an alias \
+                 named `Result` such as `io::Result<T>` (the macro knows it by that name and cannot \
+                 see through other aliases): its `Ok` value is stored and replayed, and the \
+                 store's failures travel in `E: From<idem::Error>`; change `{fn_name}` to return \
+                 a `Result`"
+            ),
+        ));
+        return;
+    };
+    if let Some(borrowed) = output::borrowed_part(ok) {
+        errors.push(syn::Error::new_spanned(
+            borrowed,
+            "a replayed result must be owned: on a replay the `Ok` value is read back from the \
+             store, which cannot lend a borrow; return an owned type (`String`, not `&str`; \
+             `Vec<T>`, not `&[T]`)",
+        ));
+    }
+}
+
+/// The attributes that may compile a parameter out: each `#[cfg(…)]`, and each
+/// `#[cfg_attr(pred, …)]` cut down to the `cfg(…)` it applies (its other attributes belong to
+/// the parameter, not to a use of it).
+fn conditions(attrs: &[Attribute]) -> Vec<Attribute> {
+    let mut conditions = Vec::new();
+    for attr in attrs {
+        if attr.path().is_ident("cfg") {
+            conditions.push(attr.clone());
+        } else if attr.path().is_ident("cfg_attr") {
+            let parsed = attr.parse_args_with(
+                syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+            );
+            let Ok(parsed) = parsed else { continue };
+            let mut parts = parsed.into_iter();
+            let Some(predicate) = parts.next() else { continue };
+            let cfgs: Vec<syn::Meta> = parts.filter(|meta| meta.path().is_ident("cfg")).collect();
+            if !cfgs.is_empty() {
+                conditions.push(syn::parse_quote!(#[cfg_attr(#predicate, #(#cfgs),*)]));
+            }
+        }
+    }
+    conditions
 }
 
 /// Whether `path` names one of our attributes (`read`, `idem::write`, …).
@@ -285,18 +365,15 @@ fn plain_name(pat: &Pat) -> Option<&Ident> {
     }
 }
 
-fn parse_scope(
-    lit: &LitStr,
-    params: &[(Option<&Ident>, &syn::PatType, Option<Span>)],
-    errors: &mut Vec<syn::Error>,
-) -> Option<Scope> {
-    let text = lit.value();
-    let mut segments = text.split('.');
+fn parse_scope(lit: &LitStr, params: &[Param], errors: &mut Vec<syn::Error>) -> Option<Scope> {
+    let written = lit.value();
+    let mut segments = written.split('.');
     let first = segments.next().unwrap_or_default();
-    let param = params.iter().find_map(|(name, _, _)| name.filter(|n| *n == first));
+    let first = first.strip_prefix("r#").unwrap_or(first);
+    let param = params.iter().find_map(|p| p.name.filter(|n| n.unraw() == first));
     let Some(param) = param else {
         let names: Vec<String> =
-            params.iter().filter_map(|(name, _, _)| name.map(ToString::to_string)).collect();
+            params.iter().filter_map(|p| p.name.map(|n| n.unraw().to_string())).collect();
         let known = if names.is_empty() {
             "it has none".to_owned()
         } else {
@@ -305,136 +382,77 @@ fn parse_scope(
         errors.push(syn::Error::new_spanned(
             lit,
             format!(
-                "`scope = \"{text}\"` names no parameter ({known}); the scope is a parameter, or a \
-                 field path into one such as \"req.order_id\""
+                "`scope = \"{written}\"` names no parameter ({known}); the scope is a parameter, or \
+                 a field path into one such as \"req.order_id\""
             ),
         ));
         return None;
     };
+    let mut text = first.to_owned();
     let mut fields = Vec::new();
     for segment in segments {
-        match syn::parse_str::<Member>(segment) {
-            Ok(member) => fields.push(with_span(member, lit.span())),
-            Err(_) => {
-                errors.push(syn::Error::new_spanned(
-                    lit,
-                    format!("`{segment}` in `scope = \"{text}\"` is not a field name"),
-                ));
-                return None;
-            }
+        let Some(member) = field(segment, lit.span()) else {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!("`{segment}` in `scope = \"{written}\"` is not a field name"),
+            ));
+            return None;
+        };
+        text.push('.');
+        match &member {
+            Member::Named(ident) => text.push_str(&ident.unraw().to_string()),
+            Member::Unnamed(index) => text.push_str(&index.index.to_string()),
         }
+        fields.push(member);
     }
-    Some(Scope { text, param: Ident::new(&param.to_string(), param.span()), fields })
+    Some(Scope { text, param: param.clone(), fields })
 }
 
-fn with_span(member: Member, span: Span) -> Member {
-    match member {
-        Member::Named(ident) => Member::Named(Ident::new(&ident.to_string(), span)),
-        Member::Unnamed(index) => Member::Unnamed(syn::Index { index: index.index, span }),
+/// A field of a scope path, `r#type` or `type` alike naming the field `r#type`.
+fn field(segment: &str, span: Span) -> Option<Member> {
+    if let Ok(index) = segment.parse::<u32>() {
+        return Some(Member::Unnamed(syn::Index { index, span }));
     }
+    let plain = segment.strip_prefix("r#").unwrap_or(segment);
+    let mut ident = syn::parse_str::<Ident>(plain)
+        .or_else(|_| syn::parse_str::<Ident>(&format!("r#{plain}")))
+        .ok()?;
+    ident.set_span(span);
+    Some(Member::Named(ident))
 }
 
-/// `"500ms"`, `"30s"`, `"5m"`, `"24h"`, `"7d"` in milliseconds.
-fn duration_ms(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<u64> {
+/// A `wait`/`ttl` value, in humantime's syntax (`"500ms"`, `"30s"`, `"24h"`, `"7d"`, `"1h 30m"`).
+fn duration(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<Duration> {
     let text = lit.value();
-    let digits = text.chars().take_while(char::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let scale = match unit {
-        "ms" => Some(1),
-        "s" => Some(1_000),
-        "m" => Some(60_000),
-        "h" => Some(3_600_000),
-        "d" => Some(86_400_000),
-        _ => None,
-    };
-    let ms = scale.and_then(|scale| number.parse::<u64>().ok()?.checked_mul(scale));
-    if ms.is_none() {
-        errors.push(syn::Error::new_spanned(
-            lit,
-            format!(
-                "`\"{text}\"` is not a duration: write a whole number and one unit of ms, s, m, h or \
-                 d, such as \"500ms\", \"30s\" or \"24h\""
-            ),
-        ));
-    }
-    ms
-}
-
-/// The `async move` block of a body that is only `Box::pin(async move { … })`.
-fn boxed_async_block(item: &ItemFn) -> Option<&syn::ExprAsync> {
-    boxed_async_block_of(&item.block)
-}
-
-/// Like [`boxed_async_block`], for mutation.
-pub(crate) fn boxed_async_block_mut(block: &mut syn::Block) -> Option<&mut syn::ExprAsync> {
-    let [Stmt::Expr(Expr::Call(call), None)] = block.stmts.as_mut_slice() else {
-        return None;
-    };
-    if !is_box_pin(&call.func) || call.args.len() != 1 {
-        return None;
-    }
-    match call.args.first_mut() {
-        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
-        _ => None,
-    }
-}
-
-fn boxed_async_block_of(block: &syn::Block) -> Option<&syn::ExprAsync> {
-    let [Stmt::Expr(Expr::Call(call), None)] = block.stmts.as_slice() else {
-        return None;
-    };
-    if !is_box_pin(&call.func) || call.args.len() != 1 {
-        return None;
-    }
-    match call.args.first() {
-        Some(Expr::Async(block)) if block.capture.is_some() => Some(block),
-        _ => None,
-    }
-}
-
-fn is_box_pin(func: &Expr) -> bool {
-    let Expr::Path(path) = func else { return false };
-    let segments: Vec<String> = path.path.segments.iter().map(|s| s.ident.to_string()).collect();
-    segments.ends_with(&["Box".to_owned(), "pin".to_owned()])
-}
-
-/// `X` in a return type such as `Pin<Box<dyn Future<Output = X> + Send + 'a>>`.
-fn future_output(ty: &Type) -> Option<Type> {
-    struct Find(Option<Type>);
-    impl<'ast> syn::visit::Visit<'ast> for Find {
-        fn visit_assoc_type(&mut self, assoc: &'ast syn::AssocType) {
-            if self.0.is_none() && assoc.ident == "Output" {
-                self.0 = Some(assoc.ty.clone());
-            }
+    match humantime::parse_duration(&text) {
+        Ok(duration) => Some(duration),
+        Err(error) => {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!(
+                    "`\"{text}\"` is not a duration ({error}): write a number and a unit, such as \
+                     \"500ms\", \"30s\", \"5m\", \"24h\" or \"7d\""
+                ),
+            ));
+            None
         }
     }
-    let mut find = Find(None);
-    syn::visit::Visit::visit_type(&mut find, ty);
-    find.0
 }
 
-/// Whether `ty` is a `Result` (or an alias whose name ends in `Result`).
-fn is_result(ty: &Type) -> bool {
-    match ty {
-        Type::Path(path) if path.qself.is_none() => {
-            path.path.segments.last().is_some_and(|last| last.ident.to_string().ends_with("Result"))
-        }
-        Type::Paren(inner) => is_result(&inner.elem),
-        Type::Group(inner) => is_result(&inner.elem),
-        _ => false,
-    }
-}
-
-/// A method or associated fn: a companion type cannot sit in an `impl` block.
-fn mentions_self(sig: &syn::Signature) -> bool {
-    fn walk(tokens: TokenStream) -> bool {
+/// Whether the signature proves the function sits in an `impl` or a trait: a receiver, or `Self`
+/// anywhere in it. Without that proof it may be a free function, which needs its companion; a
+/// function in an inherent `impl` can hold one too, so only this proof withholds it.
+fn is_surely_in_impl(sig: &syn::Signature) -> bool {
+    fn mentions_self_type(tokens: TokenStream) -> bool {
         tokens.into_iter().any(|token| match token {
-            TokenTree::Ident(ident) => ident == "self" || ident == "Self",
-            TokenTree::Group(group) => walk(group.stream()),
+            TokenTree::Ident(ident) => ident == "Self",
+            TokenTree::Group(group) => mentions_self_type(group.stream()),
             _ => false,
         })
     }
-    walk(sig.generics.to_token_stream())
-        || walk(sig.inputs.to_token_stream())
-        || walk(sig.output.to_token_stream())
+    sig.receiver().is_some()
+        || mentions_self_type(sig.generics.to_token_stream())
+        || mentions_self_type(sig.generics.where_clause.to_token_stream())
+        || mentions_self_type(sig.inputs.to_token_stream())
+        || mentions_self_type(sig.output.to_token_stream())
 }

@@ -142,9 +142,6 @@ impl<T: Deref<Target = Arc<dyn Store>>> StoreFromStatic for T {
     }
 }
 
-/// Asserts at compile time that a tool may be retried.
-pub const fn retry_safe<T: crate::classify::RetrySafe>() {}
-
 pub use crate::retry::{retry_any, retry_async, retry_blocking};
 
 /// The arguments of `tool`, none yet, ready for [`key_arg`].

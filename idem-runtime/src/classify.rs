@@ -18,8 +18,9 @@ pub enum Kind {
 
 /// The classification of one tool: its name (the one in its keys) and its [`Kind`].
 ///
-/// Every function under `#[idem::read]`, `#[idem::idempotent]` or `#[idem::write]` has one,
-/// read with [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
+/// Every free or associated function under `#[idem::read]`, `#[idem::idempotent]` or
+/// `#[idem::write]` has one (a method taking `self` has none), read with
+/// [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
 ///
 /// ```ignore
 /// #[idem::read]
@@ -75,21 +76,3 @@ pub struct Annotations {
     /// `destructiveHint`: the tool may change or delete what is already there.
     pub destructive_hint: bool,
 }
-
-/// A tool whose classification is known at compile time. The attributes implement it on a
-/// hidden companion type named like the function; read it with `idem::tool_info!`.
-pub trait Classified {
-    /// The tool's classification.
-    const INFO: ToolInfo;
-}
-
-/// A classified tool that is safe to call again: a `#[read]` or an `#[idempotent]` one.
-/// `idem::retry!` takes only these.
-#[diagnostic::on_unimplemented(
-    message = "this function is not known to be safe to retry",
-    label = "not a #[idem::read] or #[idem::idempotent] tool",
-    note = "retry! repeats the call, so it takes only tools whose repetition is harmless: mark a \
-            read `#[idem::read]`, or key the write with `#[idem::idempotent(scope = \"…\")]`; a \
-            `#[idem::write]` or an unclassified function is never retried"
-)]
-pub trait RetrySafe: Classified {}

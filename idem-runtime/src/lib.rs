@@ -29,7 +29,7 @@ mod store;
 mod time;
 
 pub use canonical::{canonical_json, fingerprint};
-pub use classify::{Annotations, Classified, Kind, RetrySafe, ToolInfo};
+pub use classify::{Annotations, Kind, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
 pub use error::{Error, StoreError};

@@ -9,7 +9,7 @@ impl From<idem::Error> for PayError {
     }
 }
 
-#[idem::idempotent(scope = "order_id", ttl = "3 weeks")]
+#[idem::idempotent(scope = "order_id", ttl = "3 fortnights")]
 fn charge_card(amount: u64, order_id: &str) -> Result<u64, PayError> {
     Ok(amount)
 }

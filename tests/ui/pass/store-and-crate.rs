@@ -61,4 +61,20 @@ pub fn read_it(id: u32) -> Result<u32, PayError> {
 fn main() {
     let _ = renamed::retry!(read_it(1), crate = "renamed");
     const _: renamed::ToolInfo = renamed::tool_info!(read_it);
+    imported::calls();
+}
+
+/// The facade imported under another name in a module, rather than as an extern crate.
+mod imported {
+    use idem as facade;
+
+    #[facade::read(crate = "facade")]
+    pub fn look(id: u32) -> Result<u32, crate::PayError> {
+        Ok(id)
+    }
+
+    pub fn calls() {
+        let _ = facade::retry!(look(1), crate = "facade");
+        let _ = facade::retry!(self::look(1), crate = "facade");
+    }
 }
