@@ -2,8 +2,9 @@
 //! a fresh call for each `Durability`, and in the same run the disk's limits (a raw sled durable
 //! point, a 64-byte write + fdatasync) and the PostgreSQL store.
 //!
-//! `cargo bench --bench calls`; then `cargo bench --bench limits` prints the table of
-//! BENCHMARKS.md from this run's results. Set `DATABASE_URL` for the PostgreSQL rows.
+//! `cargo bench -p idem-benches --bench calls`; then `cargo bench -p idem-benches --bench
+//! limits` prints the table of BENCHMARKS.md from this run's results. Set `DATABASE_URL` for the
+//! PostgreSQL rows.
 
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;

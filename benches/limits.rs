@@ -1,11 +1,13 @@
 //! What criterion does not fit: throughput with concurrent callers, the wake-up latency of
 //! waiters, memory and disk after many records; then the table of BENCHMARKS.md, with the rows of
-//! the last `cargo bench --bench calls` run and the ratios against the targets.
+//! the last `cargo bench -p idem-benches --bench calls` run and the ratios against the
+//! targets.
 //!
-//! `cargo bench --bench limits` (after `cargo bench --bench calls`). `-- memory N` is the child
-//! process that fills a store with N records, reports its RSS and size, then times reopening it
-//! and opening an empty store (the open reads only the in-flight index, so the two should be
-//! close); `-- syncs N` opens a store and makes N fresh calls, for counting syncs under strace.
+//! `cargo bench -p idem-benches --bench limits` (after `… --bench calls`). `-- memory N` is the
+//! child process that fills a store with N records, reports its RSS and size, then times
+//! reopening it and opening an empty store (the open reads only the in-flight index, so the two
+//! should be close); `-- syncs N` opens a store and makes N fresh calls, for counting syncs under
+//! strace.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -305,7 +307,10 @@ fn main() {
                 row(what, format!("{} ({} – {})", human(m.median), human(m.min), human(m.max)));
                 found.insert(id, m.median);
             }
-            None => row(what, "not measured (run `cargo bench --bench calls` first)".into()),
+            None => row(
+                what,
+                "not measured (run `cargo bench -p idem-benches --bench calls` first)".into(),
+            ),
         }
     }
 

@@ -286,7 +286,7 @@
 /// | option | meaning | default |
 /// | --- | --- | --- |
 /// | `scope = "param"` or `"param.field"` | the unit of work the effect belongs to (see the crate docs) | required |
-/// | `tool = "name"` | the tool name in the key: pin it to keep keys across a rename | the function's name |
+/// | `tool = "name"` | the tool name in the key: pin it to keep keys across a rename or a move, or to tell two functions of one name apart (unpinned, `a::send` and `b::send` share the keys of `send`, and the second is refused with [`Error::SharedToolName`]) | the function's name |
 /// | `store = path` | a function or static giving the store | the process default store |
 /// | `wait = "30s"` | how long a concurrent caller waits for the running one | 30 s |
 /// | `ttl = "24h"` | how long a finished result is replayed | until purged |
@@ -387,10 +387,10 @@ pub use idem_macros::retry;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, fingerprint,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
-    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore,
-    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
+    set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
+    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore, SledStoreBuilder,
+    Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'

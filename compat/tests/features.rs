@@ -2,20 +2,20 @@
 //! `arbitrary_precision`, `float_roundtrip` and `raw_value` features are on, as feature
 //! unification turns them on in many users' builds.
 //!
-//! Expected texts not taken from the shared vectors were produced with
+//! Expected texts not taken from the key vectors (`vectors/keys.jsonl`) were produced with
 //! `python3 -c 'import json; print(json.dumps(json.loads(t), sort_keys=True, separators=(",", ":")))'`.
 
 use idem_runtime::{canonical_json, Error, Key};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/keys.jsonl");
 
 fn lines() -> Vec<Value> {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
         panic!(
-            "cannot read the shared key vectors at {VECTORS}: {e}; the repository's `shared/` \
-             folder must sit beside the clone"
+            "cannot read the key vectors at {VECTORS}: {e}; they are part of the repository \
+             (vectors/keys.jsonl): restore the file from git"
         )
     });
     let lines: Vec<Value> = text

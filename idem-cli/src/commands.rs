@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use idem_runtime::admin::{Filter, Purge, Resolution};
-use idem_runtime::{now_ms, Error, Key, Record, Status};
+use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
@@ -80,18 +80,37 @@ fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<
     }
 }
 
+/// Lists what reads; a record that does not is reported after the rest, and the command then
+/// fails, so that a script notices.
 fn ls(store: &mut Admin, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let records = store.list(&filter)?;
+    let listing = store.scan(&filter)?;
+    let mut unreadable: Vec<String> = listing.unreadable.iter().map(Error::to_string).collect();
     if json {
-        for record in &records {
-            let line = serde_json::to_string(record).map_err(|e| Failure::failed(e.to_string()))?;
-            writeln!(out, "{line}").map_err(write_failed)?;
+        for record in &listing.records {
+            match serde_json::to_string(record) {
+                Ok(line) => writeln!(out, "{line}").map_err(write_failed)?,
+                Err(e) => unreadable.push(format!(
+                    "key {}: its record cannot be written as JSON ({e}); inspect it with `idem \
+                     show {}`",
+                    record.key, record.key
+                )),
+            }
         }
-        return Ok(());
+    } else if listing.records.is_empty() && unreadable.is_empty() {
+        writeln!(out, "no records").map_err(write_failed)?;
+    } else {
+        ls_table(&listing.records, out)?;
     }
-    if records.is_empty() {
-        return writeln!(out, "no records").map_err(write_failed);
+    match unreadable.len() {
+        0 => Ok(()),
+        n => Err(Failure::failed(format!(
+            "{n} record(s) could not be listed (the others were): {}",
+            unreadable.join("; ")
+        ))),
     }
+}
+
+fn ls_table(records: &[Record], out: Out<'_>) -> Result<(), Failure> {
     let now = now_ms();
     let rows: Vec<Vec<String>> = records
         .iter()
@@ -116,16 +135,19 @@ fn show(store: &mut Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Fa
         let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
         return writeln!(out, "{line}").map_err(write_failed);
     }
-    out.write_all(describe(&record, now_ms()).as_bytes()).map_err(write_failed)
+    let now = now_ms();
+    let assessment = assess(Some(&record), now, |r| store.owner_alive(r));
+    out.write_all(describe(&record, assessment, now).as_bytes()).map_err(write_failed)
 }
 
 /// A record for people: one field per line, times with their age.
-fn describe(record: &Record, now: u64) -> String {
+fn describe(record: &Record, assessment: Assessment, now: u64) -> String {
     let when = |ms: u64| format!("{} ({} ago)", timestamp(ms), age(now, ms));
     let mut rows = vec![
         ("key", record.key.clone()),
-        ("status", record.status.to_string()),
+        ("status", status_text(record, assessment)),
         ("tool", cell(&record.tool)),
+        ("function", record.function.as_deref().map_or_else(|| "-".to_owned(), cell)),
         ("scope", cell(&record.scope)),
         ("attempts", record.attempts.to_string()),
         ("owner", record.owner.to_string()),
@@ -144,13 +166,28 @@ fn describe(record: &Record, now: u64) -> String {
     if let Some(lease) = record.lease_until {
         rows.push(("lease until", timestamp(lease)));
     }
-    rows.push(("args sha256", record.args_fingerprint.clone()));
     rows.push((
         "result",
         record.result.as_ref().map_or_else(|| "-".to_owned(), |result| result.to_string()),
     ));
     let width = rows.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     rows.iter().map(|(name, value)| format!("{name:<width$}  {value}\n")).collect()
+}
+
+/// The status, with what a call would make of it where the status alone does not say.
+fn status_text(record: &Record, assessment: Assessment) -> String {
+    match (record.status, assessment) {
+        (Status::InFlight, Assessment::InDoubt) => {
+            format!(
+                "{} (its owner is gone, so it is in doubt: settle it with `idem resolve`)",
+                record.status
+            )
+        }
+        (Status::Done, Assessment::Expired) => {
+            format!("{} (expired: the next call runs the body again)", record.status)
+        }
+        _ => record.status.to_string(),
+    }
 }
 
 fn resolve(
@@ -203,6 +240,7 @@ fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
             "by_tool": stats.by_tool,
             "total": stats.by_status.values().sum::<u64>(),
             "size_on_disk": stats.size_on_disk,
+            "unreadable": stats.unreadable,
         });
         return writeln!(out, "{line}").map_err(write_failed);
     }
@@ -218,6 +256,12 @@ fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
     text.push('\n');
     text.push_str(&table(&["TOOL", "RECORDS"], &by_tool));
     text.push('\n');
+    if stats.unreadable > 0 {
+        text.push_str(&format!(
+            "unreadable: {} (counted in neither table; `idem ls` names them)\n",
+            stats.unreadable
+        ));
+    }
     match stats.size_on_disk {
         Some(bytes) => text.push_str(&format!("size on disk: {}\n", size(bytes))),
         None => text.push_str("size on disk: unknown (this store cannot tell)\n"),
@@ -228,6 +272,14 @@ fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn show_says_what_a_call_would_make_of_an_in_flight_record_whose_owner_is_gone() {
+        let record = Record::reserve("k", "charge_card", "o-1", "pg:host:1:2:ab#3", 1);
+        let gone = status_text(&record, assess(Some(&record), 2, |_| false));
+        assert!(gone.starts_with("in-flight (its owner is gone, so it is in doubt"), "{gone}");
+        assert_eq!(status_text(&record, assess(Some(&record), 2, |_| true)), "in-flight");
+    }
 
     #[test]
     fn names_purge_ages_in_their_largest_unit() {

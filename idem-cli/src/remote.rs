@@ -2,7 +2,7 @@
 //! holds a sled store, in that process through its admin socket. Both give the same values and
 //! errors, so every subcommand prints the same either way.
 
-use idem_runtime::admin::{self, Filter, Purge, Resolution, Stats};
+use idem_runtime::admin::{self, Filter, Listing, Purge, Resolution, Stats};
 #[cfg(unix)]
 use idem_runtime::remote::Remote;
 use idem_runtime::{Error, Key, Record, Store};
@@ -16,11 +16,22 @@ pub(crate) enum Admin {
 }
 
 impl Admin {
-    pub(crate) fn list(&mut self, filter: &Filter) -> Result<Vec<Record>, Error> {
+    /// Records matching `filter` and those that could not be read, either way.
+    pub(crate) fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
         match self {
-            Admin::Local(store) => admin::list(store.as_ref(), filter),
+            Admin::Local(store) => admin::scan(store.as_ref(), filter),
             #[cfg(unix)]
-            Admin::Remote(remote) => remote.list(filter),
+            Admin::Remote(remote) => remote.scan(filter),
+        }
+    }
+
+    /// Whether the owner of an in-flight record still runs it. The process that answers on
+    /// the socket holds the store, so a record in flight there is its own, and alive.
+    pub(crate) fn owner_alive(&self, record: &Record) -> bool {
+        match self {
+            Admin::Local(store) => store.owner_alive(record),
+            #[cfg(unix)]
+            Admin::Remote(_) => true,
         }
     }
 

@@ -162,6 +162,15 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             .map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))
         }
     });
+    // Two unpinned tools with one function name share their keys: the record says which
+    // function wrote it, so that the other is refused instead of replaying it.
+    let function = (!tool.pinned).then(|| {
+        quote_spanned! {mixed=>
+            .map(|__idem_call| __idem_call.function(
+                ::core::concat!(::core::module_path!(), "::", #name)
+            ))
+        }
+    });
     quote_spanned! {mixed=>
         let __idem_args = #krate::__private::args(#name);
         #(#args)*
@@ -173,6 +182,7 @@ fn prepare_call(tool: &Tool) -> TokenStream {
                     &__idem_args.canonical(),
                 )
             })
+            #function
             #store
             #wait
             #ttl

@@ -34,6 +34,9 @@ pub(crate) struct KeyParam {
 pub(crate) struct Tool {
     pub(crate) attr: Attr,
     pub(crate) name: String,
+    /// Whether `tool = "…"` pinned the name: then the user chose it, and records are not tied
+    /// to the function's path (which a move to another module changes).
+    pub(crate) pinned: bool,
     pub(crate) krate: Path,
     pub(crate) scope: Option<Scope>,
     pub(crate) key_params: Vec<KeyParam>,
@@ -250,6 +253,7 @@ pub(crate) fn tool(
     Tool {
         attr,
         name,
+        pinned: options.tool.is_some(),
         krate,
         scope,
         key_params,

@@ -1,12 +1,15 @@
-//! [`PgStoreBuilder`]: the options a [`PgStore`] is opened with.
+//! [`PgStoreBuilder`]: the options a [`PgStore`](crate::PgStore) is opened with. Connecting
+//! lives with the store (`store.rs`), which reads these options; nothing here reads the store.
 
 use std::time::Duration;
 
 use idem_runtime::DEFAULT_WAIT;
 
-use crate::store::{PgStore, DEFAULT_LEASE};
+/// How long an owner's lease lasts unless its heartbeat renews it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
-/// Options for [`PgStore`]: lease, heartbeat, pool size, default wait, schema and table.
+/// Options for [`PgStore`](crate::PgStore): lease, heartbeat, pool size, default wait, schema
+/// and table. [`PgStoreBuilder::connect`] opens the store.
 #[derive(Clone, Debug)]
 pub struct PgStoreBuilder {
     pub(crate) url: String,
@@ -82,18 +85,6 @@ impl PgStoreBuilder {
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
-    }
-
-    /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
-    /// including one inside an async runtime (the work runs on the store's own runtime); in
-    /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
-    pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
-        idem_runtime::for_stores::block_on(self.connect_async())
-    }
-
-    /// Connects without blocking; the future runs on any executor.
-    pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
-        PgStore::open(self).await.map_err(crate::store::store_error)
     }
 }
 

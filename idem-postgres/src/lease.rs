@@ -6,9 +6,11 @@
 //! and the body's eventual write is fenced by the store.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use idem_runtime::{Owner, Record};
+use idem_runtime::{Owner, Record, StoreError};
 use tokio::sync::Notify;
 
 /// Who holds a record: the owner and attempt this instance wrote.
@@ -64,6 +66,36 @@ impl Leases {
                 return;
             }
             taken.await;
+        }
+    }
+}
+
+/// Renews every held lease each `every`, for as long as the store lives. `renew` sends the
+/// leases held and answers with those the database renewed; the others are dropped here.
+pub(crate) async fn heartbeat<F, R>(leases: &Leases, every: Duration, renew: F)
+where
+    F: Fn(Vec<(String, Holder)>) -> R,
+    R: Future<Output = Result<Vec<(String, Holder)>, StoreError>>,
+{
+    loop {
+        leases.until_any().await;
+        tokio::time::sleep(every).await;
+        let holding = leases.snapshot();
+        if holding.is_empty() {
+            continue;
+        }
+        match renew(holding.clone()).await {
+            Ok(renewed) => {
+                for (key, holder) in holding.iter().filter(|h| !renewed.contains(h)) {
+                    // Settled meanwhile (then the lease is already dropped), or lost: either way
+                    // the body's final write is fenced by the store.
+                    leases.drop_if(key, holder);
+                    tracing::debug!(key = %key, owner = %holder.owner, "idem: lease not renewed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "idem: cannot renew leases; running calls lose their keys if this lasts past the lease")
+            }
         }
     }
 }

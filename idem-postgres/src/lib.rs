@@ -24,11 +24,13 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod fault;
 mod lease;
 mod listen;
 mod runtime;
 mod sql;
 mod store;
+mod table;
 
-pub use builder::PgStoreBuilder;
-pub use store::{PgStore, DEFAULT_LEASE};
+pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
+pub use store::PgStore;

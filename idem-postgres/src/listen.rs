@@ -44,6 +44,11 @@ impl Fanout {
         Subscription { fanout: self, key: key.to_owned(), receiver: Some(sender.subscribe()) }
     }
 
+    /// How many waiters are subscribed to `key`.
+    pub(crate) fn subscribers(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |sender| sender.receiver_count())
+    }
+
     /// Whether notifications are arriving (false while the listening connection is down).
     pub(crate) fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)
@@ -102,24 +107,41 @@ pub(crate) async fn start(
     fanout.set_listening(true);
     Ok(async move {
         let mut session = first;
+        // Grows while sessions die young (a server that kills the connection as soon as it is
+        // made, or keeps refusing it), so that such a server is not hammered with reconnects.
+        let mut backoff = Duration::ZERO;
         loop {
+            let began = tokio::time::Instant::now();
             session.await;
             fanout.set_listening(false);
             tracing::warn!(channel = %channel, "idem: the PostgreSQL listening connection dropped; reconnecting");
-            let mut backoff = Duration::from_millis(100);
+            backoff = if began.elapsed() >= STEADY { MIN_BACKOFF } else { next(backoff) };
             session = loop {
                 tokio::time::sleep(backoff).await;
                 match listen_once(&config, &channel, &fanout).await {
                     Ok(session) => break session,
                     Err(e) => {
                         tracing::warn!(channel = %channel, error = %e, "idem: cannot reconnect the PostgreSQL listening connection");
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
+                        backoff = next(backoff);
                     }
                 }
             };
             fanout.set_listening(true);
         }
     })
+}
+
+/// The first pause before reconnecting the listening connection.
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The longest pause between reconnects.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// A session that lasted this long was healthy: the next reconnect starts with the shortest pause.
+const STEADY: Duration = Duration::from_secs(10);
+
+fn next(backoff: Duration) -> Duration {
+    (backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF)
 }
 
 /// One listening session: connects, drives the connection (delivering notifications), and
@@ -146,7 +168,13 @@ async fn listen_once(
             }
         }
     });
-    client.batch_execute(&format!("LISTEN \"{channel}\"")).await.map_err(|e| {
+    // A listening session is idle by nature: a role's idle_session_timeout (PostgreSQL 14 and
+    // later) would end it every few seconds and send it round a reconnect loop.
+    let listen = format!(
+        "SELECT set_config('idle_session_timeout', '0', false) FROM pg_settings \
+         WHERE name = 'idle_session_timeout'; LISTEN \"{channel}\""
+    );
+    client.batch_execute(&listen).await.map_err(|e| {
         StoreError::with_source("cannot LISTEN on the PostgreSQL store's channel", e)
     })?;
     Ok(async move {

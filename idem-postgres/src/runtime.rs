@@ -3,14 +3,16 @@
 //! Store futures run on any executor (the sync engine parks a plain thread), so the I/O cannot
 //! rely on an ambient runtime: it runs here, and callers await a join handle.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use idem_runtime::{StoreError, StoreFuture};
 use tokio::runtime::{Handle, Runtime};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// The store's own tokio runtime. Shut down in the background when the store goes, so that
@@ -36,7 +38,7 @@ impl OwnRuntime {
         &self,
         task: impl Future<Output = T> + Send + 'static,
     ) -> Joined<T> {
-        Joined(self.handle().spawn(task))
+        Joined { task: self.handle().spawn(task), abort_on_drop: true }
     }
 
     /// Runs a store operation on the runtime and hands back a future any executor can await.
@@ -45,6 +47,17 @@ impl OwnRuntime {
         task: impl Future<Output = Result<T, StoreError>> + Send + 'static,
     ) -> StoreFuture<'static, T> {
         let joined = self.spawn(task);
+        Box::pin(async move { joined.await? })
+    }
+
+    /// Like [`OwnRuntime::spawn_store`] for a write: the write runs to its end even when the
+    /// caller stops waiting. A statement already sent may commit anyway, so cancelling would
+    /// only hide its outcome from the store (and from the writes that must follow it).
+    pub(crate) fn spawn_write<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> StoreFuture<'static, T> {
+        let joined = Joined { task: self.handle().spawn(task), abort_on_drop: false };
         Box::pin(async move { joined.await? })
     }
 }
@@ -57,14 +70,18 @@ impl Drop for OwnRuntime {
     }
 }
 
-/// A task on the store's runtime; dropping it cancels the task (a waiter that gave up).
-pub(crate) struct Joined<T>(JoinHandle<T>);
+/// A task on the store's runtime; dropping it cancels the task (a waiter that gave up) unless it
+/// is a write.
+pub(crate) struct Joined<T> {
+    task: JoinHandle<T>,
+    abort_on_drop: bool,
+}
 
 impl<T> Future for Joined<T> {
     type Output = Result<T, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|joined| {
+        Pin::new(&mut self.task).poll(cx).map(|joined| {
             joined.map_err(|e| {
                 StoreError::with_source(
                     "PostgreSQL store: the operation was cancelled or panicked",
@@ -77,7 +94,9 @@ impl<T> Future for Joined<T> {
 
 impl<T> Drop for Joined<T> {
     fn drop(&mut self) {
-        self.0.abort();
+        if self.abort_on_drop {
+            self.task.abort();
+        }
     }
 }
 
@@ -110,5 +129,93 @@ impl Drop for DetachedGuard {
         if *count == 0 {
             idle.notify_all();
         }
+    }
+}
+
+/// The writes in progress, counted by the owner they write as, so that a settling write from a
+/// `Drop` path goes out only after them: otherwise the compensating delete of a cancelled
+/// reservation can reach the server before the insert it undoes, and leave that insert behind.
+#[derive(Default)]
+pub(crate) struct Writes {
+    by_owner: Mutex<HashMap<String, watch::Sender<usize>>>,
+}
+
+/// One write in progress; dropping it says the write has ended.
+pub(crate) struct WriteGuard {
+    writes: Arc<Writes>,
+    owner: String,
+}
+
+impl Writes {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<usize>>> {
+        self.by_owner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A write as `owner` begins.
+    pub(crate) fn start(self: &Arc<Self>, owner: &str) -> WriteGuard {
+        self.lock()
+            .entry(owner.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .send_modify(|n| *n += 1);
+        WriteGuard { writes: Arc::clone(self), owner: owner.to_owned() }
+    }
+
+    /// Resolves once no write as `owner` that began before this call is in progress.
+    pub(crate) fn settled(&self, owner: &str) -> impl Future<Output = ()> + Send + 'static {
+        let watching = self.lock().get(owner).map(watch::Sender::subscribe);
+        async move {
+            if let Some(mut watching) = watching {
+                // An error means the count reached zero and the entry went: settled too.
+                let _ = watching.wait_for(|n| *n == 0).await;
+            }
+        }
+    }
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        let mut by_owner = self.writes.lock();
+        if let Some(count) = by_owner.get(&self.owner) {
+            count.send_modify(|n| *n -= 1);
+            if *count.borrow() == 0 {
+                by_owner.remove(&self.owner);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Writes;
+
+    #[test]
+    fn a_settling_write_waits_for_the_owners_writes_in_progress() {
+        let writes = Arc::new(Writes::default());
+        let first = writes.start("o#1");
+        let second = writes.start("o#1");
+        let other = writes.start("o#2");
+        let mut settled = Box::pin(writes.settled("o#1"));
+        assert!(!poll_once(&mut settled), "two writes in progress");
+        drop(first);
+        assert!(!poll_once(&mut settled), "one write in progress");
+        drop(second);
+        assert!(poll_once(&mut settled), "none in progress; another owner's write does not count");
+        drop(other);
+        assert!(
+            poll_once(&mut Box::pin(writes.settled("o#3"))),
+            "an owner with no writes is settled"
+        );
+        let late = writes.start("o#1");
+        let mut before_late = Box::pin(writes.settled("o#1"));
+        assert!(!poll_once(&mut before_late), "a write that began before the wait is waited for");
+        drop(late);
+        assert!(poll_once(&mut before_late));
+    }
+
+    fn poll_once<F: std::future::Future<Output = ()>>(future: &mut std::pin::Pin<Box<F>>) -> bool {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        future.as_mut().poll(&mut cx).is_ready()
     }
 }

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 const COLUMNS: &str = "key, status, tool, scope, owner, attempts, created_at, updated_at, \
-                       completed_at, expires_at, lease_until, args_fingerprint, result";
+                       completed_at, expires_at, lease_until, args_fingerprint, result, function";
 
 /// Where the records live: a schema and a table name, both checked to be plain identifiers.
 #[derive(Clone, Debug)]
@@ -38,9 +38,22 @@ impl Names {
         format!("\"{}\".\"{}\"", self.schema, self.table)
     }
 
-    /// The channel every change to the table is announced on, with the key as payload.
+    /// The channel every change to the table is announced on, with the key as payload: a hash
+    /// of the schema and table, so that `a_b.c` and `a.b_c` do not share one. (The first
+    /// release used `idem_{schema}_{table}`; the migration replaces the notify function, and
+    /// processes of that release cannot share a migrated table anyway: its statuses are spelled
+    /// anew.)
     pub(crate) fn channel(&self) -> String {
-        format!("idem_{}_{}", self.schema, self.table)
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("{}.{}", self.schema, self.table));
+        let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+        format!("idem_{hex}")
+    }
+
+    /// The table's notify function, schema-qualified and quoted. PostgreSQL keeps it when the
+    /// table is dropped: removing a store drops both.
+    pub(crate) fn notify_function(&self) -> String {
+        format!("\"{}\".\"{}_notify\"", self.schema, self.table)
     }
 
     /// The statements that create the table and its triggers; idempotent, and run under an
@@ -51,7 +64,7 @@ impl Names {
     /// ([`Status::as_str`]), once, in the same transaction.
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
-        let function = format!("\"{schema}\".\"{table}_notify\"");
+        let function = self.notify_function();
         let channel = self.channel();
         let (in_flight, done, in_doubt) =
             (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
@@ -73,12 +86,19 @@ CREATE TABLE IF NOT EXISTS {t} (
     expires_at       bigint,
     lease_until      bigint,
     args_fingerprint text NOT NULL,
-    result           text
+    result           text,
+    function         text
 );
 DO $migrate$
 DECLARE
     old_check text;
 BEGIN
+    -- Checked first: ALTER TABLE locks the table even when it has nothing to do.
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{t}'::regclass AND attname = 'function' AND NOT attisdropped)
+    THEN
+        ALTER TABLE {t} ADD COLUMN function text;
+    END IF;
     FOR old_check IN
         SELECT conname FROM pg_constraint
         WHERE conrelid = '{t}'::regclass AND contype = 'c'
@@ -145,18 +165,19 @@ impl Statements {
         Statements {
             now: format!("SELECT {NOW_MS}"),
             exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
-            // $13 is the lease in milliseconds; an insert is always an in-flight record.
+            // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
+            // function.
             insert: format!(
                 "INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                 {NOW_MS} + $13, $11, $12) ON CONFLICT (key) DO NOTHING"
+                 {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING"
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
             scan: format!("SELECT {COLUMNS} FROM {t}"),
-            // $6.. are the new record; $17 the lease for an in-flight one.
+            // $6.. are the new record; $17 the lease for an in-flight one, $18 the function.
             update: format!(
                 "UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, attempts = $10, \
                  created_at = $11, updated_at = $12, completed_at = $13, expires_at = $14, \
-                 args_fingerprint = $15, result = $16, \
+                 args_fingerprint = $15, result = $16, function = $18, \
                  lease_until = CASE WHEN $6 = '{in_flight}' THEN {NOW_MS} + $17 END \
                  WHERE {fence}"
             ),
@@ -195,8 +216,8 @@ pub(crate) struct Values {
     updated_at: i64,
     completed_at: Option<i64>,
     expires_at: Option<i64>,
-    args_fingerprint: String,
     result: Option<String>,
+    function: Option<String>,
 }
 
 impl Values {
@@ -212,10 +233,10 @@ impl Values {
             updated_at: to_i64(record.updated_at),
             completed_at: record.completed_at.map(to_i64),
             expires_at: record.expires_at.map(to_i64),
-            args_fingerprint: record.args_fingerprint.clone(),
             // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
             // would reject some results that a tool can legitimately return.
             result: record.result.clone(),
+            function: record.function.clone(),
         }
     }
 
@@ -224,6 +245,11 @@ impl Values {
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&self.key];
         params.extend_from_slice(&self.update_params());
         params
+    }
+
+    /// The function that wrote the record: the parameter after the lease, in both statements.
+    pub(crate) fn function(&self) -> &(dyn tokio_postgres::types::ToSql + Sync) {
+        &self.function
     }
 
     /// Parameters $6..$16 of the update (the key does not change).
@@ -238,7 +264,9 @@ impl Values {
             &self.updated_at,
             &self.completed_at,
             &self.expires_at,
-            &self.args_fingerprint,
+            // The column held a fingerprint of the arguments in earlier releases; it is written
+            // empty, since the key already stands for the arguments.
+            &"",
             &self.result,
         ]
     }
@@ -259,7 +287,9 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
     let result: Option<String> = row.get(12);
     if let Some(text) = &result {
         // Checked here so that a row edited by hand reads as damaged, not as a replay error.
-        serde_json::from_str::<serde_json::Value>(text)
+        // Skipped over rather than built, which reads any depth: a deep result written by an
+        // earlier release still lists.
+        serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|_| damaged("result is not JSON"))?;
     }
     Ok(Record {
@@ -273,8 +303,24 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         completed_at: row.get::<_, Option<i64>>(8).map(to_u64),
         expires_at: row.get::<_, Option<i64>>(9).map(to_u64),
         lease_until: row.get::<_, Option<i64>>(10).map(to_u64),
-        args_fingerprint: row.get(11),
         result,
+        function: row.get(13),
         key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Names;
+
+    fn names(schema: &str, table: &str) -> Names {
+        Names { schema: schema.to_owned(), table: table.to_owned() }
+    }
+
+    #[test]
+    fn tables_whose_names_join_alike_get_distinct_channels() {
+        assert_ne!(names("a_b", "c").channel(), names("a", "b_c").channel());
+        assert_eq!(names("idem", "records").channel(), names("idem", "records").channel());
+        assert!(names(&"s".repeat(28), &"t".repeat(28)).channel().len() <= 63);
+    }
 }

@@ -1,4 +1,4 @@
-//! [`PgStore`]: the [`Store`] interface over a PostgreSQL table.
+//! [`PgStore`]: the [`Store`] interface over a PostgreSQL table, and connecting to it.
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -6,18 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Store, StoreError, StoreFuture};
+use idem_runtime::for_stores::deadline_after;
+use idem_runtime::{Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
 use crate::builder::PgStoreBuilder;
-use crate::lease::{Holder, Leases};
-use crate::listen::{self, Fanout, DEGRADED_RECHECK};
-use crate::runtime::{Detached, OwnRuntime};
-use crate::sql::{self, Names, Statements, Values};
-
-/// How long an owner's lease lasts unless its heartbeat renews it.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+use crate::lease::{self, Holder, Leases};
+use crate::listen::{self, Fanout};
+use crate::runtime::{Detached, OwnRuntime, Writes};
+use crate::sql::{self, Names, Statements};
+use crate::table::Shared;
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
 ///
@@ -38,6 +37,15 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 ///   connection per store wakes the waiters of this process, which otherwise sleep until their
 ///   wait ends or the owner's lease lapses.
 ///
+/// - **Faults**: a read, a wait or a heartbeat that hits a broken connection tries again on a
+///   fresh one within its deadline; a write is repeated only where the fence makes it safe. An
+///   owner whose last write fails stops renewing its lease, so its key turns in doubt for others
+///   as after a crash, rather than looking busy for as long as the store lives.
+///
+/// To remove a store's table, drop its notify function too (PostgreSQL keeps a function when the
+/// table its trigger was on is dropped): `DROP TABLE idem.records; DROP FUNCTION
+/// idem.records_notify();`.
+///
 /// The store runs its I/O on a small tokio runtime of its own, so its futures work from plain
 /// threads (sync tools) and from inside any async runtime alike. It needs a direct session to
 /// the server (or a pooler in session mode): `LISTEN` does not work through a
@@ -55,39 +63,25 @@ pub struct PgStore {
     runtime: OwnRuntime,
 }
 
-/// What the store's tasks share with it.
-struct Shared {
-    pool: Pool,
-    statements: Statements,
-    names: Names,
-    owner: String,
-    lease: Duration,
-    heartbeat: Duration,
-    default_wait: Duration,
-    /// The database clock minus this machine's, in milliseconds.
-    clock_offset: AtomicI64,
-    fanout: Arc<Fanout>,
-    leases: Leases,
-    detached: Detached,
-}
-
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
     idem_runtime::Error::Store { key: None, tool: None, source }
 }
 
-fn pg_error(what: &str, e: tokio_postgres::Error) -> StoreError {
-    StoreError::with_source(format!("PostgreSQL store: {what}"), e)
-}
-
-fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::with_source(
-        "PostgreSQL store: no connection to the database; check that the server is up and \
-         reachable, and that the pool is large enough for the calls in flight",
-        e,
-    )
-}
-
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+impl PgStoreBuilder {
+    /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
+    /// including one inside an async runtime (the work runs on the store's own runtime); in
+    /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
+    pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
+        idem_runtime::for_stores::block_on(self.connect_async())
+    }
+
+    /// Connects without blocking; the future runs on any executor.
+    pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
+        PgStore::open(self).await.map_err(store_error)
+    }
+}
 
 /// A store owner id unique across processes and machines: host, process, start time, instance
 /// and some randomness (two hosts may share a name).
@@ -160,7 +154,9 @@ impl PgStore {
         let manager = Manager::from_config(
             config.clone(),
             NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+            // A connection the server closed while it sat in the pool (idle_session_timeout, a
+            // terminated backend) is found out by a round trip before it is handed out again.
+            ManagerConfig { recycling_method: RecyclingMethod::Verified },
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
@@ -181,21 +177,31 @@ impl PgStore {
             fanout: Arc::new(Fanout::default()),
             leases: Leases::default(),
             detached: Detached::default(),
+            writes: Arc::new(Writes::default()),
         });
         let setup = Arc::clone(&shared);
         let create = options.create;
         runtime
             .spawn_store(async move {
+                // Opening fails fast: a server that cannot be reached now is most often a wrong
+                // URL, which waiting would only hide.
+                let now = Instant::now();
                 if create {
-                    setup.migrate().await?;
+                    setup.migrate(now).await?;
                 } else {
-                    setup.check_table().await?;
+                    setup.check_table(now).await?;
                 }
-                setup.measure_clock().await?;
+                setup.measure_clock(now).await?;
                 let listener =
                     listen::start(config, setup.names.channel(), Arc::clone(&setup.fanout)).await?;
                 tokio::spawn(listener);
-                tokio::spawn(heartbeat_loop(Arc::clone(&setup)));
+                tokio::spawn(async move {
+                    let beat = |holding| {
+                        let setup = Arc::clone(&setup);
+                        async move { setup.beat(holding).await }
+                    };
+                    lease::heartbeat(&setup.leases, setup.heartbeat, beat).await
+                });
                 Ok(())
             })
             .await?;
@@ -208,7 +214,7 @@ impl PgStore {
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
         idem_runtime::for_stores::block_on(
-            self.runtime.spawn_store(async move { shared.migrate().await }),
+            self.runtime.spawn_store(async move { shared.migrate(shared.deadline()).await }),
         )
         .map_err(store_error)
     }
@@ -219,7 +225,10 @@ impl PgStore {
     pub fn renew<'a>(&'a self, record: &Record) -> StoreFuture<'a, bool> {
         let shared = Arc::clone(&self.shared);
         let holding = vec![(record.key.clone(), Holder::of(record))];
-        self.runtime.spawn_store(async move { Ok(!shared.renew(&holding).await?.is_empty()) })
+        self.runtime.spawn_store(async move {
+            let deadline = deadline_after(Instant::now(), shared.lease);
+            Ok(!shared.renew(&holding, deadline).await?.is_empty())
+        })
     }
 
     /// The records table, schema-qualified.
@@ -233,277 +242,6 @@ impl PgStore {
     }
 }
 
-impl Shared {
-    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.pool.get().await.map_err(pool_error)
-    }
-
-    async fn migrate(&self) -> Result<(), StoreError> {
-        let mut client = self.client().await?;
-        let table = self.names.qualified();
-        let tx =
-            client.transaction().await.map_err(|e| pg_error("cannot start a transaction", e))?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1))",
-            &[&format!("idem migrate {table}")],
-        )
-        .await
-        .map_err(|e| pg_error("cannot take the migration lock", e))?;
-        tx.batch_execute(&self.names.migration()).await.map_err(|e| {
-            pg_error(&format!("cannot create {table}; check the role's privileges"), e)
-        })?;
-        tx.commit().await.map_err(|e| pg_error("cannot commit the migration", e))
-    }
-
-    async fn check_table(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let table = self.names.qualified();
-        let row = client
-            .query_one(&self.statements.exists, &[&table])
-            .await
-            .map_err(|e| pg_error("cannot look for the records table", e))?;
-        if row.get::<_, bool>(0) {
-            Ok(())
-        } else {
-            Err(StoreError::new(format!(
-                "no idem records table {table} in this database: check the URL (name another \
-                 table with ?idem_table=schema.table); the first idempotent call creates it"
-            )))
-        }
-    }
-
-    /// Measures the database clock against this machine's, halving the round trip.
-    async fn measure_clock(&self) -> Result<(), StoreError> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.statements.now)
-            .await
-            .map_err(|e| pg_error("cannot read the database clock", e))?;
-        let before = now_ms() as i64;
-        let row = client
-            .query_one(&statement, &[])
-            .await
-            .map_err(|e| pg_error("cannot read the database clock", e))?;
-        let after = now_ms() as i64;
-        let db: i64 = row.get(0);
-        self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The database's clock now, as this machine reckons it.
-    fn db_now(&self) -> i64 {
-        now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)
-    }
-
-    fn lease_ms(&self) -> i64 {
-        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    async fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.statements.get)
-            .await
-            .map_err(|e| pg_error("cannot read", e))?;
-        let row = client
-            .query_opt(&statement, &[&key])
-            .await
-            .map_err(|e| pg_error(&format!("cannot read key {key}"), e))?;
-        row.as_ref().map(sql::decode).transpose()
-    }
-
-    async fn reserve(&self, record: Record) -> Result<Reserved, StoreError> {
-        let values = Values::of(&record);
-        let lease = self.lease_ms();
-        loop {
-            let inserted = {
-                let client = self.client().await?;
-                let statement = client
-                    .prepare_cached(&self.statements.insert)
-                    .await
-                    .map_err(|e| pg_error("cannot reserve", e))?;
-                let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    values.insert_params();
-                params.push(&lease);
-                client
-                    .execute(&statement, &params)
-                    .await
-                    .map_err(|e| pg_error(&format!("cannot reserve key {}", record.key), e))?
-            };
-            if inserted == 1 {
-                self.leases.hold(&record);
-                return Ok(Reserved::Mine);
-            }
-            // Someone holds the key. Read it in a fresh statement: the insert's snapshot may not
-            // show a row committed while it ran. If it is gone again, try the insert again.
-            if let Some(existing) = self.get(&record.key).await? {
-                return Ok(Reserved::Taken(existing));
-            }
-        }
-    }
-
-    async fn replace(&self, current: Record, new: Option<Record>) -> Result<bool, StoreError> {
-        let client = self.client().await?;
-        let seen = current.fence();
-        let (status, owner, attempts) =
-            (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
-        let ours = current.owner.is_of(&self.owner);
-        let fence: [&(dyn tokio_postgres::types::ToSql + Sync); 5] =
-            [&current.key, &status, &owner, &attempts, &ours];
-        let changed = match &new {
-            Some(new) => {
-                let values = Values::of(new);
-                let lease = self.lease_ms();
-                let statement = client
-                    .prepare_cached(&self.statements.update)
-                    .await
-                    .map_err(|e| pg_error("cannot write", e))?;
-                let mut params = fence.to_vec();
-                params.extend_from_slice(&values.update_params());
-                params.push(&lease);
-                client.execute(&statement, &params).await
-            }
-            None => {
-                let statement = client
-                    .prepare_cached(&self.statements.delete)
-                    .await
-                    .map_err(|e| pg_error("cannot write", e))?;
-                client.execute(&statement, &fence).await
-            }
-        }
-        .map_err(|e| pg_error(&format!("cannot write key {}", current.key), e))?;
-        if changed == 0 {
-            return Ok(false);
-        }
-        self.leases.drop_if(&current.key, &Holder::of(&current));
-        if let Some(new) = new.filter(|n| n.status == idem_runtime::Status::InFlight) {
-            self.leases.hold(&new);
-        }
-        Ok(true)
-    }
-
-    /// Renews the leases in `holding`; returns those renewed.
-    async fn renew(
-        &self,
-        holding: &[(String, Holder)],
-    ) -> Result<Vec<(String, Holder)>, StoreError> {
-        let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
-        let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
-        let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
-        let lease = self.lease_ms();
-        let client = self.client().await?;
-        let statement = client
-            .prepare_cached(&self.statements.renew)
-            .await
-            .map_err(|e| pg_error("cannot renew", e))?;
-        let rows = client
-            .query(&statement, &[&keys, &owners, &attempts, &lease])
-            .await
-            .map_err(|e| pg_error("cannot renew leases", e))?;
-        Ok(rows
-            .iter()
-            .map(|row| {
-                let attempts: i64 = row.get(2);
-                (
-                    row.get(0),
-                    Holder {
-                        owner: row.get::<_, String>(1).into(),
-                        attempts: u32::try_from(attempts).unwrap_or(0),
-                    },
-                )
-            })
-            .collect())
-    }
-
-    /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.
-    fn lease_left(&self, record: &Record) -> Option<Duration> {
-        let until = i64::try_from(record.lease_until?).ok()?;
-        let left = until - self.db_now();
-        (left > 0).then(|| Duration::from_millis(left as u64))
-    }
-
-    async fn changed(
-        &self,
-        key: String,
-        seen: Record,
-        deadline: Instant,
-    ) -> Result<Option<Record>, StoreError> {
-        // Subscribe before reading, so that a change between the read and the wait is seen.
-        let mut subscription = self.fanout.subscribe(&key);
-        loop {
-            let current = self.get(&key).await?;
-            let record = match current {
-                Some(record) if record.fence() == seen.fence() => record,
-                other => return Ok(other),
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(Some(record));
-            }
-            // The owner may die without a word: wake when its lease lapses, to look again.
-            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
-                Assessment::Running => match self.lease_left(&record) {
-                    Some(left) => deadline.min(now + left + Duration::from_millis(5)),
-                    None => return Ok(Some(record)),
-                },
-                // The lease lapsed: the owner is dead, and the caller must know now.
-                Assessment::InDoubt => return Ok(Some(record)),
-                _ => deadline,
-            };
-            let wake =
-                if self.fanout.listening() { wake } else { wake.min(now + DEGRADED_RECHECK) };
-            tokio::select! {
-                () = subscription.next() => {}
-                () = tokio::time::sleep_until(wake.into()) => {}
-            }
-        }
-    }
-
-    async fn scan(&self) -> Result<Vec<Record>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(&self.statements.scan, &[])
-            .await
-            .map_err(|e| pg_error("cannot list records", e))?;
-        rows.iter().map(sql::decode).collect()
-    }
-
-    async fn size(&self) -> Result<u64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(&self.statements.size, &[])
-            .await
-            .map_err(|e| pg_error("cannot read the table size", e))?;
-        Ok(u64::try_from(row.get::<_, i64>(0)).unwrap_or(0))
-    }
-}
-
-/// Renews held leases every heartbeat interval while any is held.
-async fn heartbeat_loop(shared: Arc<Shared>) {
-    loop {
-        shared.leases.until_any().await;
-        tokio::time::sleep(shared.heartbeat).await;
-        let holding = shared.leases.snapshot();
-        if holding.is_empty() {
-            continue;
-        }
-        let _ = shared.measure_clock().await;
-        match shared.renew(&holding).await {
-            Ok(renewed) => {
-                for (key, holder) in holding.iter().filter(|h| !renewed.contains(h)) {
-                    // Settled meanwhile (then the lease is already dropped), or lost: either way
-                    // the body's final write is fenced by the store.
-                    shared.leases.drop_if(key, holder);
-                    tracing::debug!(key = %key, owner = %holder.owner, "idem: lease not renewed");
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "idem: cannot renew leases; running calls lose their keys if this lasts past the lease")
-            }
-        }
-    }
-}
-
 impl Store for PgStore {
     fn owner_id(&self) -> &str {
         &self.shared.owner
@@ -511,12 +249,19 @@ impl Store for PgStore {
 
     fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
-        self.runtime.spawn_store(async move { shared.reserve(record).await })
+        let writing = self.shared.writes.start(record.owner.as_str());
+        self.runtime.spawn_write(async move {
+            let _writing = writing;
+            shared.reserve(&record).await
+        })
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.runtime.spawn_store(async move { shared.get(&key).await })
+        self.runtime.spawn_store(async move {
+            let deadline = deadline_after(Instant::now(), shared.lease);
+            shared.get(&key, deadline).await
+        })
     }
 
     fn replace<'a>(
@@ -525,21 +270,27 @@ impl Store for PgStore {
         new: Option<&'a Record>,
     ) -> StoreFuture<'a, bool> {
         let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
-        self.runtime.spawn_store(async move { shared.replace(current, new).await })
+        let writing =
+            self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
+        self.runtime.spawn_write(async move {
+            let _writing = writing;
+            shared.replace(&current, new.as_ref()).await
+        })
     }
 
     fn replace_detached(&self, current: &Record, new: Option<Record>) {
         let (shared, current) = (Arc::clone(&self.shared), current.clone());
         let pending = self.shared.detached.start();
-        // Not cancelled with the caller: a settling write must land.
+        let earlier = self.shared.writes.settled(current.owner.as_str());
+        // Not cancelled with the caller: a settling write must land. It goes out after the
+        // writes this owner still has in progress, which it would otherwise overtake.
         self.runtime.handle().spawn(async move {
             let _pending = pending;
-            let key = current.key.clone();
-            let tool = current.tool.clone();
-            if let Err(e) = shared.replace(current, new).await {
-                // The record keeps its lease, which lapses since nobody renews it: it becomes
-                // in doubt, the same outcome as a crash.
-                tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot settle record");
+            earlier.await;
+            if let Err(e) = shared.replace(&current, new.as_ref()).await {
+                // The lease is no longer renewed and lapses: the record turns in doubt, the same
+                // outcome as a crash.
+                tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
             }
         });
     }
@@ -551,14 +302,14 @@ impl Store for PgStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
-        self.runtime.spawn_store(async move { shared.changed(key, seen, deadline).await })
+        self.runtime.spawn_store(async move { shared.changed(&key, &seen, deadline).await })
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
         self.shared.lease_left(record).is_some()
     }
 
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>> {
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         let shared = Arc::clone(&self.shared);
         self.runtime.spawn_store(async move { shared.scan().await })
     }
@@ -573,6 +324,10 @@ impl Store for PgStore {
 
     fn default_wait(&self) -> Duration {
         self.shared.default_wait
+    }
+
+    fn waiters(&self, key: &str) -> Option<usize> {
+        Some(self.shared.fanout.subscribers(key))
     }
 }
 

@@ -21,8 +21,7 @@ fn a_live_lease_cannot_be_taken_over() {
     let schema = common::unique_schema("live");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
-    let mine =
-        Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), "f", now_ms());
+    let mine = Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
     assert_eq!(block_on(a.reserve(&mine)).unwrap(), Reserved::Mine, "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");
@@ -103,7 +102,7 @@ fn the_url_names_the_table() {
     let store =
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");
     assert_eq!(store.table(), format!("{schema}.calls"));
-    assert_eq!(block_on(store.scan()).unwrap(), Vec::new());
+    assert!(block_on(store.scan()).unwrap().is_empty());
 }
 
 #[test]
@@ -139,8 +138,12 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     .expect("the old table is created");
 
     let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
-    let mut statuses: Vec<(String, Status)> =
-        block_on(store.scan()).unwrap().into_iter().map(|r| (r.key, r.status)).collect();
+    let mut statuses: Vec<(String, Status)> = block_on(store.scan())
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .map(|r| (r.key, r.status))
+        .collect();
     statuses.sort_by(|a, b| a.0.cmp(&b.0));
     let mut expected = vec![
         (doubtful.to_string(), Status::InDoubt),
@@ -161,4 +164,48 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     drop(store);
     let reopened = self::store(&url, &schema);
     assert_eq!(block_on(reopened.scan()).unwrap().len(), 3, "a second migration changes nothing");
+}
+
+#[test]
+fn a_deep_result_written_by_an_earlier_release_still_lists() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("deep");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = store(&url, &schema);
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    common::run_sql(
+        &url,
+        &format!(
+            "INSERT INTO \"{schema}\".records VALUES ('k_deep', 'done', 'report', 's', 'o', 1, 1, \
+             2, 2, NULL, NULL, 'f', '{deep}'), ('k_fine', 'done', 'report', 's', 'o', 1, 1, 2, 2, \
+             NULL, NULL, 'f', '1')"
+        ),
+    )
+    .unwrap();
+    let listing = idem_runtime::admin::scan(&store, &idem_runtime::admin::Filter::default())
+        .expect("the listing does not fail as a whole");
+    assert_eq!(listing.records.len(), 2, "both rows read: {:?}", listing.unreadable);
+    let stats = idem_runtime::admin::stats(&store).unwrap();
+    assert_eq!((stats.by_status.get("done"), stats.unreadable), (Some(&2), 0));
+}
+
+#[test]
+fn a_record_of_another_function_with_the_same_tool_name_is_refused() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("function");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
+    let send = |function: &str| {
+        Call::new("send", "o-1", &1).unwrap().store(Arc::clone(&store)).function(function)
+    };
+    let first: String = send("email::send").run(|| Ok::<_, Error>("email".into())).unwrap();
+    assert_eq!(first, "email");
+    let other: Result<String, Error> = send("sms::send").run(|| Ok("sms".into()));
+    assert!(matches!(other, Err(Error::SharedToolName { .. })), "{other:?}");
+    let again: String = send("email::send").run(|| Ok::<_, Error>("twice".into())).unwrap();
+    assert_eq!(again, "email", "the writer itself still replays");
 }

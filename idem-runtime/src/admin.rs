@@ -38,6 +38,15 @@ pub enum Purge {
     OlderThan(Duration),
 }
 
+/// What [`scan`] found: the records that match, and every record that could not be read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The records that match the filter, newest first.
+    pub records: Vec<Record>,
+    /// One error per record that could not be read, naming its key and what to do.
+    pub unreadable: Vec<Error>,
+}
+
 /// Counts by status and tool, and the store's size on disk.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
@@ -47,21 +56,47 @@ pub struct Stats {
     pub by_tool: BTreeMap<String, u64>,
     /// Bytes on disk, when the store can tell.
     pub size_on_disk: Option<u64>,
+    /// Records that could not be read (counted in neither map); `idem ls` names them.
+    pub unreadable: u64,
 }
 
 fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
     Error::store(key, None, source)
 }
 
-/// Records matching `filter`, newest first.
-pub fn list(store: &dyn Store, filter: &Filter) -> Result<Vec<Record>, Error> {
-    let mut records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+/// Every record the store holds, split into those that read and those that do not: one bad
+/// record never fails a listing as a whole.
+fn read_all(store: &dyn Store) -> Result<(Vec<Record>, Vec<Error>), Error> {
+    let scanned = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
+    for record in scanned {
+        match record {
+            Ok(record) => records.push(record),
+            Err(e) => unreadable.push(store_error(None, e)),
+        }
+    }
+    Ok((records, unreadable))
+}
+
+/// Records matching `filter`, newest first, and every record that could not be read.
+pub fn scan(store: &dyn Store, filter: &Filter) -> Result<Listing, Error> {
+    let (mut records, unreadable) = read_all(store)?;
     records.retain(|r| {
         filter.status.is_none_or(|s| r.status == s)
             && filter.tool.as_deref().is_none_or(|t| r.tool == t)
     });
     records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
-    Ok(records)
+    Ok(Listing { records, unreadable })
+}
+
+/// Records matching `filter`, newest first. A record that cannot be read is left out and
+/// logged; [`scan`] returns those too.
+pub fn list(store: &dyn Store, filter: &Filter) -> Result<Vec<Record>, Error> {
+    let listing = scan(store, filter)?;
+    for error in &listing.unreadable {
+        tracing::warn!(error = %error, "idem: a record cannot be read; left out of the list");
+    }
+    Ok(listing.records)
 }
 
 /// The record under `key`.
@@ -110,7 +145,11 @@ pub fn resolve(
 /// many were removed.
 pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
     let now = now_ms();
-    let records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
+    // A record that cannot be read is not known to be finished: it is kept, and logged.
+    let (records, unreadable) = read_all(store)?;
+    for error in &unreadable {
+        tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
+    }
     let mut removed = 0;
     for record in records.iter().filter(|r| r.status == Status::Done) {
         let remove = match which {
@@ -132,8 +171,12 @@ pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
 
 /// Counts records by status and by tool.
 pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
-    let records = block_on(store.scan()).map_err(|e| store_error(None, e))?;
-    let mut stats = Stats { size_on_disk: store.size_on_disk(), ..Stats::default() };
+    let (records, unreadable) = read_all(store)?;
+    let mut stats = Stats {
+        size_on_disk: store.size_on_disk(),
+        unreadable: unreadable.len() as u64,
+        ..Stats::default()
+    };
     for record in &records {
         *stats.by_status.entry(record.status.to_string()).or_default() += 1;
         *stats.by_tool.entry(record.tool.clone()).or_default() += 1;

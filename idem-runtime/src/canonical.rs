@@ -64,23 +64,6 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
     Ok(out)
 }
 
-/// The fingerprint of canonical arguments: the lower-case hex SHA-256 of the text, all 64
-/// digits. A record keeps it so that a later call under the same key with different arguments
-/// can be told apart.
-///
-/// # Examples
-///
-/// ```
-/// let canonical = idem_runtime::canonical_json(&serde_json::json!({})).unwrap();
-/// assert_eq!(
-///     idem_runtime::fingerprint(&canonical),
-///     "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
-/// );
-/// ```
-pub fn fingerprint(canonical: &str) -> String {
-    sha256_hex(&[canonical.as_bytes()])
-}
-
 /// Lower-case hex SHA-256 of the concatenation of `parts`.
 pub(crate) fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();
@@ -631,11 +614,7 @@ fn write_float(value: f64, out: &mut String) {
     if value.is_sign_negative() {
         out.push('-');
     }
-    // Rust's `{:e}` also writes the shortest round-trip digits, as `d.ddde±x`.
-    let scientific = format!("{:e}", value.abs());
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let (digits, exponent) = repr_digits(value.abs());
     if !(-4..16).contains(&exponent) {
         out.push_str(&digits[..1]);
         if digits.len() > 1 {
@@ -663,5 +642,28 @@ fn write_float(value: f64, out: &mut String) {
             out.push('.');
             out.push_str(&digits[point..]);
         }
+    }
+}
+
+/// The significant digits and decimal exponent of Python's `repr` of a finite, non-negative
+/// float: the fewest digits that read back to the same double and, among those, the ones
+/// nearest to its exact value, a tie going to the even digit.
+fn repr_digits(value: f64) -> (String, i32) {
+    fn split(scientific: &str) -> (String, i32) {
+        let (mantissa, exponent) = scientific.split_once('e').unwrap_or((scientific, "0"));
+        (mantissa.chars().filter(|c| *c != '.').collect(), exponent.parse().unwrap_or(0))
+    }
+    // Rust's `{:e}` writes the fewest digits too, but when the exact value lies halfway between
+    // two such candidates it takes the upper one: -627677689651098.25 is written
+    // `...098.3`, where Python writes `...098.2`.
+    let shortest = split(&format!("{value:e}"));
+    // Rounding the exact value to that many digits (ties to even) gives the nearest candidate;
+    // it is the answer whenever it still reads back to the same double.
+    let precision = shortest.0.len().saturating_sub(1);
+    let nearest = format!("{value:.precision$e}");
+    if nearest.parse::<f64>() == Ok(value) {
+        split(&nearest)
+    } else {
+        shortest
     }
 }

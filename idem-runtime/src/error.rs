@@ -140,6 +140,24 @@ pub enum Error {
         since_ms: u64,
     },
 
+    /// Two functions share a tool name, and so its keys: the record was written by another
+    /// function than the one calling. Nothing was run or replayed.
+    #[error(
+        "key {key} (tool `{tool}`) was recorded by `{recorded}`, but `{calling}` is calling it: \
+         two functions share the tool name `{tool}`, and so its keys; nothing was run or \
+         replayed: pin distinct names with `tool = \"…\"` on one of them"
+    )]
+    SharedToolName {
+        /// The key both derive.
+        key: String,
+        /// The tool name they share.
+        tool: String,
+        /// The function that wrote the record.
+        recorded: String,
+        /// The function that is calling.
+        calling: String,
+    },
+
     /// A text given as a key is not one (operator API, `idem show`, `idem resolve`).
     #[error(
         "{text:?} is not a key: a key is 32 lower-case hex digits, such as \
@@ -192,6 +210,7 @@ impl Error {
             | Error::Result { key, .. }
             | Error::InFlight { key, .. }
             | Error::InDoubt { key, .. }
+            | Error::SharedToolName { key, .. }
             | Error::NotFound { key }
             | Error::NotResolvable { key, .. } => Some(key),
             Error::Store { key, .. } => key.as_deref(),

@@ -19,6 +19,7 @@ mod error;
 mod exec;
 mod failpoint;
 mod key;
+mod loom;
 mod meter;
 mod protocol;
 mod record;
@@ -28,7 +29,7 @@ mod retry;
 mod store;
 mod time;
 
-pub use canonical::{canonical_json, fingerprint};
+pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
 pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
@@ -46,4 +47,5 @@ pub use time::utc_timestamp;
 #[doc(hidden)]
 pub mod for_stores {
     pub use crate::exec::block_on;
+    pub use crate::time::deadline_after;
 }

@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_found_record_is_assessed_by_status_time_and_owner() {
-        let held = Record::reserve("k", "t", "s", "i#1", "f", 10);
+        let held = Record::reserve("k", "t", "s", "i#1", 10);
         let alive = |_: &Record| true;
         let dead = |_: &Record| false;
         assert_eq!(assess(None, 10, alive), Assessment::Absent);

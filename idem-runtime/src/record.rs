@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::protocol::{Owner, Status};
 
-/// One key's record. Raw arguments are never stored, only their fingerprint, since they may hold
-/// personal data.
+/// One key's record. The arguments are not stored, in any form: they may hold personal data,
+/// and the key already stands for them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
     /// The idempotency key (32 hex characters).
@@ -16,6 +16,11 @@ pub struct Record {
     pub status: Status,
     /// The tool name that went into the key.
     pub tool: String,
+    /// The function that wrote the record, by path (`billing::send`), when the call named it
+    /// (the attributes do): two functions that share a tool name share its keys, and a call of
+    /// one must not replay the other's result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
     /// The scope text that went into the key.
     pub scope: String,
     /// The call that reserved (or last took over) the key.
@@ -33,8 +38,6 @@ pub struct Record {
     /// For stores with leases: until when the owner's lease holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_until: Option<u64>,
-    /// Hex sha256 of the canonical arguments.
-    pub args_fingerprint: String,
     /// The body's result as JSON text, when `Done`: kept as written, so that a replay parses it
     /// once, straight into the tool's type. It serializes as the JSON it holds, not as a string.
     #[serde(default, with = "json_text")]
@@ -48,13 +51,13 @@ impl Record {
         tool: &str,
         scope: &str,
         owner: impl Into<Owner>,
-        args_fingerprint: &str,
         now: u64,
     ) -> Record {
         Record {
             key: key.to_owned(),
             status: Status::InFlight,
             tool: tool.to_owned(),
+            function: None,
             scope: scope.to_owned(),
             owner: owner.into(),
             attempts: 1,
@@ -63,7 +66,6 @@ impl Record {
             completed_at: None,
             expires_at: None,
             lease_until: None,
-            args_fingerprint: args_fingerprint.to_owned(),
             result: None,
         }
     }

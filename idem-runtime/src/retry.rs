@@ -4,7 +4,8 @@
 //! error that no attempt can fix.
 
 use std::cell::RefCell;
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,42 +14,65 @@ use backon::{BlockingRetryable, ExponentialBuilder, Retryable};
 
 use crate::error::Error;
 
-tokio::task_local! {
-    static ASYNC_VERDICT: Arc<AtomicBool>;
-}
-
 thread_local! {
-    static SYNC_VERDICT: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+    /// The verdicts of the `retry!` attempts running on this thread, innermost last: a sync
+    /// attempt is on it while it runs, an async one while it is polled, so that an engine error
+    /// is noted on the attempt it belongs to however sync and async code nest.
+    static ATTEMPTS: RefCell<Vec<Arc<AtomicBool>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Every error the engine hands its caller passes through here. It notes, for an enclosing
 /// `idem::retry!`, whether calling again could help: an in-doubt key, arguments with no key or
 /// a stored result that no longer fits stay as they are however often the call repeats, so
 /// `retry!` returns them at once. The error's own type carries the error on, so the note travels
-/// beside it, in the attempt's task or thread.
+/// beside it, on the attempt's thread.
 pub(crate) fn raise(error: Error) -> Error {
     if !error.is_retryable() {
-        let set = |verdict: &Arc<AtomicBool>| verdict.store(true, Ordering::SeqCst);
-        if ASYNC_VERDICT.try_with(set).is_err() {
-            SYNC_VERDICT.with(|verdict| verdict.borrow().as_ref().map(set));
-        }
+        ATTEMPTS.with(|attempts| {
+            if let Some(verdict) = attempts.borrow().last() {
+                verdict.store(true, Ordering::SeqCst);
+            }
+        });
     }
     error
+}
+
+/// Keeps an attempt's verdict on this thread's stack while it runs, and pops it however that
+/// ends (a panic included).
+struct Attempting;
+
+impl Attempting {
+    fn enter(verdict: &Arc<AtomicBool>) -> Attempting {
+        ATTEMPTS.with(|attempts| attempts.borrow_mut().push(Arc::clone(verdict)));
+        Attempting
+    }
+}
+
+impl Drop for Attempting {
+    fn drop(&mut self) {
+        ATTEMPTS.with(|attempts| attempts.borrow_mut().pop());
+    }
 }
 
 /// Runs one sync attempt of `retry!`; returns its outcome and whether its error was final.
 fn attempt_sync<R>(attempt: impl FnOnce() -> R) -> (R, bool) {
     let verdict = Arc::new(AtomicBool::new(false));
-    let outer = SYNC_VERDICT.with(|slot| slot.replace(Some(Arc::clone(&verdict))));
-    let outcome = attempt();
-    SYNC_VERDICT.with(|slot| *slot.borrow_mut() = outer);
+    let outcome = {
+        let _attempting = Attempting::enter(&verdict);
+        attempt()
+    };
     (outcome, verdict.load(Ordering::SeqCst))
 }
 
 /// Runs one async attempt of `retry!`; returns its outcome and whether its error was final.
 async fn attempt_async<F: Future>(attempt: F) -> (F::Output, bool) {
     let verdict = Arc::new(AtomicBool::new(false));
-    let outcome = ASYNC_VERDICT.scope(Arc::clone(&verdict), attempt).await;
+    let mut attempt = pin!(attempt);
+    let outcome = poll_fn(|cx| {
+        let _attempting = Attempting::enter(&verdict);
+        attempt.as_mut().poll(cx)
+    })
+    .await;
     (outcome, verdict.load(Ordering::SeqCst))
 }
 

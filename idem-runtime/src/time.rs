@@ -1,4 +1,19 @@
-//! Record times (milliseconds since the Unix epoch) as people read them.
+//! Record times (milliseconds since the Unix epoch) as people read them, and deadlines that
+//! never overflow.
+
+use std::time::{Duration, Instant};
+
+/// `from + wait`, or the latest instant the platform can represent past `from` when that sum
+/// overflows: a wait of `Duration::MAX` means "as long as it takes", never a panic.
+pub fn deadline_after(from: Instant, wait: Duration) -> Instant {
+    let mut wait = wait;
+    loop {
+        match from.checked_add(wait) {
+            Some(at) => return at,
+            None => wait /= 2,
+        }
+    }
+}
 
 /// Milliseconds since the Unix epoch as an RFC 3339 UTC time, to the millisecond.
 ///
@@ -35,7 +50,16 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::utc_timestamp;
+    use std::time::{Duration, Instant};
+
+    use super::{deadline_after, utc_timestamp};
+
+    #[test]
+    fn a_deadline_saturates_instead_of_overflowing() {
+        let now = Instant::now();
+        assert_eq!(deadline_after(now, Duration::from_secs(1)), now + Duration::from_secs(1));
+        assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(100 * 365 * 86_400));
+    }
 
     #[test]
     fn formats_times_across_leap_days_and_year_ends() {

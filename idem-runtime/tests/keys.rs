@@ -1,6 +1,6 @@
 //! Keys and canonical JSON agree with the Python reference derivation, byte for byte.
 //!
-//! Expected texts not taken from the shared vectors were produced with
+//! Expected texts not taken from the key vectors (`vectors/keys.jsonl`) were produced with
 //! `python3 -c 'import json; print(json.dumps(v, sort_keys=True, separators=(",", ":")))'`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,9 +11,9 @@ use serde::ser::{Error as _, Serializer};
 use serde::Serialize;
 use serde_json::Value;
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors/keys.jsonl");
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/keys.jsonl");
 
-/// One line of the shared vectors, computed by the Python reference.
+/// One line of the key vectors, computed by the Python reference.
 struct Vector {
     tool: String,
     scope: String,
@@ -25,8 +25,8 @@ struct Vector {
 fn vectors() -> Vec<Vector> {
     let text = std::fs::read_to_string(VECTORS).unwrap_or_else(|e| {
         panic!(
-            "cannot read the shared key vectors at {VECTORS}: {e}; the repository's `shared/` \
-             folder must sit beside the clone"
+            "cannot read the key vectors at {VECTORS}: {e}; they are part of the repository \
+             (vectors/keys.jsonl): restore the file from git"
         )
     });
     let vectors: Vec<Vector> = text
@@ -225,6 +225,27 @@ fn floats_are_written_as_python_repr_writes_them() {
     ];
     for &(value, python) in cases {
         assert_eq!(canonical(&value), python, "repr of {value:e}");
+    }
+}
+
+#[test]
+// The literals are the doubles' exact values, to show that each lies halfway.
+#[allow(clippy::excessive_precision)]
+fn floats_halfway_between_two_shortest_spellings_take_the_even_digit_as_python_does() {
+    // Each double lies exactly halfway between two 16- or 17-digit spellings that both read back
+    // to it; Python's `repr` takes the even last digit, Rust's `{:e}` the upper one. Parsed as a
+    // `Value`, `241804605705217.62` also needs serde_json's `float_roundtrip`, which the runtime
+    // turns on: without it serde_json reads the neighbouring double.
+    let cases: &[(f64, &str)] = &[
+        (-627677689651098.25, "-627677689651098.2"),
+        (888043386393181.25, "888043386393181.2"),
+        (241804605705217.625, "241804605705217.62"),
+        (732602826094648.25, "732602826094648.2"),
+    ];
+    for &(value, python) in cases {
+        assert_eq!(canonical(&value), python, "repr of {value:e}");
+        let parsed: Value = serde_json::from_str(&format!("{{\"a\":{python}}}")).unwrap();
+        assert_eq!(canonical(&parsed), format!("{{\"a\":{python}}}"), "{python} parsed as a Value");
     }
 }
 
@@ -439,14 +460,6 @@ fn key_serializes_as_its_text_and_refuses_other_text() {
     assert_eq!(serde_json::from_str::<Key>(&json).unwrap(), key);
     let err = serde_json::from_str::<Key>(r#""nope""#).unwrap_err();
     assert!(err.to_string().contains("32 lower-case hex digits"), "{err}");
-}
-
-#[test]
-fn fingerprint_is_the_full_sha256_of_the_canonical_text() {
-    assert_eq!(
-        idem_runtime::fingerprint("{}"),
-        "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
-    );
 }
 
 proptest! {

@@ -132,3 +132,36 @@ fn damaged_record_names_its_key_and_leaves_the_others() {
     assert_eq!(charge(&store, "order-1").unwrap(), "ch_order-1", "other records still replay");
     assert_eq!(admin::show(store.as_ref(), &good).unwrap().key, good.as_str());
 }
+
+#[test]
+fn a_damaged_record_is_reported_and_the_listing_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let bad = {
+        let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
+        charge(&store, "order-1").unwrap();
+        charge(&store, "order-3").unwrap();
+        Call::new("charge_card", "order-2", &serde_json::json!({ "amount": 4200 })).unwrap()
+    };
+    {
+        let db = sled::open(&path).unwrap();
+        db.open_tree("idem.records")
+            .unwrap()
+            .insert(bad.key().as_str(), &b"{not json"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store: Arc<dyn Store> =
+        Arc::new(SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap());
+    let listing = admin::scan(store.as_ref(), &admin::Filter::default()).unwrap();
+    assert_eq!(listing.records.len(), 2, "the readable records are listed");
+    assert_eq!(listing.unreadable.len(), 1, "the damaged one is reported");
+    let reported = listing.unreadable[0].to_string();
+    assert!(reported.contains(bad.key().as_str()), "names the damaged key: {reported}");
+    assert_eq!(admin::list(store.as_ref(), &admin::Filter::default()).unwrap().len(), 2);
+    let stats = admin::stats(store.as_ref()).unwrap();
+    assert_eq!((stats.by_status.get("done"), stats.unreadable), (Some(&2), 1));
+    assert_eq!(admin::purge(store.as_ref(), admin::Purge::OlderThan(Duration::ZERO)).unwrap(), 2);
+    let kept = admin::show(store.as_ref(), bad.key()).unwrap_err();
+    assert!(kept.to_string().contains("damaged"), "kept for inspection, not purged: {kept}");
+}

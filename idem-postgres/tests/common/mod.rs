@@ -114,3 +114,29 @@ pub fn say(line: &str) {
     let _ = writeln!(stdout, "\n{CHILD_SAYS}{line}");
     let _ = stdout.flush();
 }
+
+/// Runs a query returning one `bigint` on a connection of its own.
+pub fn query_i64(url: &str, sql: &str) -> i64 {
+    query_pairs(url, &format!("SELECT ({sql})::bigint, 0::bigint"))[0].0
+}
+
+/// Adds `name=value` to a URL's query.
+pub fn with_param(url: &str, name: &str, value: &str) -> String {
+    let joiner = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joiner}{name}={value}")
+}
+
+/// Waits until `done` holds, checking every 50 ms for at most `at_most`; returns whether it held.
+/// For states another process or the server reaches in its own time, such as a lease lapsing.
+pub fn eventually(at_most: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + at_most;
+    loop {
+        if done() {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,8 +1,17 @@
 //! What the body of a running call can reach: its key, and a way to say that its effect may
-//! have landed. Async bodies find it in a task-local, sync bodies on a per-thread stack.
+//! have landed.
+//!
+//! One stack per thread holds the calls whose bodies are running on it, innermost last. A sync
+//! body is on it while it runs; an async body while it is polled (it joins the stack of
+//! whichever thread polls it, for the length of that poll). Calls nest on a thread in the order
+//! they run, whatever mixes them (a sync call in an async body, an async call driven by
+//! `block_on` in a sync body), so the top of the stack is always the innermost call. Work moved
+//! to another thread (`spawn_blocking`, `tokio::spawn`) sees no call: read the key first and
+//! move it in.
 
 use std::cell::RefCell;
-use std::future::Future;
+use std::future::{poll_fn, Future};
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -27,30 +36,28 @@ impl Current {
 
     /// Runs a sync body with this call as the innermost one on this thread.
     pub(crate) fn enter_sync<R>(&self, body: impl FnOnce() -> R) -> R {
-        let _scope = SyncCallScope::enter(self);
+        let _scope = Running::enter(self);
         body()
     }
 
-    /// Runs an async body with this call as the innermost one of its task.
+    /// Runs an async body with this call as the innermost one while each poll lasts.
     pub(crate) async fn enter_async<F: Future>(&self, body: F) -> F::Output {
-        ASYNC_CALL.scope(self.clone(), body).await
+        let mut body = pin!(body);
+        poll_fn(|cx| {
+            let _scope = Running::enter(self);
+            body.as_mut().poll(cx)
+        })
+        .await
     }
 }
 
-tokio::task_local! {
-    static ASYNC_CALL: Current;
-}
-
 thread_local! {
-    static SYNC_CALLS: RefCell<Vec<Current>> = const { RefCell::new(Vec::new()) };
+    static RUNNING: RefCell<Vec<Current>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The innermost idempotent call whose body is running on this task or thread.
+/// The innermost idempotent call whose body is running on this thread.
 fn current() -> Option<Current> {
-    ASYNC_CALL
-        .try_with(Current::clone)
-        .ok()
-        .or_else(|| SYNC_CALLS.with(|calls| calls.borrow().last().cloned()))
+    RUNNING.with(|calls| calls.borrow().last().cloned())
 }
 
 /// The key of the idempotent call whose body is running, if any.
@@ -106,8 +113,9 @@ pub fn may_have_landed() -> bool {
 /// # Panics
 ///
 /// Outside the body of an idempotent call (there is no key there); use [`try_current_key`] to
-/// ask without panicking. A task spawned from the body does not inherit the key: read it first
-/// and move it in.
+/// ask without panicking. In a call made from another call's body, it is the inner call's key. A
+/// task spawned from the body, or work moved to `spawn_blocking`, runs elsewhere and does not
+/// inherit the key: read it first and move it in.
 pub fn current_key() -> Key {
     try_current_key().expect(
         "idem::current_key() called outside an idempotent call: call it inside the body of an \
@@ -115,19 +123,19 @@ pub fn current_key() -> Key {
     )
 }
 
-/// Keeps a sync call on this thread's stack while its body runs, and pops it however the body
-/// ends (a panic included).
-struct SyncCallScope;
+/// Keeps a call on this thread's stack while its body runs (or is polled), and pops it however
+/// that ends (a panic included).
+struct Running;
 
-impl SyncCallScope {
-    fn enter(call: &Current) -> SyncCallScope {
-        SYNC_CALLS.with(|calls| calls.borrow_mut().push(call.clone()));
-        SyncCallScope
+impl Running {
+    fn enter(call: &Current) -> Running {
+        RUNNING.with(|calls| calls.borrow_mut().push(call.clone()));
+        Running
     }
 }
 
-impl Drop for SyncCallScope {
+impl Drop for Running {
     fn drop(&mut self) {
-        SYNC_CALLS.with(|calls| calls.borrow_mut().pop());
+        RUNNING.with(|calls| calls.borrow_mut().pop());
     }
 }

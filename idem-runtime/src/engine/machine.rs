@@ -4,8 +4,8 @@
 //! absent ──reserve──▶ in-flight ──complete──▶ done ──(ttl passes)──▶ taken over ──▶ in-flight
 //!                        │  ▲
 //!           release ◀────┤  └──take over (in_doubt = "rerun")── in-doubt
-//!  (Err, or dropped      │
-//!   before the body)     └──leave_in_doubt──▶ in-doubt
+//!  (Err; dropped before  │
+//!   the body: undone)    └──leave_in_doubt──▶ in-doubt
 //!                           (Err after may_have_landed(), a panic, a future dropped while
 //!                            the body ran, a result that cannot be stored)
 //! ```
@@ -25,12 +25,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Call, InDoubtPolicy};
-use crate::canonical::fingerprint;
 use crate::error::Error;
 use crate::meter::{self, Outcome};
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
 use crate::store::{Reserved, Store};
+use crate::time::deadline_after;
 
 /// What [`Call::acquire`] ends with.
 pub(super) enum Acquired<T> {
@@ -40,18 +40,22 @@ pub(super) enum Acquired<T> {
     Owned(Box<Reservation>),
 }
 
-/// The reservation a call holds while it owns the key.
+/// The reservation a call holds while it owns the key: a first reservation and a takeover
+/// alike, from the moment the write that makes it is sent.
 pub(super) struct Reservation {
     store: Arc<dyn Store>,
     record: Record,
+    /// The record this one replaced (a takeover's), put back if the call ends before its body
+    /// starts; `None` for a first reservation, which is then deleted.
+    before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
     settled: bool,
 }
 
 impl Reservation {
-    fn new(store: &Arc<dyn Store>, record: Record) -> Reservation {
-        Reservation { store: Arc::clone(store), record, started: false, settled: false }
+    fn new(store: &Arc<dyn Store>, record: Record, before: Option<Record>) -> Reservation {
+        Reservation { store: Arc::clone(store), record, before, started: false, settled: false }
     }
 
     /// From here on, the body runs: dropping the reservation leaves the key in doubt.
@@ -73,10 +77,13 @@ impl Reservation {
 
     /// in-flight → absent: nothing landed, so the next call runs the body.
     async fn release(&mut self) {
-        self.settled = true;
+        // Nothing landed: should the release fail, the reservation tries the release once more
+        // as it drops, rather than marking the key in doubt.
+        self.started = false;
         meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
         match self.store.replace(&self.record, None).await {
             Ok(_) => {
+                self.settled = true;
                 tracing::debug!(key = %self.record.key, tool = %self.record.tool, "idem: released after an error")
             }
             Err(e) => {
@@ -102,10 +109,12 @@ impl Reservation {
         }
     }
 
-    /// [`Reservation::release`] without waiting, for `Drop`.
-    fn release_detached(&mut self) {
+    /// in-flight → as it was before this call, without waiting, for `Drop`: the body never
+    /// started, so nothing landed. A first reservation is deleted; a takeover puts back the
+    /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired).
+    fn undo_detached(&mut self) {
         self.settled = true;
-        self.store.replace_detached(&self.record, None);
+        self.store.replace_detached(&self.record, self.before.take());
     }
 
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
@@ -125,7 +134,7 @@ impl Drop for Reservation {
             if self.started {
                 self.leave_in_doubt_detached();
             } else {
-                self.release_detached();
+                self.undo_detached();
             }
         }
     }
@@ -134,14 +143,30 @@ impl Drop for Reservation {
 impl Call {
     /// A record for this call, owned by a new call of `store`.
     fn fresh_record(&self, store: &dyn Store) -> Record {
-        Record::reserve(
+        let mut record = Record::reserve(
             self.key.as_str(),
             &self.tool,
             &self.scope,
             Owner::new_call(store.owner_id()),
-            &fingerprint(&self.canonical),
             now_ms(),
-        )
+        );
+        record.function.clone_from(&self.function);
+        record
+    }
+
+    /// Refuses a record another function wrote: the two share a tool name, and so its keys.
+    /// Records that name no function (written by `Call` without one, or by another language's
+    /// client) are taken as this call's.
+    fn check_function(&self, found: &Record) -> Result<(), Error> {
+        match (&found.function, &self.function) {
+            (Some(recorded), Some(calling)) if recorded != calling => Err(Error::SharedToolName {
+                key: self.key.to_string(),
+                tool: self.tool.clone(),
+                recorded: recorded.clone(),
+                calling: calling.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
@@ -168,9 +193,13 @@ impl Call {
         let mut deadline = None;
         let mut found = store.peek(key).await.map_err(failed)?;
         loop {
+            if let Some(found) = &found {
+                self.check_function(found)?;
+            }
             let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
                 Assessment::Absent => {
-                    let mut pending = Reservation::new(store, self.fresh_record(store.as_ref()));
+                    let fresh = self.fresh_record(store.as_ref());
+                    let mut pending = Reservation::new(store, fresh, None);
                     match store.reserve(&pending.record).await {
                         Ok(Reserved::Mine) => {
                             tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
@@ -196,7 +225,7 @@ impl Call {
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                     let deadline = *deadline.get_or_insert_with(|| {
                         let now = *waited_since.insert(Instant::now());
-                        now + self.wait.unwrap_or_else(|| store.default_wait())
+                        deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
                     found = store.changed(key, &existing, deadline).await.map_err(failed)?;
                     let unchanged =
@@ -222,37 +251,63 @@ impl Call {
                             });
                         }
                         InDoubtPolicy::Rerun => {
-                            existing.taken_over(Owner::new_call(store.owner_id()), now_ms())
+                            let mut takeover =
+                                existing.taken_over(Owner::new_call(store.owner_id()), now_ms());
+                            if self.function.is_some() {
+                                takeover.function.clone_from(&self.function);
+                            }
+                            takeover
                         }
                     }
                 }
             };
-            // Expired or in doubt: take the record over, if it is still as it was found.
-            let existing = found.as_ref().expect("assessed a found record");
-            if store.replace(existing, Some(&takeover)).await.map_err(failed)? {
-                meter::takeover(&self.tool);
-                tracing::info!(key = %self.key, tool = %self.tool, attempts = takeover.attempts, "idem: took over");
-                return Ok(Acquired::Owned(Box::new(Reservation::new(store, takeover))));
+            // Expired or in doubt: take the record over, if it is still as it was found. Guarded
+            // like a first reservation from before the write is sent, so that a call dropped
+            // while it waits for the write undoes it instead of leaving the key in flight.
+            let existing = found.take().expect("assessed a found record");
+            let mut pending = Reservation::new(store, takeover, Some(existing));
+            let before = pending.before.as_ref().expect("a takeover replaces a record");
+            match store.replace(before, Some(&pending.record)).await {
+                Ok(true) => {
+                    meter::takeover(&self.tool);
+                    tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
+                    return Ok(Acquired::Owned(Box::new(pending)));
+                }
+                Ok(false) => pending.settled = true,
+                // The write may or may not have happened: the reservation undoes it if it did.
+                Err(e) => return Err(failed(e)),
             }
             found = store.get(key).await.map_err(failed)?;
         }
     }
 
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
-    /// the record in doubt.
-    pub(super) async fn complete<T: Serialize>(
+    /// the record in doubt. Only a result that reads back into `T` is recorded: what is recorded
+    /// `Done` must replay, and JSON cannot carry some values (NaN is written as `null`, and a
+    /// value nested past serde_json's 128 levels does not read back).
+    pub(super) async fn complete<T: Serialize + DeserializeOwned>(
         &self,
         mut owned: Box<Reservation>,
         value: &T,
     ) -> Result<(), Error> {
-        let json = match serde_json::to_string(value) {
+        let json = serde_json::to_string(value).map_err(|e| e.to_string()).and_then(|json| {
+            match serde_json::from_str::<T>(&json) {
+                Ok(_) => Ok(json),
+                Err(e) => Err(format!(
+                    "it would not replay: its JSON does not read back into the return type \
+                     ({e}); JSON has no NaN or infinity and reads at most 128 levels deep, so \
+                     return a type that fits"
+                )),
+            }
+        });
+        let json = match json {
             Ok(json) => json,
-            Err(e) => {
+            Err(reason) => {
                 owned.leave_in_doubt().await;
                 return Err(Error::Result {
                     key: self.key.to_string(),
                     tool: self.tool.clone(),
-                    reason: e.to_string(),
+                    reason,
                 });
             }
         };

@@ -65,11 +65,10 @@ pub enum InDoubtPolicy {
 #[derive(Clone)]
 pub struct Call {
     tool: String,
+    /// The function making the call, by path, when it is known (the attributes pass it).
+    function: Option<String>,
     scope: String,
     key: Key,
-    /// The canonical arguments, fingerprinted only when a record is written: a replay needs no
-    /// fingerprint.
-    canonical: String,
     store: Option<Arc<dyn Store>>,
     wait: Option<Duration>,
     ttl: Option<Duration>,
@@ -103,19 +102,27 @@ impl Call {
     }
 
     /// A call whose arguments are already canonical JSON (see [`Args`]).
-    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl Into<String>) -> Call {
+    pub fn from_canonical(tool: &str, scope: impl Display, canonical: impl AsRef<str>) -> Call {
         let scope = scope.to_string();
-        let canonical = canonical.into();
         Call {
-            key: Key::derive_canonical(tool, &scope, &canonical),
-            canonical,
+            key: Key::derive_canonical(tool, &scope, canonical.as_ref()),
             tool: tool.to_owned(),
+            function: None,
             scope,
             store: None,
             wait: None,
             ttl: None,
             in_doubt: InDoubtPolicy::Fail,
         }
+    }
+
+    /// The function making the call, by path (`billing::send`): recorded with the key, so that
+    /// another function sharing the tool name (and so the keys) is refused rather than handed
+    /// this one's result ([`Error::SharedToolName`]). The attributes pass it unless `tool = "…"`
+    /// pins the name.
+    pub fn function(mut self, path: impl Into<String>) -> Call {
+        self.function = Some(path.into());
+        self
     }
 
     /// The store to use instead of the process default.

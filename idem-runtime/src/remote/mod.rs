@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::admin::{Filter, Purge, Resolution, Stats};
+use crate::admin::{Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::key::Key;
 use crate::record::Record;
@@ -78,6 +78,26 @@ impl Remote {
             Value::Array(records) => records.into_iter().map(record).collect(),
             other => Err(unexpected(&other)),
         }
+    }
+
+    /// Records matching `filter`, newest first, and those that could not be read, as
+    /// [`crate::admin::scan`].
+    pub fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
+        let mut value = self.call(&Request::scan(filter))?;
+        let (Value::Array(records), Value::Array(unreadable)) =
+            (value["records"].take(), value["unreadable"].take())
+        else {
+            return Err(unexpected(&value));
+        };
+        let records = records.into_iter().map(record).collect::<Result<_, _>>()?;
+        let unreadable = unreadable
+            .into_iter()
+            .map(|error| match serde_json::from_value::<WireError>(error.clone()) {
+                Ok(error) => Ok(error.into_error()),
+                Err(_) => Err(unexpected(&error)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Listing { records, unreadable })
     }
 
     /// The record under `key`, as [`crate::admin::show`].

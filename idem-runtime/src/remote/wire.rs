@@ -39,6 +39,14 @@ pub(crate) enum Request {
         #[serde(default)]
         tool: Option<String>,
     },
+    /// As `ls`, and the records that could not be read, as errors: `{"records": […],
+    /// "unreadable": [error, …]}`.
+    Scan {
+        #[serde(default)]
+        status: Option<Status>,
+        #[serde(default)]
+        tool: Option<String>,
+    },
     Show {
         key: String,
     },
@@ -70,6 +78,10 @@ pub(crate) enum WirePurge {
 impl Request {
     pub(crate) fn ls(filter: &Filter) -> Request {
         Request::Ls { status: filter.status, tool: filter.tool.clone() }
+    }
+
+    pub(crate) fn scan(filter: &Filter) -> Request {
+        Request::Scan { status: filter.status, tool: filter.tool.clone() }
     }
 
     pub(crate) fn resolve(key: &str, resolution: Resolution) -> Request {

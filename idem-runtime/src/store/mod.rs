@@ -69,8 +69,10 @@ pub trait Store: Send + Sync + 'static {
     /// holds). [`assess`](crate::assess) treats a dead owner's record as in doubt.
     fn owner_alive(&self, record: &Record) -> bool;
 
-    /// Every record, in no particular order (for the operator commands).
-    fn scan(&self) -> StoreFuture<'_, Vec<Record>>;
+    /// Every record, in no particular order (for the operator commands). A record that cannot
+    /// be read is an `Err` naming its key, in its place: one bad record must not hide the rest.
+    /// An `Err` of the whole future means the store itself could not be read.
+    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>>;
 
     /// Bytes the store takes on disk, when the backend can tell.
     fn size_on_disk(&self) -> Option<u64> {
@@ -91,6 +93,15 @@ pub trait Store: Send + Sync + 'static {
     /// How long a caller waits for an in-flight owner when the call sets no `wait`.
     fn default_wait(&self) -> Duration {
         DEFAULT_WAIT
+    }
+
+    /// How many callers of [`Store::changed`] for `key` have registered for its next change
+    /// (and so cannot miss it), or `None` when the store cannot tell. For tests, which must know
+    /// that a waiter is waiting before they change the record; the conformance suite needs it.
+    #[doc(hidden)]
+    fn waiters(&self, key: &str) -> Option<usize> {
+        let _ = key;
+        None
     }
 }
 

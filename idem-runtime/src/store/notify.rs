@@ -9,8 +9,9 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+use crate::loom::{Arc, Mutex, MutexGuard};
 
 #[derive(Default)]
 struct Slot {
@@ -30,11 +31,16 @@ impl Hub {
     }
 
     /// Registers interest in `key`: call before reading the record.
-    pub(crate) fn watch(self: &Arc<Self>, key: &str) -> Watch {
-        let mut slots = self.lock();
+    pub(crate) fn watch(hub: &Arc<Hub>, key: &str) -> Watch {
+        let mut slots = hub.lock();
         let slot = slots.entry(key.to_owned()).or_default();
         slot.interested += 1;
-        Watch { hub: Arc::clone(self), key: key.to_owned(), epoch: slot.epoch }
+        Watch { hub: Arc::clone(hub), key: key.to_owned(), epoch: slot.epoch }
+    }
+
+    /// How many watches of `key` exist.
+    pub(crate) fn watchers(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |slot| slot.interested)
     }
 
     /// Tells the watchers of `key` that it changed: call after the write has landed.
@@ -82,5 +88,93 @@ impl Drop for Watch {
                 slots.remove(&self.key);
             }
         }
+    }
+}
+
+/// Models of the hub under loom (`cargo test -p idem-runtime --features loom --lib loom_`): a
+/// waiter watches, then reads the record, and waits only if it has not changed; the writer
+/// changes the record, then notifies. Whatever the interleaving, no waiter misses the change
+/// (a lost wake-up leaves a thread blocked for ever, which loom reports as a deadlock).
+#[cfg(all(test, feature = "loom"))]
+mod loom_models {
+    use loom::future::block_on;
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use loom::thread;
+
+    use super::*;
+
+    /// What `SledStore::changed` does around the hub.
+    fn wait_for_change(hub: &Arc<Hub>, record: &AtomicUsize, seen: usize) -> usize {
+        let watch = Hub::watch(hub, "k");
+        let now = record.load(SeqCst);
+        if now != seen {
+            return now;
+        }
+        block_on(watch);
+        record.load(SeqCst)
+    }
+
+    #[test]
+    fn loom_a_waiter_never_misses_a_change() {
+        crate::loom::model(|| {
+            let hub = Arc::new(Hub::default());
+            let record = Arc::new(AtomicUsize::new(0));
+            let writer = {
+                let (hub, record) = (Arc::clone(&hub), Arc::clone(&record));
+                thread::spawn(move || {
+                    record.store(1, SeqCst);
+                    hub.notify("k");
+                })
+            };
+            assert_eq!(wait_for_change(&hub, &record, 0), 1);
+            writer.join().unwrap();
+            assert_eq!(hub.watchers("k"), 0, "the watch let go of the key");
+        });
+    }
+
+    #[test]
+    fn loom_two_waiters_never_miss_a_change() {
+        crate::loom::model(|| {
+            let hub = Arc::new(Hub::default());
+            let record = Arc::new(AtomicUsize::new(0));
+            let writer = {
+                let (hub, record) = (Arc::clone(&hub), Arc::clone(&record));
+                thread::spawn(move || {
+                    record.store(1, SeqCst);
+                    hub.notify("k");
+                })
+            };
+            let waiter = {
+                let (hub, record) = (Arc::clone(&hub), Arc::clone(&record));
+                thread::spawn(move || wait_for_change(&hub, &record, 0))
+            };
+            assert_eq!(wait_for_change(&hub, &record, 0), 1);
+            assert_eq!(waiter.join().unwrap(), 1);
+            writer.join().unwrap();
+            assert_eq!(hub.watchers("k"), 0, "every watch let go of the key");
+        });
+    }
+
+    #[test]
+    fn loom_a_waiter_that_gives_up_does_not_strand_another() {
+        crate::loom::model(|| {
+            let hub = Arc::new(Hub::default());
+            let record = Arc::new(AtomicUsize::new(0));
+            let quitter = {
+                let hub = Arc::clone(&hub);
+                // Watches, then gives up before the change (its deadline passed).
+                thread::spawn(move || drop(Hub::watch(&hub, "k")))
+            };
+            let writer = {
+                let (hub, record) = (Arc::clone(&hub), Arc::clone(&record));
+                thread::spawn(move || {
+                    record.store(1, SeqCst);
+                    hub.notify("k");
+                })
+            };
+            assert_eq!(wait_for_change(&hub, &record, 0), 1);
+            quitter.join().unwrap();
+            writer.join().unwrap();
+        });
     }
 }

@@ -1,15 +1,20 @@
 //! Group commit: one thread makes writes durable, and every caller that asked before a sync
 //! started is answered by that one sync. Concurrent calls share their fsyncs; no caller is told
 //! a write is durable before a sync that began after the write has finished.
+//!
+//! A failed sync poisons the syncer, as a failed fsync makes PostgreSQL stop: the kernel may
+//! have dropped the dirty pages it could not write and reports the error once, so a later sync
+//! that succeeds proves nothing about them. From then on every write is refused, every ticket
+//! not answered by an earlier good sync fails, and every reader is refused, until the store is
+//! reopened (which reads back what the disk really holds).
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::thread::JoinHandle;
 
 use crate::error::StoreError;
+use crate::loom::thread::{self, JoinHandle};
+use crate::loom::{Arc, Condvar, Mutex, MutexGuard};
 
 /// What one durable point does (flush sled, then sync its data file).
 pub(crate) type SyncFn = Box<dyn FnMut() -> Result<(), String> + Send>;
@@ -20,8 +25,8 @@ struct State {
     requested: u64,
     /// Highest generation whose sync has finished (well or badly).
     finished: u64,
-    /// Generation ranges whose sync failed, newest last, with the reason.
-    failures: VecDeque<(u64, u64, String)>,
+    /// The first generation whose sync failed, and why: it and every later one fail.
+    poisoned: Option<(u64, String)>,
     wakers: Vec<Waker>,
     shutdown: bool,
     /// Writes applied (or being applied) whose durable point is not yet asked for.
@@ -49,7 +54,7 @@ impl Syncer {
         let shared =
             Arc::new(Shared { state: Mutex::new(State::default()), wanted: Condvar::new() });
         let worker = Arc::clone(&shared);
-        let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || loop {
+        let thread = thread::Builder::new().name(name.to_owned()).spawn(move || loop {
             let target = {
                 let mut state = worker.lock();
                 while state.requested == state.finished && !state.shutdown {
@@ -66,10 +71,8 @@ impl Syncer {
             let wakers = {
                 let mut state = worker.lock();
                 if let Err(reason) = outcome {
-                    let from = state.finished + 1;
-                    state.failures.push_back((from, target, reason));
-                    if state.failures.len() > 64 {
-                        state.failures.pop_front();
+                    if state.poisoned.is_none() {
+                        state.poisoned = Some((state.finished + 1, reason));
                     }
                 }
                 state.finished = target;
@@ -88,9 +91,15 @@ impl Syncer {
         Ticket { shared: Arc::clone(&self.shared), generation }
     }
 
-    /// Announces a write that is about to be applied; [`Syncer::end_write`] must follow.
-    pub(crate) fn begin_write(&self) {
-        self.shared.lock().writing += 1;
+    /// Announces a write that is about to be applied; [`Syncer::end_write`] must follow when it
+    /// is allowed. Refused once a sync has failed.
+    pub(crate) fn begin_write(&self) -> Result<(), StoreError> {
+        let mut state = self.shared.lock();
+        if let Some((_, reason)) = &state.poisoned {
+            return Err(poisoned(reason));
+        }
+        state.writing += 1;
+        Ok(())
     }
 
     /// Ends a write announced with [`Syncer::begin_write`]: when it changed the store, the
@@ -101,11 +110,27 @@ impl Syncer {
         changed.then(|| self.ask(&mut state))
     }
 
+    /// Refuses every later write and read, and fails every ticket not yet answered: for a write
+    /// that failed, which leaves the store's memory and its disk apart just as a failed sync
+    /// does (sled's log buffers hold other writes too).
+    pub(crate) fn poison(&self, reason: String) {
+        let mut state = self.shared.lock();
+        if state.poisoned.is_none() {
+            state.poisoned = Some((state.finished + 1, reason));
+        }
+        let wakers = std::mem::take(&mut state.wakers);
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
     /// For a reader: `None` when everything already written is durable, else a ticket that
     /// completes once it is. Call it after the read, so that what was read is covered.
     pub(crate) fn barrier(&self) -> Option<Ticket> {
         let mut state = self.shared.lock();
-        if state.writing > 0 {
+        if state.poisoned.is_some() {
+            // What is read may be a write whose sync failed.
+            Some(Ticket { shared: Arc::clone(&self.shared), generation: u64::MAX })
+        } else if state.writing > 0 {
             // A write may have landed without asking for its sync yet: ask for one.
             Some(self.ask(&mut state))
         } else if state.requested > state.finished {
@@ -136,22 +161,26 @@ impl Future for Ticket {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.lock();
-        if state.finished < self.generation {
-            state.wakers.push(cx.waker().clone());
-            return Poll::Pending;
-        }
-        let failed =
-            state.failures.iter().find(|(from, to, _)| (*from..=*to).contains(&self.generation));
-        match failed {
-            Some((_, _, reason)) => Poll::Ready(Err(StoreError::new(format!(
-                "the store could not make a write durable ({reason}); check the disk and retry"
-            )))),
-            None => Poll::Ready(Ok(())),
+        match &state.poisoned {
+            Some((from, reason)) if self.generation >= *from => Poll::Ready(Err(poisoned(reason))),
+            _ if state.finished < self.generation => {
+                state.wakers.push(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(Ok(())),
         }
     }
 }
 
-#[cfg(test)]
+fn poisoned(reason: &str) -> StoreError {
+    StoreError::new(format!(
+        "the store could not make a write durable ({reason}), so it refuses every read and \
+         write until it is reopened: what it holds in memory may not be on disk; check the disk \
+         (space, errors), then restart the process"
+    ))
+}
+
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
@@ -186,7 +215,7 @@ mod tests {
     fn a_reader_waits_for_a_write_whose_sync_is_not_asked_yet() {
         let (syncer, go, _) = gated();
         assert!(syncer.barrier().is_none(), "nothing written: nothing to wait for");
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let mut ticket = syncer.barrier().expect("a write in progress must be waited for");
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(pending(&mut ticket), "not durable before the sync ran");
@@ -201,7 +230,7 @@ mod tests {
     #[test]
     fn a_reader_waits_for_a_sync_in_progress() {
         let (syncer, go, _) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let writer = syncer.end_write(true).unwrap();
         let mut reader = syncer.barrier().expect("the write's sync has not finished");
         assert!(pending(&mut reader));
@@ -213,7 +242,7 @@ mod tests {
     #[test]
     fn one_sync_answers_every_write_made_before_it_started() {
         let (syncer, go, syncs) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
         let first = syncer.end_write(true).unwrap();
         // Let the first sync start (it blocks on the gate), then pile up ten more writes.
         while syncs.load(Ordering::SeqCst) == 0 {
@@ -221,7 +250,7 @@ mod tests {
         }
         let later: Vec<Ticket> = (0..10)
             .map(|_| {
-                syncer.begin_write();
+                syncer.begin_write().unwrap();
                 syncer.end_write(true).unwrap()
             })
             .collect();
@@ -235,17 +264,141 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_sync_fails_the_writes_it_covered() {
+    fn a_failed_sync_refuses_every_later_write_and_read() {
         let (syncer, go, _) = gated();
-        syncer.begin_write();
+        syncer.begin_write().unwrap();
+        let durable = syncer.end_write(true).unwrap();
+        go.send(Ok(())).unwrap();
+        block_on(durable).unwrap();
+        syncer.begin_write().unwrap();
         let failed = syncer.end_write(true).unwrap();
         go.send(Err("disk full".into())).unwrap();
         let error = block_on(failed).unwrap_err().to_string();
-        assert!(error.contains("disk full"), "{error}");
-        syncer.begin_write();
-        let next = syncer.end_write(true).unwrap();
+        assert!(error.contains("disk full") && error.contains("reopened"), "{error}");
+        // More failures than the old code remembered (64), then a sync that succeeds: none of
+        // it makes the store trust its writes again.
+        for _ in 0..100 {
+            let error = syncer.begin_write().unwrap_err().to_string();
+            assert!(error.contains("refuses every read and write"), "{error}");
+        }
+        let reader = syncer.barrier().expect("a reader must not trust what it read");
+        assert!(block_on(reader).is_err(), "a reader is refused after a failed sync");
+        assert_eq!(syncer.shared.lock().writing, 0, "a refused write is not counted");
+    }
+
+    #[test]
+    fn writes_waiting_for_a_failed_sync_all_fail() {
+        let (syncer, go, syncs) = gated();
+        syncer.begin_write().unwrap();
+        let first = syncer.end_write(true).unwrap();
+        while syncs.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        // Asked while the first sync runs: answered by the next one, which will succeed.
+        syncer.begin_write().unwrap();
+        let second = syncer.end_write(true).unwrap();
+        go.send(Err("EIO".into())).unwrap();
         go.send(Ok(())).unwrap();
-        block_on(next).unwrap();
-        assert_eq!(syncer.shared.lock().writing, 0, "every begun write ended");
+        assert!(block_on(first).is_err());
+        assert!(block_on(second).is_err(), "a sync after a failed one proves nothing");
+    }
+}
+
+/// Models of the syncer under loom, which runs them over every interleaving of the threads
+/// (`cargo test -p idem-runtime --features loom --lib loom_`).
+#[cfg(all(test, feature = "loom"))]
+mod loom_models {
+    use loom::future::block_on;
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+
+    use super::*;
+
+    /// The store's memory and its disk. A write bumps `written`; a sync reads `written` as it
+    /// begins and makes that much durable, or, when it fails, loses it for good (the kernel may
+    /// drop the pages it could not write, and a later sync does not bring them back).
+    #[derive(Default)]
+    struct Disk {
+        written: AtomicUsize,
+        durable: AtomicUsize,
+        /// Writes `1..=lost` may never reach the disk.
+        lost: AtomicUsize,
+    }
+
+    fn syncer(disk: &Arc<Disk>, failing_syncs: usize) -> Syncer {
+        let disk = Arc::clone(disk);
+        let mut syncs = 0;
+        let sync = Box::new(move || {
+            let seen = disk.written.load(SeqCst);
+            syncs += 1;
+            if syncs <= failing_syncs {
+                disk.lost.fetch_max(seen, SeqCst);
+                return Err("EIO".to_owned());
+            }
+            disk.durable.fetch_max(seen, SeqCst);
+            Ok(())
+        });
+        Syncer::start("model-sync", sync).unwrap()
+    }
+
+    /// One write through the syncer: refused, or its ticket's answer. A ticket that says
+    /// durable must be right.
+    fn write(syncer: &Syncer, disk: &Disk) -> Option<Result<(), StoreError>> {
+        syncer.begin_write().ok()?;
+        let mine = disk.written.fetch_add(1, SeqCst) + 1;
+        let outcome = match syncer.end_write(true) {
+            Some(ticket) => block_on(ticket),
+            None => panic!("a write that changed the store gets a ticket"),
+        };
+        if outcome.is_ok() {
+            assert!(disk.durable.load(SeqCst) >= mine, "told durable before a sync covered it");
+            assert!(disk.lost.load(SeqCst) < mine, "told durable after its sync failed");
+        }
+        Some(outcome)
+    }
+
+    /// A reader: what it read is handed out only once it is durable and none of it was lost.
+    fn read(syncer: &Syncer, disk: &Disk) -> Result<(), StoreError> {
+        let seen = disk.written.load(SeqCst);
+        if let Some(ticket) = syncer.barrier() {
+            block_on(ticket)?;
+        }
+        assert!(disk.durable.load(SeqCst) >= seen, "a reader was handed a write not yet durable");
+        assert!(seen == 0 || disk.lost.load(SeqCst) == 0, "a reader was handed a lost write");
+        Ok(())
+    }
+
+    /// A writer thread and a reader race the syncer thread; then the reader writes.
+    fn check(failing_syncs: usize) {
+        crate::loom::model(move || {
+            let disk = Arc::new(Disk::default());
+            let syncer = Arc::new(syncer(&disk, failing_syncs));
+            let writer = {
+                let (syncer, disk) = (Arc::clone(&syncer), Arc::clone(&disk));
+                thread::spawn(move || write(&syncer, &disk))
+            };
+            let read = read(&syncer, &disk);
+            let first = writer.join().unwrap();
+            let second = write(&syncer, &disk);
+            if failing_syncs == 0 {
+                assert!(read.is_ok());
+                assert!(matches!(first, Some(Ok(()))), "{first:?}");
+                assert!(matches!(second, Some(Ok(()))), "{second:?}");
+            } else {
+                // The first sync fails, whichever call it answers: from then on no write is
+                // accepted and none is told it is durable.
+                assert!(syncer.begin_write().is_err(), "a write accepted after a failed sync");
+                assert!(!matches!(second, Some(Ok(()))), "{second:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn loom_a_ticket_or_a_read_is_durable_only_after_a_sync_begun_after_the_write() {
+        check(0);
+    }
+
+    #[test]
+    fn loom_after_a_failed_sync_nothing_is_reported_durable() {
+        check(1);
     }
 }

@@ -6,13 +6,21 @@
 //! ```text
 //! 0      format (1)            JSON records of the first format begin with `{`, and still read
 //! 1      status                0 in flight, 1 done, 2 in doubt
-//! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result
+//! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
+//!                              16 function, 32 result kept in chunks
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
-//! then   tool, scope, owner, args_fingerprint: each a u32 length and its UTF-8 bytes
-//! then   the result's JSON text, a u32 length and its bytes, when present
+//! then   tool, scope, owner, and a fourth string: each a u32 length and its UTF-8 bytes. The
+//!        fourth held a fingerprint of the arguments in earlier releases; it is written empty
+//!        and skipped on read, since the key already stands for the arguments
+//! then   the result's JSON text, a u32 length and its bytes, when present (option 8)
+//! or     where its chunks are: a u64 chunk id and the u32 length of the text (option 32)
+//! then   the function that wrote the record, a u32 length and its bytes, when present
 //! ```
+//!
+//! A result too large to sit in the record is kept in chunks (see `chunks.rs`), so that no
+//! value handed to sled reaches the size at which sled writes it to a file of its own.
 //!
 //! The key is sled's own key for the entry, so it is not repeated in the value.
 
@@ -27,6 +35,15 @@ const COMPLETED: u8 = 1;
 const EXPIRES: u8 = 2;
 const LEASE: u8 = 4;
 const RESULT: u8 = 8;
+const FUNCTION: u8 = 16;
+const CHUNKED: u8 = 32;
+
+/// Where a result kept in chunks is: its chunk id and the length of its JSON text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Spilled {
+    pub(crate) id: u64,
+    pub(crate) len: u32,
+}
 
 /// A record read from sled's bytes without copying them (a record of the first, JSON format is
 /// decoded into owned fields instead).
@@ -40,19 +57,23 @@ pub(crate) struct View<'a> {
     pub(crate) expires_at: Option<u64>,
     pub(crate) lease_until: Option<u64>,
     pub(crate) tool: Cow<'a, str>,
+    pub(crate) function: Option<Cow<'a, str>>,
     pub(crate) scope: Cow<'a, str>,
     pub(crate) owner: Cow<'a, str>,
-    pub(crate) args_fingerprint: Cow<'a, str>,
     pub(crate) result: Option<Cow<'a, str>>,
+    /// The result, when it is kept in chunks rather than in `result`.
+    pub(crate) spilled: Option<Spilled>,
 }
 
 impl View<'_> {
-    /// The record under `key`, owning its fields.
+    /// The record under `key`, owning its fields; a result kept in chunks is not read here, so
+    /// the store fills it in (`result` is then `None`).
     pub(crate) fn to_record(&self, key: &str) -> Record {
         Record {
             key: key.to_owned(),
             status: self.status,
             tool: self.tool.clone().into_owned(),
+            function: self.function.as_ref().map(|f| f.clone().into_owned()),
             scope: self.scope.clone().into_owned(),
             owner: self.owner.as_ref().into(),
             attempts: self.attempts,
@@ -61,7 +82,6 @@ impl View<'_> {
             completed_at: self.completed_at,
             expires_at: self.expires_at,
             lease_until: self.lease_until,
-            args_fingerprint: self.args_fingerprint.clone().into_owned(),
             result: self.result.as_ref().map(|text| text.clone().into_owned()),
         }
     }
@@ -72,19 +92,30 @@ impl View<'_> {
     }
 }
 
-/// Writes `record` in the current format.
-pub(crate) fn encode(record: &Record) -> Vec<u8> {
-    let strings = [
-        record.tool.as_str(),
-        record.scope.as_str(),
-        record.owner.as_str(),
-        record.args_fingerprint.as_str(),
-    ];
-    let result = record.result.as_deref();
-    let len = 23
-        + 3 * 8
+/// The length [`encode`] gives `record`, with its result inline, or with a chunk reference in
+/// its place when `spilled`.
+pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
+    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
+    let result = match (&record.result, spilled) {
+        (Some(_), true) => 8 + 4,
+        (Some(text), false) => 4 + text.len(),
+        (None, _) => 0,
+    };
+    let function = record.function.as_ref().map_or(0, |text| 4 + text.len());
+    let times = [record.completed_at, record.expires_at, record.lease_until];
+    23 + 8 * times.iter().flatten().count()
         + strings.iter().map(|s| 4 + s.len()).sum::<usize>()
-        + result.map_or(0, |text| 4 + text.len());
+        + result
+        + function
+}
+
+/// Writes `record` in the current format; with `spilled`, its result is replaced by a reference
+/// to the chunks that hold it.
+pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
+    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
+    let result = if spilled.is_some() { None } else { record.result.as_deref() };
+    let function = record.function.as_deref();
+    let len = encoded_len(record, spilled.is_some());
     let mut out = Vec::with_capacity(len);
     let mut options = 0;
     for (present, bit) in [
@@ -92,6 +123,8 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         (record.expires_at.is_some(), EXPIRES),
         (record.lease_until.is_some(), LEASE),
         (result.is_some(), RESULT),
+        (function.is_some(), FUNCTION),
+        (spilled.is_some(), CHUNKED),
     ] {
         if present {
             options |= bit;
@@ -116,6 +149,14 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
         out.extend_from_slice(s.as_bytes());
     }
     if let Some(text) = result {
+        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        out.extend_from_slice(text.as_bytes());
+    }
+    if let Some(Spilled { id, len }) = spilled {
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+    }
+    if let Some(text) = function {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
@@ -160,10 +201,11 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 expires_at: record.expires_at,
                 lease_until: record.lease_until,
                 tool: Cow::Owned(record.tool),
+                function: record.function.map(Cow::Owned),
                 scope: Cow::Owned(record.scope),
                 owner: Cow::Owned(record.owner.as_str().to_owned()),
-                args_fingerprint: Cow::Owned(record.args_fingerprint),
                 result: record.result.map(Cow::Owned),
+                spilled: None,
             })
         }
     }
@@ -228,8 +270,11 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let tool = r.string()?;
     let scope = r.string()?;
     let owner = r.string()?;
-    let args_fingerprint = r.string()?;
+    let _fingerprint = r.string()?;
     let result = if options & RESULT != 0 { Some(r.string()?) } else { None };
+    let spilled =
+        if options & CHUNKED != 0 { Some(Spilled { id: r.u64()?, len: r.u32()? }) } else { None };
+    let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
     if !r.bytes.is_empty() {
         return Err(Truncated("bytes after the record"));
     }
@@ -242,10 +287,11 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         expires_at,
         lease_until,
         tool,
+        function,
         scope,
         owner,
-        args_fingerprint,
         result,
+        spilled,
     })
 }
 
@@ -254,12 +300,11 @@ mod tests {
     use super::*;
 
     fn done() -> Record {
-        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", "ab".repeat(32).as_str(), 7)
-            .done(
-                serde_json::json!({"id": "ch_1", "amount": 4200}),
-                9,
-                Some(std::time::Duration::from_secs(1)),
-            )
+        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", 7).done(
+            serde_json::json!({"id": "ch_1", "amount": 4200}),
+            9,
+            Some(std::time::Duration::from_secs(1)),
+        )
     }
 
     #[test]
@@ -268,8 +313,10 @@ mod tests {
             done(),
             done().in_doubt(10),
             Record { lease_until: Some(11), ..done().taken_over("other#1", 10) },
+            Record { function: Some("billing::send".into()), ..done() },
         ] {
-            let bytes = encode(&record);
+            let bytes = encode(&record, None);
+            assert_eq!(bytes.len(), encoded_len(&record, false));
             assert_eq!(decode(b"k", &bytes).unwrap().to_record("k"), record);
         }
     }
@@ -285,8 +332,19 @@ mod tests {
     }
 
     #[test]
+    fn a_result_in_chunks_reads_back_as_its_reference() {
+        let record = done();
+        let spilled = Spilled { id: 0x0102_0304_0506_0708, len: 70_000 };
+        let bytes = encode(&record, Some(spilled));
+        assert_eq!(bytes.len(), encoded_len(&record, true));
+        let view = decode(b"k", &bytes).unwrap();
+        assert_eq!(view.spilled, Some(spilled));
+        assert_eq!(view.to_record("k"), Record { result: None, ..record });
+    }
+
+    #[test]
     fn a_truncated_record_is_damaged_not_a_panic() {
-        let mut bytes = encode(&done());
+        let mut bytes = encode(&done(), None);
         for len in 1..bytes.len() {
             assert!(decode(b"k", &bytes[..len]).is_err(), "cut at {len} read as a record");
         }

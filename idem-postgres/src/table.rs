@@ -1,0 +1,393 @@
+//! The operations on the records table, as the store's tasks run them.
+//!
+//! Each rides out a broken connection by trying again on a fresh one within its deadline. A read
+//! or a lease renewal can always be repeated. A write is repeated only because the fence makes it
+//! safe: it names the state it replaces, and every owner string is unique to one call, so a
+//! repeat whose first attempt did land finds the record in exactly the state it wrote, and is
+//! reported as landed.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::Pool;
+use idem_runtime::for_stores::deadline_after;
+use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Status, StoreError};
+use tokio_postgres::types::ToSql;
+
+use crate::fault::{Fault, Retry};
+use crate::lease::{Holder, Leases};
+use crate::listen::{Fanout, DEGRADED_RECHECK};
+use crate::runtime::{Detached, Writes};
+use crate::sql::{self, Names, Statements, Values};
+
+/// What the store's tasks share with it.
+pub(crate) struct Shared {
+    pub(crate) pool: Pool,
+    pub(crate) statements: Statements,
+    pub(crate) names: Names,
+    pub(crate) owner: String,
+    pub(crate) lease: Duration,
+    pub(crate) heartbeat: Duration,
+    pub(crate) default_wait: Duration,
+    /// The database clock minus this machine's, in milliseconds.
+    pub(crate) clock_offset: AtomicI64,
+    pub(crate) fanout: Arc<Fanout>,
+    pub(crate) leases: Leases,
+    pub(crate) detached: Detached,
+    pub(crate) writes: Arc<Writes>,
+}
+
+/// Runs `attempt` until it succeeds, fails for a reason a fresh connection cannot cure, or
+/// `deadline` passes; words the last fault with `doing`.
+macro_rules! retrying {
+    ($deadline:expr, $doing:expr, $attempt:expr) => {{
+        let mut retry = Retry::until($deadline);
+        loop {
+            match $attempt.await {
+                Ok(value) => break Ok(value),
+                Err(fault) if retry.again(&fault).await => {}
+                Err(fault) => break Err(fault.into_store_error(&$doing)),
+            }
+        }
+    }};
+}
+
+impl Shared {
+    /// How long one statement keeps trying through connection faults when its caller set no
+    /// deadline: a lease, past which the leases this store holds have lapsed anyway.
+    pub(crate) fn deadline(&self) -> Instant {
+        deadline_after(Instant::now(), self.lease)
+    }
+
+    pub(crate) async fn migrate(&self, deadline: Instant) -> Result<(), StoreError> {
+        let table = self.names.qualified();
+        retrying!(deadline, format!("cannot create {table}"), self.try_migrate())
+    }
+
+    async fn try_migrate(&self) -> Result<(), Fault> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        // Under a lock, so that a fleet starting at once does not race on `CREATE … IF NOT
+        // EXISTS`.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            &[&format!("idem migrate {}", self.names.qualified())],
+        )
+        .await?;
+        tx.batch_execute(&self.names.migration()).await?;
+        Ok(tx.commit().await?)
+    }
+
+    pub(crate) async fn check_table(&self, deadline: Instant) -> Result<(), StoreError> {
+        let table = self.names.qualified();
+        let exists: bool = retrying!(
+            deadline,
+            "cannot look for the records table",
+            self.query_value(&self.statements.exists, &[&table])
+        )?;
+        if exists {
+            Ok(())
+        } else {
+            Err(StoreError::new(format!(
+                "no idem records table {table} in this database: check the URL (name another \
+                 table with ?idem_table=schema.table); the first idempotent call creates it"
+            )))
+        }
+    }
+
+    async fn query_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<T, Fault> {
+        let client = self.pool.get().await?;
+        Ok(client.query_one(statement, params).await?.try_get(0)?)
+    }
+
+    /// Measures the database clock against this machine's, halving the round trip.
+    pub(crate) async fn measure_clock(&self, deadline: Instant) -> Result<(), StoreError> {
+        let (before, db, after) =
+            retrying!(deadline, "cannot read the database clock", self.try_clock())?;
+        self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn try_clock(&self) -> Result<(i64, i64, i64), Fault> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.now).await?;
+        let before = now_ms() as i64;
+        let db: i64 = client.query_one(&statement, &[]).await?.try_get(0)?;
+        Ok((before, db, now_ms() as i64))
+    }
+
+    /// The database's clock now, as this machine reckons it.
+    fn db_now(&self) -> i64 {
+        now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// Whether replacing `current` by `new` is the record's own owner settling it: only that
+    /// write may skip the lease check. A sibling call of this instance taking the record over
+    /// is held to the database clock's lease like any other instance.
+    fn writes_as_owner(&self, current: &Record, new: Option<&Record>) -> bool {
+        current.owner.is_of(&self.owner)
+            && new.is_none_or(|new| new.owner == current.owner && new.attempts == current.attempts)
+    }
+
+    pub(crate) async fn get(
+        &self,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<Option<Record>, StoreError> {
+        retrying!(deadline, format!("cannot read key {key}"), self.try_get(key))
+    }
+
+    async fn try_get(&self, key: &str) -> Result<Option<Record>, Fault> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.get).await?;
+        let row = client.query_opt(&statement, &[&key]).await?;
+        row.as_ref().map(sql::decode).transpose().map_err(Fault::Store)
+    }
+
+    pub(crate) async fn reserve(&self, record: &Record) -> Result<Reserved, StoreError> {
+        let values = Values::of(record);
+        let deadline = self.deadline();
+        loop {
+            let inserted: bool = retrying!(
+                deadline,
+                format!("cannot reserve key {}", record.key),
+                self.try_insert(&values)
+            )?;
+            if !inserted {
+                // Read in a fresh statement: the insert's snapshot may not show a row committed
+                // while it ran.
+                match self.get(&record.key, deadline).await? {
+                    // Our own insert, committed by an attempt whose connection broke before the
+                    // answer came.
+                    Some(existing) if existing.fence() == record.fence() => {}
+                    Some(existing) => return Ok(Reserved::Taken(existing)),
+                    // Released again meanwhile: try the insert again.
+                    None => continue,
+                }
+            }
+            self.leases.hold(record);
+            return Ok(Reserved::Mine);
+        }
+    }
+
+    async fn try_insert(&self, values: &Values) -> Result<bool, Fault> {
+        let lease = self.lease_ms();
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.insert).await?;
+        let mut params = values.insert_params();
+        params.push(&lease);
+        params.push(values.function());
+        Ok(client.execute(&statement, &params).await? == 1)
+    }
+
+    pub(crate) async fn replace(
+        &self,
+        current: &Record,
+        new: Option<&Record>,
+    ) -> Result<bool, StoreError> {
+        let own = self.writes_as_owner(current, new);
+        let outcome = self.replace_fenced(current, new, own).await;
+        match outcome {
+            Ok(true) => {
+                self.leases.drop_if(&current.key, &Holder::of(current));
+                if let Some(new) = new.filter(|n| n.status == Status::InFlight) {
+                    self.leases.hold(new);
+                }
+            }
+            Ok(false) => {}
+            // The owner's last word failed: stop renewing, so that the lease lapses and the
+            // record turns in doubt, the same outcome as a crash. Renewed, the record would look
+            // running for as long as this store lives.
+            Err(_) if own => self.leases.drop_if(&current.key, &Holder::of(current)),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    async fn replace_fenced(
+        &self,
+        current: &Record,
+        new: Option<&Record>,
+        own: bool,
+    ) -> Result<bool, StoreError> {
+        let deadline = self.deadline();
+        let mut retry = Retry::until(deadline);
+        let mut repeated = false;
+        loop {
+            match self.try_replace(current, new, own).await {
+                Ok(true) => return Ok(true),
+                Ok(false) if !repeated => return Ok(false),
+                Ok(false) => {
+                    // The fence refused the repeat: did the first attempt land?
+                    let now = self.get(&current.key, deadline).await?;
+                    return Ok(match (now, new) {
+                        (None, None) => true,
+                        (Some(now), Some(new)) => now.fence() == new.fence(),
+                        _ => false,
+                    });
+                }
+                Err(fault) if retry.again(&fault).await => repeated = true,
+                Err(fault) => {
+                    return Err(fault.into_store_error(&format!("cannot write key {}", current.key)))
+                }
+            }
+        }
+    }
+
+    async fn try_replace(
+        &self,
+        current: &Record,
+        new: Option<&Record>,
+        own: bool,
+    ) -> Result<bool, Fault> {
+        let client = self.pool.get().await?;
+        let seen = current.fence();
+        let (status, owner, attempts) =
+            (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
+        let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
+        let changed = match new {
+            Some(new) => {
+                let values = Values::of(new);
+                let lease = self.lease_ms();
+                let statement = client.prepare_cached(&self.statements.update).await?;
+                let mut params = fence.to_vec();
+                params.extend_from_slice(&values.update_params());
+                params.push(&lease);
+                params.push(values.function());
+                client.execute(&statement, &params).await?
+            }
+            None => {
+                let statement = client.prepare_cached(&self.statements.delete).await?;
+                client.execute(&statement, &fence).await?
+            }
+        };
+        Ok(changed == 1)
+    }
+
+    /// Renews the leases in `holding`, trying until `deadline`; returns those renewed.
+    pub(crate) async fn renew(
+        &self,
+        holding: &[(String, Holder)],
+        deadline: Instant,
+    ) -> Result<Vec<(String, Holder)>, StoreError> {
+        retrying!(deadline, "cannot renew leases", self.try_renew(holding))
+    }
+
+    async fn try_renew(
+        &self,
+        holding: &[(String, Holder)],
+    ) -> Result<Vec<(String, Holder)>, Fault> {
+        let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
+        let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
+        let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
+        let lease = self.lease_ms();
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.renew).await?;
+        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease]).await?;
+        rows.iter()
+            .map(|row| {
+                let attempts: i64 = row.try_get(2)?;
+                let holder = Holder {
+                    owner: row.try_get::<_, String>(1)?.into(),
+                    attempts: u32::try_from(attempts).unwrap_or(0),
+                };
+                Ok((row.try_get(0)?, holder))
+            })
+            .collect()
+    }
+
+    /// One heartbeat: every lease renewed in one statement, then the clock measured again.
+    pub(crate) async fn beat(
+        &self,
+        holding: Vec<(String, Holder)>,
+    ) -> Result<Vec<(String, Holder)>, StoreError> {
+        // A renewal that keeps failing is worth trying for as long as the leases it renews can
+        // still be saved: until a lease after the beat before, less this beat's interval.
+        let until = deadline_after(Instant::now(), self.lease.saturating_sub(self.heartbeat));
+        let renewed = self.renew(&holding, until).await;
+        if let Err(e) = self.measure_clock(until).await {
+            tracing::debug!(error = %e, "idem: cannot measure the database clock; keeping the last measure");
+        }
+        renewed
+    }
+
+    /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.
+    pub(crate) fn lease_left(&self, record: &Record) -> Option<Duration> {
+        let until = i64::try_from(record.lease_until?).ok()?;
+        let left = until - self.db_now();
+        (left > 0).then(|| Duration::from_millis(left as u64))
+    }
+
+    pub(crate) async fn changed(
+        &self,
+        key: &str,
+        seen: &Record,
+        deadline: Instant,
+    ) -> Result<Option<Record>, StoreError> {
+        // Subscribe before reading, so that a change between the read and the wait is seen.
+        let mut subscription = self.fanout.subscribe(key);
+        loop {
+            // A read that hits a broken connection keeps trying for the whole wait (and at
+            // least a lease): a restarting server must not end a wait early.
+            let current = self.get(key, deadline.max(self.deadline())).await?;
+            let record = match current {
+                Some(record) if record.fence() == seen.fence() => record,
+                other => return Ok(other),
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Some(record));
+            }
+            // The owner may die without a word: wake when its lease lapses, to look again.
+            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
+                Assessment::Running => match self.lease_left(&record) {
+                    Some(left) => {
+                        deadline.min(deadline_after(now, left + Duration::from_millis(5)))
+                    }
+                    None => return Ok(Some(record)),
+                },
+                // The lease lapsed: the owner is dead, and the caller must know now.
+                Assessment::InDoubt => return Ok(Some(record)),
+                _ => deadline,
+            };
+            let wake = if self.fanout.listening() {
+                wake
+            } else {
+                wake.min(deadline_after(now, DEGRADED_RECHECK))
+            };
+            tokio::select! {
+                () = subscription.next() => {}
+                () = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+    }
+
+    pub(crate) async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {
+        retrying!(self.deadline(), "cannot list records", self.try_scan())
+    }
+
+    async fn try_scan(&self) -> Result<Vec<Result<Record, StoreError>>, Fault> {
+        let client = self.pool.get().await?;
+        let rows = client.query(&self.statements.scan, &[]).await?;
+        // One damaged row is reported as such; the listing goes on.
+        Ok(rows.iter().map(sql::decode).collect())
+    }
+
+    pub(crate) async fn size(&self) -> Result<u64, StoreError> {
+        let size: i64 = retrying!(
+            self.deadline(),
+            "cannot read the table size",
+            self.query_value(&self.statements.size, &[])
+        )?;
+        Ok(u64::try_from(size).unwrap_or(0))
+    }
+}

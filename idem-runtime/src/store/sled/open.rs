@@ -1,0 +1,308 @@
+//! Opening the sled store: its options, the lock, the files sled creates, and the clean-up of
+//! what a dead process left (records in flight, chunks no record points to), and the admin
+//! socket.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::chunks::Chunks;
+use super::encoding::decode;
+use super::files::Files;
+use super::{io_error, SledStore, CHUNKS, INDEXED, IN_FLIGHT, TREE};
+use crate::error::StoreError;
+use crate::loom::Arc;
+use crate::protocol::Status;
+use crate::record::now_ms;
+use crate::store::notify::Hub;
+use crate::store::sync::Syncer;
+use crate::store::Durability;
+
+/// Options for [`SledStore`]: durability, cache size and the default wait.
+#[derive(Clone, Debug)]
+pub struct SledStoreBuilder {
+    pub(super) path: PathBuf,
+    pub(super) durability: Durability,
+    pub(super) cache_bytes: u64,
+    pub(super) default_wait: Duration,
+    pub(super) create: bool,
+    pub(super) lock_wait: Duration,
+    pub(super) admin_socket: bool,
+}
+
+impl SledStoreBuilder {
+    /// How far a write goes before it is reported done; [`Durability::Fsync`] by default.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// sled's page cache, in bytes; 64 MiB by default (sled's own default is 1 GiB).
+    pub fn cache_capacity(mut self, bytes: u64) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+
+    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Whether to create the store when the directory holds none (true by default; the `idem`
+    /// command opens with `false`, so that a mistyped path is an error, not a new empty store).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// How long to wait for the directory's lock when another holder has it; zero by default.
+    /// sled 0.34 releases its lock a moment after the last handle is dropped (its I/O threads
+    /// close the file), so reopening right after a close, or after an agent exits, can find it
+    /// briefly held; the `idem` command waits a little rather than fail.
+    pub fn lock_wait(mut self, wait: Duration) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// Whether the process answers the `idem` command on a Unix socket in the store directory,
+    /// `admin.sock` (true by default; Unix only). sled lets one process hold a store, so this is
+    /// how an operator lists and settles the records of an agent that is running. The socket is
+    /// the user's alone (mode 0600, and the peer's user is checked on every connection), and it
+    /// is removed when the store closes; one left by a process that died is replaced at open.
+    /// When it cannot be made (a path too long for a socket, a read-only directory), the store
+    /// opens without it and logs a warning.
+    pub fn admin_socket(mut self, serve: bool) -> Self {
+        self.admin_socket = serve;
+        self
+    }
+
+    /// Opens the store.
+    pub fn open(self) -> Result<SledStore, crate::Error> {
+        SledStore::open_with(self).map_err(|source| crate::Error::store(None, None, source))
+    }
+}
+
+static INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+impl SledStore {
+    pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
+        let path = options.path.clone();
+        if !options.create && !path.join("conf").exists() {
+            return Err(StoreError::new(format!(
+                "no idem store at {}: check the path (or $IDEM_STORE); it is created by the \
+                 first idempotent call",
+                path.display()
+            )));
+        }
+        if path.exists() && !path.is_dir() {
+            return Err(StoreError::new(format!(
+                "{} is a file, not a store directory: point the store at a directory",
+                path.display()
+            )));
+        }
+        let config = sled::Config::new()
+            .path(&path)
+            .cache_capacity(options.cache_bytes)
+            .flush_every_ms(match options.durability {
+                // With no durable points of its own, let sled's background flusher write.
+                Durability::None => Some(500),
+                _ => None,
+            });
+        // sled 0.34 can panic on some damaged files instead of returning an error: never let
+        // that reach the caller as a panic.
+        let lock_deadline = crate::time::deadline_after(Instant::now(), options.lock_wait);
+        let opened = loop {
+            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+            match &opened {
+                Ok(Err(sled::Error::Io(e)))
+                    if e.to_string().contains("could not acquire lock")
+                        && Instant::now() < lock_deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => break opened,
+            }
+        };
+        let db = match opened {
+            Ok(Ok(db)) => db,
+            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
+                return Err(StoreError::new(format!(
+                    "the store at {} is open in another process (sled takes an exclusive \
+                     lock), which does not serve the `idem` command on its admin socket: stop \
+                     that process, or open the store there with the admin socket on (the \
+                     default), or use the PostgreSQL store to share one store between processes",
+                    path.display()
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(StoreError::with_source(
+                    format!(
+                        "cannot open the store at {}: it may be damaged or not an idem store; \
+                         move it aside and inspect it",
+                        path.display()
+                    ),
+                    e,
+                ))
+            }
+            Err(_) => {
+                return Err(StoreError::new(format!(
+                    "cannot open the store at {}: sled failed reading it, so it is likely \
+                     damaged; move it aside and inspect it",
+                    path.display()
+                )))
+            }
+        };
+        let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
+        let chunks = Chunks {
+            tree: db
+                .open_tree(CHUNKS)
+                .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
+        };
+        let index = db
+            .open_tree(IN_FLIGHT)
+            .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
+        let owner = format!(
+            "sled:{}:{}:{}",
+            std::process::id(),
+            now_ms(),
+            INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let syncer = match options.durability {
+            Durability::None => None,
+            durability => {
+                let db = db.clone();
+                let mut files = match durability {
+                    Durability::Fsync => Some(
+                        Files::open(&path)
+                            .map_err(|e| io_error(&path, "cannot sync the files of", e))?,
+                    ),
+                    _ => None,
+                };
+                let sync = Box::new(move || {
+                    db.flush().map_err(|e| e.to_string())?;
+                    if let Some(files) = &mut files {
+                        files.sync().map_err(|e| e.to_string())?;
+                    }
+                    Ok(())
+                });
+                Some(std::sync::Arc::new(
+                    Syncer::start("idem-sled-sync", sync)
+                        .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
+                ))
+            }
+        };
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut store = SledStore {
+            #[cfg(unix)]
+            admin: None,
+            tree,
+            index,
+            chunks,
+            db,
+            path,
+            owner,
+            durability: options.durability,
+            default_wait: options.default_wait,
+            syncer,
+            hub: Arc::new(Hub::default()),
+            key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
+        };
+        store.settle_orphans()?;
+        #[cfg(unix)]
+        if options.admin_socket {
+            store.admin = store.serve_admin();
+        }
+        Ok(store)
+    }
+
+    /// Starts the admin socket on a second handle to this store (same trees, owner, sync thread
+    /// and notifications, so a resolve is seen by waiters, fenced like any write here, and
+    /// refused once a failed sync has poisoned the store).
+    #[cfg(unix)]
+    fn serve_admin(&self) -> Option<super::serve::Server> {
+        let handle = SledStore {
+            admin: None,
+            tree: self.tree.clone(),
+            index: self.index.clone(),
+            chunks: self.chunks.clone(),
+            db: self.db.clone(),
+            path: self.path.clone(),
+            owner: self.owner.clone(),
+            durability: self.durability,
+            default_wait: self.default_wait,
+            syncer: self.syncer.clone(),
+            hub: Arc::clone(&self.hub),
+            key_locks: std::sync::Arc::clone(&self.key_locks),
+        };
+        match super::serve::Server::start(&self.path, std::sync::Arc::new(handle)) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");
+                None
+            }
+        }
+    }
+
+    /// Settles what a dead process left: any `InFlight` record (it died mid-call) is marked in
+    /// doubt, and chunks no record points to are removed. The index names the keys to look at;
+    /// a store written before the index existed is scanned whole, once, and then marked as
+    /// indexed (after it is settled, so a crash mid-way scans again).
+    fn settle_orphans(&self) -> Result<(), StoreError> {
+        let read_error = |e| io_error(&self.path, "cannot read", e);
+        let write_error = |e| io_error(&self.path, "cannot write to", e);
+        let indexed = self.db.get(INDEXED).map_err(read_error)?.is_some();
+        let mut marked = 0usize;
+        if indexed {
+            for entry in self.index.iter() {
+                let (key, _) = entry.map_err(read_error)?;
+                let bytes = self.tree.get(&key).map_err(read_error)?;
+                let view = bytes.as_ref().and_then(|bytes| decode(&key, bytes).ok());
+                // A damaged record's chunks are left alone: they may be all that is left of it.
+                if bytes.is_none() || view.is_some() {
+                    let keep = view.as_ref().and_then(|view| view.spilled).map(|s| s.id);
+                    self.chunks.remove_orphans_of(&key, keep).map_err(write_error)?;
+                }
+                let in_flight = match &bytes {
+                    Some(bytes) => self.mark_if_in_flight(&key, bytes)?,
+                    None => false,
+                };
+                marked += usize::from(in_flight);
+                // Marking in doubt drops the entry itself; every other key is settled now.
+                if !in_flight {
+                    self.index.remove(&key).map_err(write_error)?;
+                }
+            }
+        } else {
+            for entry in self.tree.iter() {
+                let (key, bytes) = entry.map_err(read_error)?;
+                marked += usize::from(self.mark_if_in_flight(&key, &bytes)?);
+            }
+            self.chunks.remove_orphans(&self.tree)?;
+            self.db.insert(INDEXED, &[1u8][..]).map_err(write_error)?;
+            tracing::info!(store = %self.path.display(), "idem: indexed the in-flight records of a store written by an earlier idem (once)");
+        }
+        if marked > 0 || !indexed {
+            match &self.syncer {
+                Some(_) => crate::exec::block_on(self.durable())?,
+                // No sync thread, but the one-time migration is worth keeping.
+                None => {
+                    self.db.flush().map_err(write_error)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks the record `bytes` under `key` in doubt if it is in flight; whether it did.
+    fn mark_if_in_flight(&self, key: &[u8], bytes: &sled::IVec) -> Result<bool, StoreError> {
+        let Ok(view) = decode(key, bytes) else { return Ok(false) };
+        if view.status != Status::InFlight {
+            return Ok(false);
+        }
+        let record = view.to_record(&String::from_utf8_lossy(key));
+        let doubt = record.in_doubt(now_ms());
+        tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
+        Ok(self.cas(key, Some(bytes), Some(&doubt))?.is_ok())
+    }
+}
