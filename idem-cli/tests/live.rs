@@ -221,7 +221,9 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     let out = idem(&path, &["resolve", &settled, "--done", "\"ch_3\""]).ok().to_owned();
     assert_eq!(out, format!("settled {settled} as done: later calls replay \"ch_3\"\n"));
     assert_eq!(agent.ask("call order-3 ch_other"), "replayed ch_3", "a settled key replays");
-    let out = idem(&path, &["resolve", &finished, "--done", "{\"b\":1,\"a\":2}"]).ok().to_owned();
+    // Keys in order: whether serde_json keeps an object's order depends on the features the
+    // build unifies, which is not what this test is about.
+    let out = idem(&path, &["resolve", &finished, "--done", "{\"a\":2,\"b\":1}"]).ok().to_owned();
     assert!(out.ends_with("later calls replay {\"a\":2,\"b\":1}\n"), "{out}");
     let refused = idem(&path, &["resolve", &settled, "--release"]).fails().to_owned();
     assert!(refused.contains("is done and cannot be resolved"), "{refused}");
