@@ -5,8 +5,9 @@
 //!
 //! `cargo bench -p idem-benches --bench limits` (after `… --bench calls`). `-- memory N` is the
 //! child process that fills a store with N records, reports its RSS and size, then times
-//! reopening it (the open reads every record to mark orphans in doubt); `-- syncs N` opens a
-//! store and makes N fresh calls, for counting syncs under strace.
+//! reopening it and opening an empty store (the open reads only the in-flight index, so the two
+//! should be close); `-- syncs N` opens a store and makes N fresh calls, for counting syncs under
+//! strace.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -166,28 +167,36 @@ fn memory_child(records: u64) {
     let sled_size = store.size_on_disk().unwrap_or(0);
     let files = dir_bytes(dir.path());
     println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
-    // Then how long opening that store takes: the open reads every record to mark the ones
-    // left in flight in doubt. The files are in the page cache, as after an agent's restart.
+    // Then how long opening that store takes, against an empty one: the open reads the index
+    // of in-flight records, not the records. The files are in the page cache, as after an
+    // agent's restart.
     drop(store);
-    let path = dir.path().join("idem.sled");
-    let opens: Vec<String> = (0..OPENS)
+    println!("open_ms={}", time_opens(&dir.path().join("idem.sled")).join(","));
+    let empty = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
+    let empty = empty.path().join("idem.sled");
+    drop(SledStore::open(&empty).expect("create an empty store"));
+    println!("open_empty_ms={}", time_opens(&empty).join(","));
+}
+
+/// The times (ms) of opening the store at `path` OPENS times, one after the other.
+fn time_opens(path: &Path) -> Vec<String> {
+    (0..OPENS)
         .map(|_| {
             let began = Instant::now();
-            let store = SledStore::builder(&path)
+            let store = SledStore::builder(path)
                 .lock_wait(Duration::from_secs(5))
                 .open()
-                .expect("reopen the filled store");
+                .expect("reopen the store");
             let took = began.elapsed();
             drop(store);
             format!("{:.1}", took.as_secs_f64() * 1e3)
         })
-        .collect();
-    println!("open_ms={}", opens.join(","));
+        .collect()
 }
 
 /// RSS, peak RSS, sled's size on disk and the files' size after `records` finished records,
-/// and the times (ms) of opening that store again.
-fn memory(records: u64) -> Option<([u64; 4], Vec<f64>)> {
+/// and the times (ms) of opening that store again and of opening an empty store.
+fn memory(records: u64) -> Option<([u64; 4], Vec<f64>, Vec<f64>)> {
     let exe = std::env::current_exe().ok()?;
     let out =
         std::process::Command::new(exe).args(["memory", &records.to_string()]).output().ok()?;
@@ -195,8 +204,11 @@ fn memory(records: u64) -> Option<([u64; 4], Vec<f64>)> {
     let line = text.lines().find(|l| l.starts_with("rss_kib="))?;
     let mut values = line.split(' ').filter_map(|kv| kv.split_once('=')?.1.parse().ok());
     let sizes = [values.next()?, values.next()?, values.next()?, values.next()?];
-    let opens = text.lines().find_map(|l| l.strip_prefix("open_ms="))?;
-    Some((sizes, opens.split(',').filter_map(|ms| ms.parse().ok()).collect()))
+    let times = |prefix: &str| -> Option<Vec<f64>> {
+        let line = text.lines().find_map(|l| l.strip_prefix(prefix))?;
+        Some(line.split(',').filter_map(|ms| ms.parse().ok()).collect())
+    };
+    Some((sizes, times("open_ms=")?, times("open_empty_ms=")?))
 }
 
 /// One criterion result: median and min–max over its samples, in ns per iteration.
@@ -322,9 +334,10 @@ fn main() {
     row("waiter wake-up, from the owner's return (its Done durable)", spread(&mut from_return));
 
     let mut rss_1m = None;
+    let mut open_ratio_1m = None;
     for records in [100_000u64, 1_000_000] {
         match memory(records) {
-            Some(([rss, peak, sled_size, files], mut opens)) => {
+            Some(([rss, peak, sled_size, files], mut opens, mut empty_opens)) => {
                 row(
                     &format!("{records} finished records: RSS (peak)"),
                     format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
@@ -349,6 +362,15 @@ fn main() {
                         ),
                         format!("{:.0} ms ({min:.0} – {max:.0} ms)", median(&mut opens)),
                     );
+                }
+                if !empty_opens.is_empty() && records == 1_000_000 {
+                    row(
+                        &format!("empty store: `SledStore::open` ({OPENS} opens, page cache warm)"),
+                        format!("{:.1} ms", median(&mut empty_opens)),
+                    );
+                    if !opens.is_empty() {
+                        open_ratio_1m = Some(median(&mut opens) / median(&mut empty_opens));
+                    }
                 }
                 if records == 1_000_000 {
                     rss_1m = Some(rss as f64 / 1024.0);
@@ -391,5 +413,8 @@ fn main() {
     );
     if let Some(rss) = rss_1m {
         println!("- 1 M records RSS = {rss:.1} MiB (target ≤ 128 MiB)");
+    }
+    if let Some(ratio) = open_ratio_1m {
+        println!("- SledStore::open at 1 M finished records / on an empty store = {ratio:.2} (target ≤ 2)");
     }
 }

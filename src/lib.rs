@@ -456,6 +456,11 @@ pub use idem_macros::tools;
 /// idem's runtime, and [`mcp::annotate`] fills a router's MCP hints from the classification.
 #[cfg(feature = "rmcp")]
 pub use idem_runtime::mcp;
+
+/// The `idem::admin` operations on a sled store that a running process holds, through its
+/// admin socket (Unix only).
+#[cfg(unix)]
+pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
     set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,

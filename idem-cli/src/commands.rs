@@ -4,12 +4,13 @@
 use std::io::Write;
 use std::time::Duration;
 
-use idem_runtime::admin::{self, Filter, Purge, Resolution};
-use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status, Store};
+use idem_runtime::admin::{Filter, Purge, Resolution};
+use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
 use crate::output::{age, cell, size, table, timestamp};
+use crate::remote::Admin;
 use crate::{args, store};
 
 type Out<'a> = &'a mut dyn Write;
@@ -19,13 +20,11 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
     match cli.command {
         Command::Key { tool, scope, args, json } => key(&tool, &scope, &args, json, out),
         Command::Ls { status, tool, json } => {
-            let store = store::open(location)?;
-            ls(store.as_ref(), Filter { status, tool }, json, out)
+            ls(&mut store::open(location)?, Filter { status, tool }, json, out)
         }
         Command::Show { key, json } => {
             let key = Key::parse(&key)?;
-            let store = store::open(location)?;
-            show(store.as_ref(), &key, json, out)
+            show(&mut store::open(location)?, &key, json, out)
         }
         Command::Resolve { key, release, done } => {
             let key = Key::parse(&key)?;
@@ -37,8 +36,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                 ),
                 _ => return Err(Failure::usage("give exactly one of --release and --done JSON")),
             };
-            let store = store::open(location)?;
-            resolve(store.as_ref(), &key, resolution, out)
+            resolve(&mut store::open(location)?, &key, resolution, out)
         }
         Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
@@ -50,13 +48,9 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                     ))
                 }
             };
-            let store = store::open(location)?;
-            purge(store.as_ref(), which, out)
+            purge(&mut store::open(location)?, which, out)
         }
-        Command::Stats { json } => {
-            let store = store::open(location)?;
-            stats(store.as_ref(), json, out)
-        }
+        Command::Stats { json } => stats(&mut store::open(location)?, json, out),
     }
 }
 
@@ -88,8 +82,8 @@ fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<
 
 /// Lists what reads; a record that does not is reported after the rest, and the command then
 /// fails, so that a script notices.
-fn ls(store: &dyn Store, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let listing = admin::scan(store, &filter)?;
+fn ls(store: &mut Admin, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let listing = store.scan(&filter)?;
     let mut unreadable: Vec<String> = listing.unreadable.iter().map(Error::to_string).collect();
     if json {
         for record in &listing.records {
@@ -135,8 +129,8 @@ fn ls_table(records: &[Record], out: Out<'_>) -> Result<(), Failure> {
     out.write_all(text.as_bytes()).map_err(write_failed)
 }
 
-fn show(store: &dyn Store, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let record = admin::show(store, key)?;
+fn show(store: &mut Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let record = store.show(key)?;
     if json {
         let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
         return writeln!(out, "{line}").map_err(write_failed);
@@ -197,12 +191,12 @@ fn status_text(record: &Record, assessment: Assessment) -> String {
 }
 
 fn resolve(
-    store: &dyn Store,
+    store: &mut Admin,
     key: &Key,
     resolution: Resolution,
     out: Out<'_>,
 ) -> Result<(), Failure> {
-    match admin::resolve(store, key, resolution)? {
+    match store.resolve(key, resolution)? {
         None => writeln!(out, "released {key}: the next call runs the body"),
         Some(record) => {
             let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
@@ -212,8 +206,8 @@ fn resolve(
     .map_err(write_failed)
 }
 
-fn purge(store: &dyn Store, which: Purge, out: Out<'_>) -> Result<(), Failure> {
-    let removed = admin::purge(store, which)?;
+fn purge(store: &mut Admin, which: Purge, out: Out<'_>) -> Result<(), Failure> {
+    let removed = store.purge(which)?;
     let noun = if removed == 1 { "record" } else { "records" };
     let why = match which {
         Purge::Expired => "expired".to_owned(),
@@ -233,8 +227,8 @@ fn human_duration(duration: Duration) -> String {
     }
 }
 
-fn stats(store: &dyn Store, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let stats = admin::stats(store)?;
+fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let stats = store.stats()?;
     let count = |status: Status| stats.by_status.get(status.as_str()).copied().unwrap_or(0);
     if json {
         let by_status: serde_json::Map<String, serde_json::Value> = Status::ALL

@@ -10,6 +10,7 @@ mod commands;
 mod duration;
 mod failure;
 mod output;
+mod remote;
 mod store;
 
 use std::io::Write;

@@ -8,6 +8,7 @@ use std::time::Duration;
 use idem_runtime::{Durability, SledStore, Store};
 
 use crate::failure::Failure;
+use crate::remote::Admin;
 
 /// How long to wait for a sled store's lock: sled releases it a moment after its holder closes
 /// the store, so an operator who runs `idem` as the agent exits should not see it as held.
@@ -16,27 +17,35 @@ const SLED_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Opens the store `--store` names, else `$IDEM_STORE`, else `./idem.sled` — the same place the
 /// process default store is. A store that does not exist is an error: creating an empty one at a
 /// mistyped path would make every record look gone.
-pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Store>, Failure> {
+pub(crate) fn open(store: Option<&OsStr>) -> Result<Admin, Failure> {
     let location: OsString = match store {
         Some(location) => location.to_owned(),
         None => idem_runtime::default_store_path().into_os_string(),
     };
     match location.to_str() {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            open_postgres(url)
+            open_postgres(url).map(Admin::Local)
         }
         _ => open_sled(Path::new(&location)),
     }
 }
 
-fn open_sled(path: &Path) -> Result<Box<dyn Store>, Failure> {
+/// A sled store that a running process holds is reached through that process's admin socket;
+/// otherwise this command opens it.
+fn open_sled(path: &Path) -> Result<Admin, Failure> {
+    #[cfg(unix)]
+    if let Some(remote) = idem_runtime::remote::Remote::connect(path)? {
+        return Ok(Admin::Remote(remote));
+    }
     // Fsync, as for any caller: `resolve` and `purge` change records an agent will replay.
     let store = SledStore::builder(path)
         .create(false)
         .durability(Durability::Fsync)
         .lock_wait(SLED_LOCK_WAIT)
+        // A command that runs for a moment serves no one.
+        .admin_socket(false)
         .open()?;
-    Ok(Box::new(store))
+    Ok(Admin::Local(Box::new(store)))
 }
 
 #[cfg(feature = "postgres")]

@@ -299,12 +299,20 @@ fn missing_store_is_an_error_not_a_new_store() {
 }
 
 #[test]
-fn store_held_by_another_process_is_reported() {
+fn store_held_by_a_process_that_serves_no_admin_socket_is_reported() {
     let fx = fixture();
-    let held = open(&fx.path);
+    let held: Arc<dyn Store> = Arc::new(
+        SledStore::builder(&fx.path)
+            .lock_wait(Duration::from_secs(5))
+            .admin_socket(false)
+            .open()
+            .expect("the store opens"),
+    );
     let line = idem(&fx.path, &["ls"]).fails(1).to_owned();
     assert!(
-        line.contains("open in another process") && line.contains("stop that process"),
+        line.contains("open in another process")
+            && line.contains("admin socket")
+            && line.contains("stop that process"),
         "{line}"
     );
     let line =

@@ -48,7 +48,7 @@ pub struct Listing {
 }
 
 /// Counts by status and tool, and the store's size on disk.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     /// Records per status name (`in-flight`, `done`, `in-doubt`).
     pub by_status: BTreeMap<String, u64>,

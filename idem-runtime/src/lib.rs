@@ -22,8 +22,11 @@ mod key;
 mod loom;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
+mod meter;
 mod protocol;
 mod record;
+#[cfg(unix)]
+pub mod remote;
 mod retry;
 mod store;
 mod time;

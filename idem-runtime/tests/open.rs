@@ -108,8 +108,20 @@ fn damaged_record_names_its_key_and_leaves_the_others() {
         (good.key().clone(), bad.key().clone())
     };
     {
-        // Damage one record behind the store's back.
-        let db = sled::open(&path).unwrap();
+        // Damage one record behind the store's back, once sled lets go of its lock (a moment
+        // after the store closes).
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let db = loop {
+            match sled::open(&path) {
+                Ok(db) => break db,
+                Err(e)
+                    if std::time::Instant::now() < deadline && e.to_string().contains("lock") =>
+                {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
         db.open_tree("idem.records").unwrap().insert(bad.as_str(), &b"{not json"[..]).unwrap();
         db.flush().unwrap();
     }

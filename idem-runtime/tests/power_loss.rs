@@ -318,8 +318,12 @@ fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
+        let file_type = entry.file_type().unwrap();
+        if file_type.is_dir() {
             copy_dir(&entry.path(), &target);
+        } else if !file_type.is_file() {
+            // The admin socket of the process that held the store: not the store's state, and
+            // gone with that process.
         } else {
             std::fs::copy(entry.path(), target).unwrap();
         }

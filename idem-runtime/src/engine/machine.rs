@@ -26,6 +26,7 @@ use serde::Serialize;
 
 use super::{Call, InDoubtPolicy};
 use crate::error::Error;
+use crate::meter::{self, Outcome};
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
 use crate::store::{Reserved, Store};
@@ -79,6 +80,7 @@ impl Reservation {
         // Nothing landed: should the release fail, the reservation tries the release once more
         // as it drops, rather than marking the key in doubt.
         self.started = false;
+        meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
         match self.store.replace(&self.record, None).await {
             Ok(_) => {
                 self.settled = true;
@@ -97,6 +99,7 @@ impl Reservation {
         match self.store.replace(&self.record, Some(&doubt)).await {
             Ok(_) => {
                 self.settled = true;
+                meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body failed after its effect may have landed");
             }
             // Unsettled, the reservation tries once more as it drops.
@@ -117,6 +120,7 @@ impl Reservation {
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
     fn leave_in_doubt_detached(&mut self) {
         self.settled = true;
+        meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
         tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
         self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())));
     }
@@ -176,10 +180,12 @@ impl Call {
         })
     }
 
-    /// Reserves the key, or finds its result, or waits for its owner.
+    /// Reserves the key, or finds its result, or waits for its owner; `waited_since` is set
+    /// when a wait for another owner begins.
     pub(super) async fn acquire<T: DeserializeOwned>(
         &self,
         store: &Arc<dyn Store>,
+        waited_since: &mut Option<Instant>,
     ) -> Result<Acquired<T>, Error> {
         let key = self.key.as_str();
         let failed = |e| self.store_error(e);
@@ -218,8 +224,8 @@ impl Call {
                     let existing = found.take().expect("assessed a found record");
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                     let deadline = *deadline.get_or_insert_with(|| {
-                        let wait = self.wait.unwrap_or_else(|| store.default_wait());
-                        deadline_after(Instant::now(), wait)
+                        let now = *waited_since.insert(Instant::now());
+                        deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
                     found = store.changed(key, &existing, deadline).await.map_err(failed)?;
                     let unchanged =
@@ -263,6 +269,7 @@ impl Call {
             let before = pending.before.as_ref().expect("a takeover replaces a record");
             match store.replace(before, Some(&pending.record)).await {
                 Ok(true) => {
+                    meter::takeover(&self.tool);
                     tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
                     return Ok(Acquired::Owned(Box::new(pending)));
                 }

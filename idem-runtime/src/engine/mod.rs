@@ -8,7 +8,7 @@
 use std::fmt::Display;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::failpoint::failpoint;
 use crate::key::Key;
+use crate::meter::{self, Outcome};
 use crate::retry::raise;
 use crate::store::Store;
 
@@ -167,14 +168,40 @@ impl Call {
         Error::store(Some(self.key.as_str()), Some(&self.tool), source)
     }
 
+    /// Counts a call that ends before its body runs (a replay, or an error), and the time it
+    /// waited for another owner; the other outcomes are counted where the record is settled.
+    fn count_acquired<T>(
+        &self,
+        acquired: Result<Acquired<T>, Error>,
+        started: Instant,
+        waited_since: Option<Instant>,
+    ) -> Result<Acquired<T>, Error> {
+        if let Some(since) = waited_since {
+            meter::wait(&self.tool, since.elapsed());
+        }
+        match &acquired {
+            Ok(Acquired::Owned(_)) => {}
+            Ok(Acquired::Replay(_)) if waited_since.is_some() => {
+                meter::call(&self.tool, Outcome::Waited, started.elapsed())
+            }
+            Ok(Acquired::Replay(_)) => meter::call(&self.tool, Outcome::Replay, started.elapsed()),
+            Err(e) => meter::call(&self.tool, Outcome::of_error(e), started.elapsed()),
+        }
+        acquired
+    }
+
     /// Runs a sync body at most once for this key; needs no async runtime.
     pub fn run<T, E>(self, body: impl FnOnce() -> Result<T, E>) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned,
         E: From<Error>,
     {
-        let store = self.resolve_store().map_err(raise)?;
-        let mut owned = match block_on(self.acquire::<T>(&store)).map_err(raise)? {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = self
+            .resolve_store()
+            .and_then(|store| block_on(self.acquire::<T>(&store, &mut waited_since)));
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -185,6 +212,7 @@ impl Call {
             Ok(value) => {
                 failpoint("after_body");
                 block_on(self.complete(owned, &value)).map_err(raise)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
             }
@@ -204,8 +232,13 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        let store = self.resolve_store().map_err(raise)?;
-        let mut owned = match self.acquire::<T>(&store).await.map_err(raise)? {
+        let started = Instant::now();
+        let mut waited_since = None;
+        let acquired = match self.resolve_store() {
+            Ok(store) => self.acquire::<T>(&store, &mut waited_since).await,
+            Err(e) => Err(e),
+        };
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -216,6 +249,7 @@ impl Call {
             Ok(value) => {
                 failpoint("after_body");
                 self.complete(owned, &value).await.map_err(raise)?;
+                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
             }

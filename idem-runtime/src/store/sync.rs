@@ -65,7 +65,9 @@ impl Syncer {
                 }
                 state.requested
             };
+            let began = std::time::Instant::now();
             let outcome = sync();
+            crate::meter::sync(began.elapsed());
             let wakers = {
                 let mut state = worker.lock();
                 if let Err(reason) = outcome {

@@ -12,7 +12,9 @@
 //! the chunks of one result are adjacent and in order. They are written before the record that
 //! points to them, so the sync that makes the record durable covers them too; they are removed
 //! once a record no longer points to them, and chunks that no record points to (left by a crash
-//! between the two writes) are removed when the store opens.
+//! between the two writes) are removed when the store opens: the key of every such write is in
+//! the in-flight index until the write is complete, so the open looks only at those keys (and
+//! scans every chunk once, when it migrates a store written before the index).
 
 use sled::{IVec, Tree};
 
@@ -25,6 +27,7 @@ pub(crate) const MAX_VALUE: usize = 4096;
 /// The largest result the sled store keeps, in bytes of its JSON text.
 pub(crate) const MAX_RESULT: usize = 16 * 1024 * 1024;
 
+#[derive(Clone)]
 pub(crate) struct Chunks {
     pub(crate) tree: Tree,
 }
@@ -80,6 +83,26 @@ impl Chunks {
             self.tree.remove(entry?)?;
         }
         Ok(())
+    }
+
+    /// Removes the chunks under `key` other than those of `keep` (the id the key's record points
+    /// to, if any); how many were removed. The in-flight index names the keys to look at.
+    pub(crate) fn remove_orphans_of(&self, key: &[u8], keep: Option<u64>) -> sled::Result<usize> {
+        let mut start = key.to_vec();
+        start.push(0);
+        let mut removed = 0;
+        for entry in self.tree.scan_prefix(start).keys() {
+            let chunk_key = entry?;
+            // A longer record key may share the prefix: only this key's chunks are looked at.
+            match owner_of(&chunk_key) {
+                Some((owner, id)) if owner == key && Some(id) != keep => {
+                    self.tree.remove(&chunk_key)?;
+                    removed += 1;
+                }
+                _ => {}
+            }
+        }
+        Ok(removed)
     }
 
     /// Removes every chunk that no record in `records` points to; how many were removed.

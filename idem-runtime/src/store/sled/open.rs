@@ -1,5 +1,6 @@
 //! Opening the sled store: its options, the lock, the files sled creates, and the clean-up of
-//! what a dead process left (records in flight, chunks no record points to).
+//! what a dead process left (records in flight, chunks no record points to), and the admin
+//! socket.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::chunks::Chunks;
 use super::encoding::decode;
 use super::files::Files;
-use super::{io_error, SledStore, CHUNKS, TREE};
+use super::{io_error, SledStore, CHUNKS, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
 use crate::loom::Arc;
 use crate::protocol::Status;
@@ -26,6 +27,7 @@ pub struct SledStoreBuilder {
     pub(super) default_wait: Duration,
     pub(super) create: bool,
     pub(super) lock_wait: Duration,
+    pub(super) admin_socket: bool,
 }
 
 impl SledStoreBuilder {
@@ -60,6 +62,18 @@ impl SledStoreBuilder {
     /// briefly held; the `idem` command waits a little rather than fail.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = wait;
+        self
+    }
+
+    /// Whether the process answers the `idem` command on a Unix socket in the store directory,
+    /// `admin.sock` (true by default; Unix only). sled lets one process hold a store, so this is
+    /// how an operator lists and settles the records of an agent that is running. The socket is
+    /// the user's alone (mode 0600, and the peer's user is checked on every connection), and it
+    /// is removed when the store closes; one left by a process that died is replaced at open.
+    /// When it cannot be made (a path too long for a socket, a read-only directory), the store
+    /// opens without it and logs a warning.
+    pub fn admin_socket(mut self, serve: bool) -> Self {
+        self.admin_socket = serve;
         self
     }
 
@@ -115,8 +129,9 @@ impl SledStore {
             Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
                 return Err(StoreError::new(format!(
                     "the store at {} is open in another process (sled takes an exclusive \
-                     lock): stop that process, or use the PostgreSQL store to share one store \
-                     between processes",
+                     lock), which does not serve the `idem` command on its admin socket: stop \
+                     that process, or open the store there with the admin socket on (the \
+                     default), or use the PostgreSQL store to share one store between processes",
                     path.display()
                 )))
             }
@@ -144,6 +159,9 @@ impl SledStore {
                 .open_tree(CHUNKS)
                 .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
         };
+        let index = db
+            .open_tree(IN_FLIGHT)
+            .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
         let owner = format!(
             "sled:{}:{}:{}",
             std::process::id(),
@@ -168,14 +186,18 @@ impl SledStore {
                     }
                     Ok(())
                 });
-                Some(
+                Some(std::sync::Arc::new(
                     Syncer::start("idem-sled-sync", sync)
                         .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
-                )
+                ))
             }
         };
-        let store = SledStore {
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut store = SledStore {
+            #[cfg(unix)]
+            admin: None,
             tree,
+            index,
             chunks,
             db,
             path,
@@ -184,30 +206,103 @@ impl SledStore {
             default_wait: options.default_wait,
             syncer,
             hub: Arc::new(Hub::default()),
+            key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
         };
-        store.mark_orphans_in_doubt()?;
-        store.chunks.remove_orphans(&store.tree)?;
+        store.settle_orphans()?;
+        #[cfg(unix)]
+        if options.admin_socket {
+            store.admin = store.serve_admin();
+        }
         Ok(store)
     }
 
-    /// Any `InFlight` record found at open belongs to a process that died mid-call.
-    fn mark_orphans_in_doubt(&self) -> Result<(), StoreError> {
+    /// Starts the admin socket on a second handle to this store (same trees, owner, sync thread
+    /// and notifications, so a resolve is seen by waiters, fenced like any write here, and
+    /// refused once a failed sync has poisoned the store).
+    #[cfg(unix)]
+    fn serve_admin(&self) -> Option<super::serve::Server> {
+        let handle = SledStore {
+            admin: None,
+            tree: self.tree.clone(),
+            index: self.index.clone(),
+            chunks: self.chunks.clone(),
+            db: self.db.clone(),
+            path: self.path.clone(),
+            owner: self.owner.clone(),
+            durability: self.durability,
+            default_wait: self.default_wait,
+            syncer: self.syncer.clone(),
+            hub: Arc::clone(&self.hub),
+            key_locks: std::sync::Arc::clone(&self.key_locks),
+        };
+        match super::serve::Server::start(&self.path, std::sync::Arc::new(handle)) {
+            Ok(server) => Some(server),
+            Err(e) => {
+                tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");
+                None
+            }
+        }
+    }
+
+    /// Settles what a dead process left: any `InFlight` record (it died mid-call) is marked in
+    /// doubt, and chunks no record points to are removed. The index names the keys to look at;
+    /// a store written before the index existed is scanned whole, once, and then marked as
+    /// indexed (after it is settled, so a crash mid-way scans again).
+    fn settle_orphans(&self) -> Result<(), StoreError> {
+        let read_error = |e| io_error(&self.path, "cannot read", e);
+        let write_error = |e| io_error(&self.path, "cannot write to", e);
+        let indexed = self.db.get(INDEXED).map_err(read_error)?.is_some();
         let mut marked = 0usize;
-        for entry in self.tree.iter() {
-            let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-            let Ok(view) = decode(&key, &bytes) else { continue };
-            if view.status == Status::InFlight {
-                let record = view.to_record(&String::from_utf8_lossy(&key));
-                let doubt = record.in_doubt(now_ms());
-                tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-                if self.cas(&key, Some(&bytes), Some(&doubt))?.is_ok() {
-                    marked += 1;
+        if indexed {
+            for entry in self.index.iter() {
+                let (key, _) = entry.map_err(read_error)?;
+                let bytes = self.tree.get(&key).map_err(read_error)?;
+                let view = bytes.as_ref().and_then(|bytes| decode(&key, bytes).ok());
+                // A damaged record's chunks are left alone: they may be all that is left of it.
+                if bytes.is_none() || view.is_some() {
+                    let keep = view.as_ref().and_then(|view| view.spilled).map(|s| s.id);
+                    self.chunks.remove_orphans_of(&key, keep).map_err(write_error)?;
+                }
+                let in_flight = match &bytes {
+                    Some(bytes) => self.mark_if_in_flight(&key, bytes)?,
+                    None => false,
+                };
+                marked += usize::from(in_flight);
+                // Marking in doubt drops the entry itself; every other key is settled now.
+                if !in_flight {
+                    self.index.remove(&key).map_err(write_error)?;
+                }
+            }
+        } else {
+            for entry in self.tree.iter() {
+                let (key, bytes) = entry.map_err(read_error)?;
+                marked += usize::from(self.mark_if_in_flight(&key, &bytes)?);
+            }
+            self.chunks.remove_orphans(&self.tree)?;
+            self.db.insert(INDEXED, &[1u8][..]).map_err(write_error)?;
+            tracing::info!(store = %self.path.display(), "idem: indexed the in-flight records of a store written by an earlier idem (once)");
+        }
+        if marked > 0 || !indexed {
+            match &self.syncer {
+                Some(_) => crate::exec::block_on(self.durable())?,
+                // No sync thread, but the one-time migration is worth keeping.
+                None => {
+                    self.db.flush().map_err(write_error)?;
                 }
             }
         }
-        if marked > 0 {
-            crate::exec::block_on(self.durable())?;
-        }
         Ok(())
+    }
+
+    /// Marks the record `bytes` under `key` in doubt if it is in flight; whether it did.
+    fn mark_if_in_flight(&self, key: &[u8], bytes: &sled::IVec) -> Result<bool, StoreError> {
+        let Ok(view) = decode(key, bytes) else { return Ok(false) };
+        if view.status != Status::InFlight {
+            return Ok(false);
+        }
+        let record = view.to_record(&String::from_utf8_lossy(key));
+        let doubt = record.in_doubt(now_ms());
+        tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
+        Ok(self.cas(key, Some(bytes), Some(&doubt))?.is_ok())
     }
 }

@@ -1,0 +1,91 @@
+//! What the engine and the sync thread count, through the `metrics` facade: the application
+//! installs the recorder (a Prometheus exporter, say); without one, or without the `metrics`
+//! feature, nothing is recorded. The names are listed in the README.
+//!
+//! The only label with a user's value in it is the tool: never the key or the scope, which
+//! would make a series per call.
+
+use std::time::Duration;
+
+/// How a call ended, as counted in `idem_calls_total{outcome}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The body ran and its result was recorded.
+    Fresh,
+    /// A recorded result was returned without running the body.
+    Replay,
+    /// A result was returned after waiting for another call that held the key.
+    Waited,
+    /// The key is in doubt: this call left it so, or refused to run because it was.
+    InDoubt,
+    /// The body returned `Err` and the key was released.
+    Released,
+    /// idem itself failed: the store, the arguments, a result that no longer fits, a wait
+    /// that ran out.
+    Error,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Fresh => "fresh",
+            Outcome::Replay => "replay",
+            Outcome::Waited => "waited",
+            Outcome::InDoubt => "in-doubt",
+            Outcome::Released => "released",
+            Outcome::Error => "error",
+        }
+    }
+
+    /// The outcome of a call that idem ended with `error` before the body ran.
+    pub(crate) fn of_error(error: &crate::Error) -> Outcome {
+        match error {
+            crate::Error::InDoubt { .. } => Outcome::InDoubt,
+            _ => Outcome::Error,
+        }
+    }
+}
+
+/// A call of `tool` ended with `outcome` after `elapsed`; fresh calls and replays also record
+/// their latency.
+pub(crate) fn call(tool: &str, outcome: Outcome, elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let tool = tool.to_owned();
+        ::metrics::counter!("idem_calls_total", "tool" => tool.clone(), "outcome" => outcome.as_str())
+            .increment(1);
+        if matches!(outcome, Outcome::Fresh | Outcome::Replay) {
+            ::metrics::histogram!("idem_call_duration_seconds", "tool" => tool, "outcome" => outcome.as_str())
+                .record(elapsed);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (tool, outcome.as_str(), elapsed);
+}
+
+/// A call of `tool` waited `waited` for another call that held its key.
+pub(crate) fn wait(tool: &str, waited: Duration) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!("idem_wait_duration_seconds", "tool" => tool.to_owned()).record(waited);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (tool, waited);
+}
+
+/// A call of `tool` took over a record: an in-doubt one, rerun, or an expired result.
+pub(crate) fn takeover(tool: &str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("idem_takeovers_total", "tool" => tool.to_owned()).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = tool;
+}
+
+/// A store's sync thread made one durable point, taking `elapsed`.
+pub(crate) fn sync(elapsed: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        ::metrics::counter!("idem_syncs_total").increment(1);
+        ::metrics::histogram!("idem_sync_duration_seconds").record(elapsed);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = elapsed;
+}

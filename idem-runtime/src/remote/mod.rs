@@ -1,0 +1,186 @@
+//! The [`crate::admin`] operations on a sled store that another process holds.
+//!
+//! sled lets one process open a store at a time, so the process that holds it (an agent, an MCP
+//! server) answers the admin operations on a Unix socket in the store's directory, `admin.sock`,
+//! readable and writable by its user only (see [`SledStoreBuilder::admin_socket`]). [`Remote`]
+//! is its client; the `idem` command uses it whenever a process serves the store.
+//!
+//! [`SledStoreBuilder::admin_socket`]: crate::SledStoreBuilder::admin_socket
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::admin::{Filter, Listing, Purge, Resolution, Stats};
+use crate::error::{Error, StoreError};
+use crate::key::Key;
+use crate::record::Record;
+
+pub(crate) mod wire;
+
+use self::wire::{Request, WireError};
+
+/// A connection to the admin socket of the process that holds a sled store. Each method does
+/// what the [`crate::admin`] function of the same name does, in that process, and returns the
+/// same values and errors.
+#[derive(Debug)]
+pub struct Remote {
+    socket: PathBuf,
+    stream: BufReader<UnixStream>,
+}
+
+impl Remote {
+    /// Connects to the process serving the sled store in directory `store`. `Ok(None)` when no
+    /// process serves it: there is no socket, or one that a process left behind when it died.
+    pub fn connect(store: impl AsRef<Path>) -> Result<Option<Remote>, Error> {
+        let socket = store.as_ref().join(wire::SOCKET_FILE);
+        match UnixStream::connect(&socket) {
+            Ok(stream) => Ok(Some(Remote { socket, stream: BufReader::new(stream) })),
+            // No socket, a stale one, or a path that is no directory: opening the store directly
+            // gives the right answer or the right error.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NotFound | ErrorKind::ConnectionRefused | ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(failed(format!(
+                "cannot connect to {}, the admin socket of the process holding the store: \
+                 permission denied; run idem as the user that runs that process",
+                socket.display()
+            ))),
+            Err(e) => Err(Error::store(
+                None,
+                None,
+                StoreError::with_source(
+                    format!(
+                        "cannot connect to {}, the admin socket of the process holding the store",
+                        socket.display()
+                    ),
+                    e,
+                ),
+            )),
+        }
+    }
+
+    /// The socket this client talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Records matching `filter`, newest first, as [`crate::admin::list`].
+    pub fn list(&mut self, filter: &Filter) -> Result<Vec<Record>, Error> {
+        match self.call(&Request::ls(filter))? {
+            Value::Array(records) => records.into_iter().map(record).collect(),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Records matching `filter`, newest first, and those that could not be read, as
+    /// [`crate::admin::scan`].
+    pub fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
+        let mut value = self.call(&Request::scan(filter))?;
+        let (Value::Array(records), Value::Array(unreadable)) =
+            (value["records"].take(), value["unreadable"].take())
+        else {
+            return Err(unexpected(&value));
+        };
+        let records = records.into_iter().map(record).collect::<Result<_, _>>()?;
+        let unreadable = unreadable
+            .into_iter()
+            .map(|error| match serde_json::from_value::<WireError>(error.clone()) {
+                Ok(error) => Ok(error.into_error()),
+                Err(_) => Err(unexpected(&error)),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Listing { records, unreadable })
+    }
+
+    /// The record under `key`, as [`crate::admin::show`].
+    pub fn show(&mut self, key: &Key) -> Result<Record, Error> {
+        record(self.call(&Request::Show { key: key.as_str().to_owned() })?)
+    }
+
+    /// Settles an in-doubt record, as [`crate::admin::resolve`]: the running process applies it
+    /// with the same fence, so a record its owner is still running is refused.
+    pub fn resolve(&mut self, key: &Key, resolution: Resolution) -> Result<Option<Record>, Error> {
+        match self.call(&Request::resolve(key.as_str(), resolution))? {
+            Value::Null => Ok(None),
+            value => record(value).map(Some),
+        }
+    }
+
+    /// Removes finished records, as [`crate::admin::purge`].
+    pub fn purge(&mut self, which: Purge) -> Result<usize, Error> {
+        let value = self.call(&Request::purge(which))?;
+        value.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| unexpected(&value))
+    }
+
+    /// Counts records by status and tool, as [`crate::admin::stats`].
+    pub fn stats(&mut self) -> Result<Stats, Error> {
+        let value = self.call(&Request::Stats)?;
+        serde_json::from_value(value.clone()).map_err(|_| unexpected(&value))
+    }
+
+    /// Sends `request` and reads its answer: the `ok` value, or the error rebuilt.
+    fn call(&mut self, request: &Request) -> Result<Value, Error> {
+        let broken = |e: std::io::Error| {
+            Error::store(
+                None,
+                None,
+                StoreError::with_source(
+                    format!(
+                        "the admin socket {} stopped answering (did the process holding the \
+                         store exit? then run the command again)",
+                        self.socket.display()
+                    ),
+                    e,
+                ),
+            )
+        };
+        let stream = self.stream.get_mut();
+        // A server that refuses the connection (another user) answers and closes before it
+        // reads: its answer is still there to read when the write fails, and says why.
+        let sent = stream.write_all(request.to_line().as_bytes()).and_then(|()| stream.flush());
+        let mut line = String::new();
+        let read = self.stream.read_line(&mut line);
+        match (sent, read) {
+            (_, Ok(n)) if n > 0 => {}
+            (Err(e), _) | (Ok(()), Err(e)) => return Err(broken(e)),
+            (Ok(()), Ok(_)) => return Err(broken(ErrorKind::UnexpectedEof.into())),
+        }
+        let mut response: Value = serde_json::from_str(&line).map_err(|e| {
+            failed(format!(
+                "the admin socket {} answered with bad JSON: {e}",
+                self.socket.display()
+            ))
+        })?;
+        if let Some(error) = response.get_mut("error") {
+            let error: WireError = serde_json::from_value(error.take()).map_err(|e| {
+                failed(format!("the admin socket answered with an unknown error: {e}"))
+            })?;
+            return Err(error.into_error());
+        }
+        match response.get_mut("ok") {
+            Some(value) => Ok(value.take()),
+            None => Err(failed("the admin socket answered with neither `ok` nor `error`")),
+        }
+    }
+}
+
+fn record(value: Value) -> Result<Record, Error> {
+    wire::record_from_value(value)
+        .map_err(|e| failed(format!("the admin socket answered with a bad record: {e}")))
+}
+
+fn unexpected(value: &Value) -> Error {
+    failed(format!("the admin socket answered with an unexpected value: {value}"))
+}
+
+fn failed(message: impl Into<String>) -> Error {
+    Error::store(None, None, StoreError::new(message))
+}

@@ -1,0 +1,275 @@
+//! The admin socket's protocol: one JSON object per line each way, each carrying the protocol
+//! version as `v`. A request names its operation in `op`; a response holds either `ok` (the
+//! operation's value, shaped as [`crate::admin`] returns it) or `error`.
+//!
+//! ```text
+//! {"v":1,"op":"ls","status":"in-doubt","tool":null}    {"v":1,"ok":[{…record…}]}
+//! {"v":1,"op":"show","key":"…"}                         {"v":1,"ok":{…record…}}
+//! {"v":1,"op":"resolve","key":"…","resolution":"release"}
+//! {"v":1,"op":"resolve","key":"…","resolution":{"done":{"id":"ch_1"}}}
+//! {"v":1,"op":"purge","which":"expired"}    {"v":1,"op":"purge","which":{"older-than-ms":9}}
+//! {"v":1,"op":"stats"}                                  {"v":1,"error":{"kind":"not-found",…}}
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::admin::{Filter, Purge, Resolution};
+use crate::error::{Error, StoreError};
+use crate::protocol::Status;
+use crate::record::Record;
+
+/// The version this build speaks; a request with another is refused, not guessed at.
+pub(crate) const VERSION: u64 = 1;
+
+/// The socket's file name inside the store directory.
+pub(crate) const SOCKET_FILE: &str = "admin.sock";
+
+/// The largest request line accepted, newline included. A resolve carries the result an
+/// operator types, so this is generous, but a client cannot make the server buffer without end.
+pub(crate) const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// One operation of [`crate::admin`], as it travels.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub(crate) enum Request {
+    Ls {
+        #[serde(default)]
+        status: Option<Status>,
+        #[serde(default)]
+        tool: Option<String>,
+    },
+    /// As `ls`, and the records that could not be read, as errors: `{"records": […],
+    /// "unreadable": [error, …]}`.
+    Scan {
+        #[serde(default)]
+        status: Option<Status>,
+        #[serde(default)]
+        tool: Option<String>,
+    },
+    Show {
+        key: String,
+    },
+    Resolve {
+        key: String,
+        resolution: WireResolution,
+    },
+    Purge {
+        which: WirePurge,
+    },
+    Stats,
+}
+
+/// [`Resolution`] on the wire: an enum rather than an optional result, since `null` is a result.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub(crate) enum WireResolution {
+    Release,
+    Done(Value),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub(crate) enum WirePurge {
+    Expired,
+    OlderThanMs(u64),
+}
+
+impl Request {
+    pub(crate) fn ls(filter: &Filter) -> Request {
+        Request::Ls { status: filter.status, tool: filter.tool.clone() }
+    }
+
+    pub(crate) fn scan(filter: &Filter) -> Request {
+        Request::Scan { status: filter.status, tool: filter.tool.clone() }
+    }
+
+    pub(crate) fn resolve(key: &str, resolution: Resolution) -> Request {
+        let resolution = match resolution {
+            Resolution::Release => WireResolution::Release,
+            Resolution::Done(value) => WireResolution::Done(value),
+        };
+        Request::Resolve { key: key.to_owned(), resolution }
+    }
+
+    pub(crate) fn purge(which: Purge) -> Request {
+        let which = match which {
+            Purge::Expired => WirePurge::Expired,
+            Purge::OlderThan(age) => {
+                WirePurge::OlderThanMs(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+            }
+        };
+        Request::Purge { which }
+    }
+
+    /// The line a client sends, newline included.
+    pub(crate) fn to_line(&self) -> String {
+        let mut value = serde_json::to_value(self).expect("a request is plain JSON");
+        value["v"] = VERSION.into();
+        let mut line = value.to_string();
+        line.push('\n');
+        line
+    }
+
+    /// Reads one request line. The version is checked before the operation, so that a newer
+    /// client's new operation is reported as a version mismatch rather than as nonsense.
+    pub(crate) fn from_line(line: &[u8]) -> Result<Request, String> {
+        let mut value: Value = serde_json::from_slice(line)
+            .map_err(|e| format!("the request is not one JSON object on one line: {e}"))?;
+        let Some(object) = value.as_object_mut() else {
+            return Err("the request must be a JSON object".to_owned());
+        };
+        match object.remove("v") {
+            Some(v) if v.as_u64() == Some(VERSION) => {}
+            Some(v) => {
+                return Err(format!(
+                    "protocol version {v} is not spoken here (this process speaks {VERSION}): \
+                     use an idem command built from the same idem version as the agent"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "the request has no protocol version `v` (this process speaks {VERSION})"
+                ))
+            }
+        }
+        Request::deserialize(value).map_err(|e| format!("the request is not understood: {e}"))
+    }
+}
+
+/// Why an operation failed, as it travels: enough to rebuild the [`Error`] the operation gave,
+/// so that the `idem` command prints the same line either way.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub(crate) enum WireError {
+    NotAKey {
+        text: String,
+    },
+    NotFound {
+        key: String,
+    },
+    NotResolvable {
+        key: String,
+        tool: String,
+        status: Status,
+    },
+    Store {
+        key: Option<String>,
+        tool: Option<String>,
+        message: String,
+    },
+    /// The request itself was refused: malformed, too large, another version, another user.
+    Refused {
+        message: String,
+    },
+    /// Any other error, as its message.
+    Other {
+        message: String,
+    },
+}
+
+impl From<Error> for WireError {
+    fn from(error: Error) -> WireError {
+        match error {
+            Error::NotAKey { text } => WireError::NotAKey { text },
+            Error::NotFound { key } => WireError::NotFound { key },
+            Error::NotResolvable { key, tool, status } => {
+                WireError::NotResolvable { key, tool, status }
+            }
+            Error::Store { key, tool, source } => {
+                WireError::Store { key, tool, message: source.to_string() }
+            }
+            other => WireError::Other { message: other.to_string() },
+        }
+    }
+}
+
+impl WireError {
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            WireError::NotAKey { text } => Error::NotAKey { text },
+            WireError::NotFound { key } => Error::NotFound { key },
+            WireError::NotResolvable { key, tool, status } => {
+                Error::NotResolvable { key, tool, status }
+            }
+            WireError::Store { key, tool, message } => {
+                Error::Store { key, tool, source: StoreError::new(message) }
+            }
+            WireError::Refused { message } | WireError::Other { message } => Error::store(
+                None,
+                None,
+                StoreError::new(format!(
+                    "the process holding the store refused the request: {message}"
+                )),
+            ),
+        }
+    }
+}
+
+/// A record as it travels: as [`Record`] serializes, but with its result as the JSON text it is
+/// stored as, so that the operator sees that text exactly (a JSON value would reorder keys).
+pub(crate) fn record_to_value(record: &Record) -> Value {
+    let mut value = serde_json::to_value(Record { result: None, ..record.clone() })
+        .expect("a record is plain JSON");
+    value["result"] = record.result.clone().map_or(Value::Null, Value::String);
+    value
+}
+
+/// The inverse of [`record_to_value`].
+pub(crate) fn record_from_value(mut value: Value) -> Result<Record, String> {
+    let result = match value.get_mut("result").map(Value::take) {
+        Some(Value::String(text)) => Some(text),
+        Some(Value::Null) | None => None,
+        Some(other) => return Err(format!("a record's result must be JSON text, not {other}")),
+    };
+    let mut record: Record =
+        serde_json::from_value(value).map_err(|e| format!("not a record: {e}"))?;
+    record.result = result;
+    Ok(record)
+}
+
+/// One response line, newline included.
+pub(crate) fn ok_line(value: Value) -> String {
+    let mut line = serde_json::json!({ "v": VERSION, "ok": value }).to_string();
+    line.push('\n');
+    line
+}
+
+/// One error response line, newline included.
+pub(crate) fn error_line(error: WireError) -> String {
+    let error = serde_json::to_value(error).expect("an error is plain JSON");
+    let mut line = serde_json::json!({ "v": VERSION, "error": error }).to_string();
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_with_their_version() {
+        let line = Request::resolve("k", Resolution::Done(Value::Null)).to_line();
+        assert!(line.contains("\"v\":1"), "{line}");
+        match Request::from_line(line.trim_end().as_bytes()).unwrap() {
+            Request::Resolve { key, resolution: WireResolution::Done(Value::Null) } => {
+                assert_eq!(key, "k")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn refuses_other_versions_unknown_fields_and_non_objects() {
+        let version = Request::from_line(br#"{"v":2,"op":"stats"}"#).unwrap_err();
+        assert!(version.contains("version 2") && version.contains("speaks 1"), "{version}");
+        let missing = Request::from_line(br#"{"op":"stats"}"#).unwrap_err();
+        assert!(missing.contains("no protocol version"), "{missing}");
+        let field = Request::from_line(br#"{"v":1,"op":"show","key":"k","x":1}"#).unwrap_err();
+        assert!(field.contains("unknown field"), "{field}");
+        let op = Request::from_line(br#"{"v":1,"op":"drop-all"}"#).unwrap_err();
+        assert!(op.contains("drop-all"), "{op}");
+        assert!(Request::from_line(b"[1]").unwrap_err().contains("JSON object"));
+        assert!(Request::from_line(b"{\"v\":").unwrap_err().contains("not one JSON object"));
+    }
+}

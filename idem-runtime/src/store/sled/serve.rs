@@ -1,0 +1,282 @@
+//! The server side of the admin socket: the process that holds a sled store answers the
+//! [`crate::admin`] operations for the `idem` command (the protocol is in `remote/wire.rs`).
+//!
+//! One thread accepts; each connection gets a thread of its own with a deadline on every read,
+//! so a client that connects and sends nothing, or sends slowly, holds up no one and is dropped.
+//! Handlers hold the store only while they run an operation, so closing the store is never held
+//! up by an idle client.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::admin::{self, Filter, Purge, Resolution};
+use crate::error::Error;
+use crate::key::Key;
+use crate::remote::wire::{self, Request, WireError, WirePurge, WireResolution};
+use crate::store::Store;
+
+/// How long a client may take to send a whole request line, and to read the answer.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Connections served at once; more are refused with a message, so that a runaway script cannot
+/// exhaust the agent's threads.
+const MAX_CONNECTIONS: usize = 16;
+
+/// A running admin socket; dropping it stops serving and removes the socket file.
+pub(crate) struct Server {
+    path: PathBuf,
+    /// The socket file's device and inode, so that drop removes only the file this server made.
+    identity: (u64, u64),
+    wake: UnixStream,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves `store` on `<dir>/admin.sock`, replacing a socket left by a dead process: the
+    /// caller holds the store's exclusive lock, so no live process can be serving it.
+    pub(crate) fn start(dir: &Path, store: Arc<dyn Store>) -> std::io::Result<Server> {
+        let path = dir.join(wire::SOCKET_FILE);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(&path)?,
+            Ok(_) => {
+                return Err(std::io::Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket: move it away", path.display()),
+                ))
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let listener = UnixListener::bind(&path)?;
+        // The peer check below is what keeps other users out; the mode says the same to anyone
+        // looking, and refuses them before they reach the process at all.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let meta = std::fs::metadata(&path)?;
+        let identity = (meta.dev(), meta.ino());
+        let (wake, woken) = UnixStream::pair()?;
+        let thread = std::thread::Builder::new()
+            .name("idem-admin".to_owned())
+            .spawn(move || accept_loop(&listener, &woken, &store))?;
+        Ok(Server { path, identity, wake, thread: Some(thread) })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.wake.write_all(b"x");
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let ours = std::fs::symlink_metadata(&self.path)
+            .is_ok_and(|meta| (meta.dev(), meta.ino()) == self.identity);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Waits for a connection or the wake-up, without a timeout: `poll` on both, so that dropping
+/// the server stops the thread even when no client ever comes.
+fn accept_loop(listener: &UnixListener, woken: &UnixStream, store: &Arc<dyn Store>) {
+    let active = Arc::new(AtomicUsize::new(0));
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: woken.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfd for the duration of the call.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if ready < 0 {
+            if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            tracing::error!(error = %std::io::Error::last_os_error(), "idem: the admin socket stopped serving");
+            return;
+        }
+        if fds[1].revents != 0 {
+            return;
+        }
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == ErrorKind::Interrupted || e.kind() == ErrorKind::WouldBlock => {
+                continue
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "idem: the admin socket could not accept a connection");
+                continue;
+            }
+        };
+        admit(stream, store, &active);
+    }
+}
+
+/// Checks who connected, then hands the connection to a thread of its own.
+fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, active: &Arc<AtomicUsize>) {
+    let _ = stream.set_write_timeout(Some(DEADLINE));
+    if let Err(message) = super::peer::check_same_user(&stream) {
+        tracing::warn!(%message, "idem: the admin socket refused a connection");
+        let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
+        return;
+    }
+    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+        active.fetch_sub(1, Ordering::AcqRel);
+        let message = format!(
+            "{MAX_CONNECTIONS} admin connections are open already; close one, or try again"
+        );
+        let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
+        return;
+    }
+    let store = Arc::downgrade(store);
+    let done = Arc::clone(active);
+    let spawned = std::thread::Builder::new().name("idem-admin-conn".to_owned()).spawn(move || {
+        serve(stream, &store);
+        done.fetch_sub(1, Ordering::AcqRel);
+    });
+    if let Err(e) = spawned {
+        active.fetch_sub(1, Ordering::AcqRel);
+        tracing::warn!(error = %e, "idem: no thread for an admin connection");
+    }
+}
+
+/// Answers requests on one connection until the client closes it, misbehaves or is too slow.
+fn serve(mut stream: UnixStream, store: &Weak<dyn Store>) {
+    let mut pending = Vec::new();
+    loop {
+        let line = match read_line(&mut stream, &mut pending) {
+            Ok(Some(line)) => line,
+            Ok(None) => return,
+            Err(message) => {
+                let _ =
+                    stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
+                return;
+            }
+        };
+        let response = match Request::from_line(&line) {
+            Err(message) => wire::error_line(WireError::Refused { message }),
+            Ok(request) => match store.upgrade() {
+                Some(store) => match perform(store.as_ref(), request) {
+                    Ok(value) => wire::ok_line(value),
+                    Err(error) => wire::error_line(error.into()),
+                },
+                None => wire::error_line(WireError::Refused {
+                    message: "the store is closing; run the command again".to_owned(),
+                }),
+            },
+        };
+        if stream.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// The next request line (without its newline); `Ok(None)` when the client closed the
+/// connection or let the deadline pass without a byte, `Err` for a line too long or too slow.
+fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Vec<u8>>, String> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut buffer = [0u8; 64 * 1024];
+    // Only new bytes are searched for the newline, so a long line costs its length once.
+    let mut searched = 0;
+    loop {
+        if let Some(end) = pending[searched..].iter().position(|&b| b == b'\n') {
+            let end = searched + end;
+            let line = pending[..end].to_vec();
+            pending.drain(..=end);
+            return Ok(Some(line));
+        }
+        searched = pending.len();
+        if pending.len() > wire::MAX_REQUEST_BYTES {
+            return Err(format!(
+                "the request is larger than {} bytes; nothing was done",
+                wire::MAX_REQUEST_BYTES
+            ));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return match pending.is_empty() {
+                true => Ok(None),
+                false => Err("the request did not arrive in time; nothing was done".to_owned()),
+            };
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) => return Ok(None),
+            Ok(n) => pending.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Runs one operation with the same functions the `idem` command calls on a store it opens.
+fn perform(store: &dyn Store, request: Request) -> Result<Value, Error> {
+    let records = |records: &[crate::record::Record]| {
+        Value::Array(records.iter().map(wire::record_to_value).collect())
+    };
+    Ok(match request {
+        Request::Ls { status, tool } => records(&admin::list(store, &Filter { status, tool })?),
+        Request::Scan { status, tool } => {
+            let listing = admin::scan(store, &Filter { status, tool })?;
+            let unreadable = listing
+                .unreadable
+                .into_iter()
+                .map(|e| serde_json::to_value(wire::WireError::from(e)).expect("plain JSON"))
+                .collect();
+            serde_json::json!({"records": records(&listing.records), "unreadable": Value::Array(unreadable)})
+        }
+        Request::Show { key } => wire::record_to_value(&admin::show(store, &Key::parse(&key)?)?),
+        Request::Resolve { key, resolution } => {
+            let resolution = match resolution {
+                WireResolution::Release => Resolution::Release,
+                WireResolution::Done(value) => Resolution::Done(value),
+            };
+            match admin::resolve(store, &Key::parse(&key)?, resolution)? {
+                Some(record) => wire::record_to_value(&record),
+                None => Value::Null,
+            }
+        }
+        Request::Purge { which } => {
+            let which = match which {
+                WirePurge::Expired => Purge::Expired,
+                WirePurge::OlderThanMs(ms) => Purge::OlderThan(Duration::from_millis(ms)),
+            };
+            admin::purge(store, which)?.into()
+        }
+        Request::Stats => serde_json::to_value(admin::stats(store)?).expect("stats are plain JSON"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::admin::{self, Filter};
+    use crate::remote::Remote;
+    use crate::SledStore;
+
+    /// A damaged record cannot be made from outside the holding process (sled's lock), so this
+    /// writes one through the store's own tree.
+    #[test]
+    fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("idem.sled");
+        let store = SledStore::open(&path).unwrap();
+        store.tree.insert("ab".repeat(32), &b"\x01\xff damaged"[..]).unwrap();
+        let local = admin::scan(&store, &Filter::default()).unwrap();
+        assert_eq!(local.unreadable.len(), 1);
+
+        let mut remote = Remote::connect(&path).unwrap().expect("the store serves its socket");
+        let remote = remote.scan(&Filter::default()).unwrap();
+        let messages =
+            |errors: &[crate::Error]| errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(messages(&remote.unreadable), messages(&local.unreadable));
+        assert!(messages(&remote.unreadable)[0].contains(&"ab".repeat(32)));
+        assert_eq!(remote.records, local.records);
+    }
+}
