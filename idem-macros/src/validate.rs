@@ -3,13 +3,17 @@
 
 use std::time::Duration;
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::Span;
 use quote::ToTokens;
 use syn::ext::IdentExt;
-use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Member, Pat, Path, Type};
+use syn::{Attribute, FnArg, Ident, ItemFn, LitStr, Member, Path, Type};
 
 use crate::args::{Attr, Options, ParamOptions};
 use crate::output::{self, Shape};
+
+mod params;
+
+use params::{flatten_param, parse_scope, plain_name, wrapped_name, Param};
 
 /// The value a `scope = "param.field"` names.
 pub(crate) struct Scope {
@@ -403,214 +407,6 @@ fn is_classification(path: &Path) -> bool {
     let ours =
         path.segments.len() == 1 || (path.segments.len() == 2 && path.segments[0].ident == "idem");
     ours && matches!(last.as_str(), "read" | "write" | "idempotent")
-}
-
-fn plain_name(pat: &Pat) -> Option<&Ident> {
-    match pat {
-        Pat::Ident(ident) if ident.subpat.is_none() && ident.by_ref.is_none() => Some(&ident.ident),
-        _ => None,
-    }
-}
-
-/// One typed parameter as the checks see it.
-struct Param<'a> {
-    /// Its plain name, or, when flattened, the name inside its wrapper pattern.
-    name: Option<&'a Ident>,
-    typed: &'a syn::PatType,
-    options: ParamOptions,
-}
-
-/// `req` in `Parameters(req)` or `Wrapper { 0: req }`: the one name a wrapper pattern binds.
-fn wrapped_name(pat: &Pat) -> Option<&Ident> {
-    match pat {
-        Pat::TupleStruct(tuple) if tuple.elems.len() == 1 => plain_name(&tuple.elems[0]),
-        Pat::Struct(fields) if fields.fields.len() == 1 && fields.rest.is_none() => {
-            plain_name(&fields.fields[0].pat)
-        }
-        _ => None,
-    }
-}
-
-/// The one parameter marked `#[idem(flatten)]`, checked to be an object a client could send.
-fn flatten_param(params: &[Param], errors: &mut Vec<syn::Error>) -> Option<Flatten> {
-    let mut marked = params.iter().filter(|p| p.options.flatten.is_some());
-    let first = marked.next()?;
-    for extra in marked {
-        errors.push(syn::Error::new(
-            extra.options.flatten.unwrap_or_else(Span::call_site),
-            "only one parameter can be the tool's whole argument object: keep `#[idem(flatten)]` \
-             on one",
-        ));
-    }
-    let Some(name) = first.name else {
-        errors.push(syn::Error::new_spanned(
-            &first.typed.pat,
-            "a `#[idem(flatten)]` parameter is a name (`req: PaymentRequest`) or a one-field \
-             wrapper pattern (`Parameters(req): Parameters<PaymentRequest>`), whose binding is the \
-             argument object",
-        ));
-        return None;
-    };
-    let object = if plain_name(&first.typed.pat).is_some() {
-        Some(&*first.typed.ty)
-    } else {
-        wrapped_type(&first.typed.ty)
-    };
-    if let Some(ty) = object.filter(|ty| not_an_object(ty)) {
-        errors.push(syn::Error::new_spanned(
-            ty,
-            format!(
-                "`#[idem(flatten)]` makes the fields of `{name}` the key's arguments, but `{}` has \
-                 no fields: flatten the struct the client's arguments deserialize into, or drop \
-                 `#[idem(flatten)]` to key `{name}` by its name",
-                tidy(ty.to_token_stream())
-            ),
-        ));
-        return None;
-    }
-    Some(Flatten { name: name.clone(), ty: (*first.typed.ty).clone() })
-}
-
-/// `T` in `Parameters<T>`: the type a one-field wrapper pattern binds, when it is written out.
-fn wrapped_type(ty: &Type) -> Option<&Type> {
-    let Type::Path(path) = ty else { return None };
-    let syn::PathArguments::AngleBracketed(args) = &path.path.segments.last()?.arguments else {
-        return None;
-    };
-    let mut types = args.args.iter().filter_map(|arg| match arg {
-        syn::GenericArgument::Type(ty) => Some(ty),
-        _ => None,
-    });
-    match (types.next(), types.next()) {
-        (Some(ty), None) => Some(ty),
-        _ => None,
-    }
-}
-
-/// Types that are known not to serialize as a JSON object: numbers, text, sequences, tuples.
-fn not_an_object(ty: &Type) -> bool {
-    match ty {
-        Type::Reference(reference) => not_an_object(&reference.elem),
-        Type::Paren(inner) => not_an_object(&inner.elem),
-        Type::Group(inner) => not_an_object(&inner.elem),
-        Type::Array(_) | Type::Slice(_) | Type::Tuple(_) => true,
-        Type::Path(path) if path.qself.is_none() => {
-            let Some(last) = path.path.segments.last() else { return false };
-            const SCALARS: &[&str] = &[
-                "bool", "char", "str", "String", "u8", "u16", "u32", "u64", "u128", "usize", "i8",
-                "i16", "i32", "i64", "i128", "isize", "f32", "f64", "Vec", "VecDeque", "Option",
-                "Box", "Cow",
-            ];
-            let name = last.ident.to_string();
-            match name.as_str() {
-                // A box of an object is an object: look inside.
-                "Box" | "Cow" => wrapped_type(ty).is_some_and(not_an_object),
-                _ => SCALARS.contains(&name.as_str()),
-            }
-        }
-        _ => false,
-    }
-}
-
-fn parse_scope(
-    lit: &LitStr,
-    params: &[Param],
-    flatten: Option<&Flatten>,
-    sig: &syn::Signature,
-    errors: &mut Vec<syn::Error>,
-) -> Option<Scope> {
-    let written = lit.value();
-    let mut segments = written.split('.').peekable();
-    let first = segments.peek().copied().unwrap_or_default();
-    let first = first.strip_prefix("r#").unwrap_or(first);
-    let param = params.iter().find_map(|p| p.name.filter(|n| n.unraw() == first));
-    // The scope's text as a user reads it: unrawed, and without the flattened object's name.
-    let mut text = String::new();
-    let param = match (param, flatten) {
-        (Some(param), _) => {
-            segments.next();
-            text.push_str(first);
-            param.clone()
-        }
-        // Not a parameter: a field of the argument object, as the client names it.
-        (None, Some(flat)) => flat.name.clone(),
-        (None, None) => {
-            let names: Vec<String> = sig
-                .inputs
-                .iter()
-                .map(|input| match input {
-                    FnArg::Receiver(receiver) => receiver.self_token.to_token_stream().to_string(),
-                    FnArg::Typed(typed) => pattern_text(&typed.pat),
-                })
-                .collect();
-            let known = match names.as_slice() {
-                [] => "the function has no parameters".to_owned(),
-                names => format!("the function's parameters are: {}", names.join(", ")),
-            };
-            let patterned = params.iter().any(|p| p.name.is_none());
-            let hint = if patterned {
-                "; a pattern's binding such as `req` in `Parameters(req)` can be named once the \
-                 parameter is marked `#[idem(flatten)]`, which also lets the scope name a field \
-                 of it directly (\"invoice_id\")"
-            } else {
-                ""
-            };
-            errors.push(syn::Error::new_spanned(
-                lit,
-                format!(
-                    "`scope = \"{written}\"` names no parameter ({known}); the scope is a parameter, \
-                     or a field path into one such as \"req.order_id\"{hint}"
-                ),
-            ));
-            return None;
-        }
-    };
-    let mut fields = Vec::new();
-    for segment in segments {
-        let Some(member) = field(segment, lit.span()) else {
-            errors.push(syn::Error::new_spanned(
-                lit,
-                format!("`{segment}` in `scope = \"{written}\"` is not a field name"),
-            ));
-            return None;
-        };
-        if !text.is_empty() {
-            text.push('.');
-        }
-        match &member {
-            Member::Named(ident) => text.push_str(&ident.unraw().to_string()),
-            Member::Unnamed(index) => text.push_str(&index.index.to_string()),
-        }
-        fields.push(member);
-    }
-    Some(Scope { text, param, fields })
-}
-
-/// A parameter's pattern as the user wrote it, spaced the way rustfmt would.
-fn pattern_text(pat: &Pat) -> String {
-    tidy(pat.to_token_stream())
-}
-
-/// Tokens as text without the spaces `to_string` puts between every two of them.
-fn tidy(tokens: TokenStream) -> String {
-    let text = tokens.to_string();
-    [(" (", "("), ("( ", "("), (" )", ")"), (" ,", ","), (" < ", "<"), (" <", "<"), ("< ", "<")]
-        .into_iter()
-        .chain([(" >", ">"), (" :: ", "::"), (":: ", "::"), ("& ", "&")])
-        .fold(text, |text, (from, to)| text.replace(from, to))
-}
-
-/// A field of a scope path, `r#type` or `type` alike naming the field `r#type`.
-fn field(segment: &str, span: Span) -> Option<Member> {
-    if let Ok(index) = segment.parse::<u32>() {
-        return Some(Member::Unnamed(syn::Index { index, span }));
-    }
-    let plain = segment.strip_prefix("r#").unwrap_or(segment);
-    let mut ident = syn::parse_str::<Ident>(plain)
-        .or_else(|_| syn::parse_str::<Ident>(&format!("r#{plain}")))
-        .ok()?;
-    ident.set_span(span);
-    Some(Member::Named(ident))
 }
 
 /// A `wait`/`ttl` value, in humantime's syntax (`"500ms"`, `"30s"`, `"24h"`, `"7d"`, `"1h 30m"`).
