@@ -475,7 +475,8 @@ pub use idem_runtime::{
 pub mod __private {
     // Building and running a call (`#[idempotent]`).
     pub use idem_runtime::bounds::{
-        args, flatten_arg, key_arg, run_async, run_sync, scope, StoreFromFn, StoreFromStatic,
+        args, codec_of, flatten_arg, key_arg, run_async, run_sync, scope, StoreFromFn,
+        StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
     // The classification: the type of the companion constant every attribute declares beside

@@ -100,11 +100,13 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         }
         Shape::Future => {
             let run = respan(quote_spanned!(mixed=> #krate::__private::run_async), span);
+            let codec = respan(quote_spanned!(mixed=> #krate::__private::codec_of), span);
             let body = &item.block;
             *item.block = syn::parse_quote_spanned!(mixed=> {
                 #prepare
                 let __idem_body = move || #body;
-                #run(__idem_call, __idem_body)
+                let __idem_codec = #codec(&__idem_body);
+                #run(__idem_codec, __idem_call, __idem_body)
             });
         }
         Shape::Async => {
@@ -153,10 +155,11 @@ fn async_body(
     rewrap: &TokenStream,
 ) -> syn::Block {
     let mixed = Span::mixed_site();
-    // `.await` spanned like the call, so that the compiler reports a bound it checks again
-    // where the future is awaited at the same place.
+    // The result and error types are checked once, by the sync `codec_of`, spanned like the
+    // return type; the engine's future has no bounds on them left to check where it is awaited.
+    let codec = respan(quote_spanned!(mixed=> #krate::__private::codec_of), span);
     let run = respan(
-        quote_spanned!(mixed=> #krate::__private::run_async(__idem_call, __idem_body).await),
+        quote_spanned!(mixed=> #krate::__private::run_async(__idem_codec, __idem_call, __idem_body).await),
         span,
     );
     syn::parse_quote_spanned!(mixed=> {
@@ -165,6 +168,7 @@ fn async_body(
             let __idem_ret: #output = #body;
             __idem_ret #unwrap
         };
+        let __idem_codec = #codec(&__idem_body);
         #run #rewrap
     })
 }

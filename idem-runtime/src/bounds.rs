@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::engine::{Args, Call};
+use crate::engine::{Args, Call, Codec};
 use crate::error::Error;
 use crate::store::Store;
 
@@ -109,6 +109,15 @@ impl<'de, T: ToolOutput> serde::Deserialize<'de> for Stored<T> {
     }
 }
 
+/// A borrowed `Ok` value, serialized as [`ToolOutput`] says.
+struct StoredRef<'a, T>(&'a T);
+
+impl<T: ToolOutput> Serialize for StoredRef<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.store(serializer)
+    }
+}
+
 /// The engine's view of a tool's error type.
 struct Failed<E>(E);
 
@@ -129,20 +138,35 @@ pub fn run_sync<T: ToolOutput, E: ToolError>(
         .map_err(|failed| failed.0)
 }
 
-/// Runs an async tool body through the engine, or returns the error that prevented the call.
-pub async fn run_async<T, E, F, Fut>(call: Result<Call, Error>, body: F) -> Result<T, E>
+/// The codec of an async tool's body: its result and error types, checked here, in a sync
+/// call made before anything is awaited, so that each unmet bound is reported once, in our
+/// words. [`run_async`] itself has no bounds on them, so awaiting it reports nothing again.
+pub fn codec_of<T, E, F, Fut>(_body: &F) -> Codec<T, E>
 where
     T: ToolOutput,
     E: ToolError,
     F: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
 {
-    let call = call.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
-    let body = move || {
-        let future = body();
-        async move { future.await.map(Stored).map_err(Failed) }
-    };
-    call.run_async(body).await.map(|stored| stored.0).map_err(|failed| failed.0)
+    Codec {
+        encode: |value| serde_json::to_string(&StoredRef(value)),
+        decode: |json| serde_json::from_str::<Stored<T>>(json).map(|stored| stored.0),
+        error: E::from_idem,
+    }
+}
+
+/// Runs an async tool body through the engine, or returns the error that prevented the call.
+pub async fn run_async<T, E, F, Fut>(
+    codec: Codec<T, E>,
+    call: Result<Call, Error>,
+    body: F,
+) -> Result<T, E>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
+    call.run_async_with(codec, body).await
 }
 
 /// What a store-giving function may return.

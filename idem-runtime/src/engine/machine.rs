@@ -21,10 +21,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-
-use super::{Call, InDoubtPolicy};
+use super::{Call, Codec, InDoubtPolicy};
 use crate::error::Error;
 use crate::meter::{self, Outcome};
 use crate::protocol::{assess, Assessment, Owner};
@@ -169,11 +166,11 @@ impl Call {
         }
     }
 
-    fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
+    fn replay<T, E>(&self, record: &Record, codec: Codec<T, E>) -> Result<T, Error> {
         // A unit result of the first (JSON) sled format reads back as no result: `null`.
         let json = record.result.as_deref().unwrap_or("null");
         tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
-        serde_json::from_str(json).map_err(|source| Error::Replay {
+        (codec.decode)(json).map_err(|source| Error::Replay {
             key: self.key.to_string(),
             tool: self.tool.clone(),
             source,
@@ -182,8 +179,9 @@ impl Call {
 
     /// Reserves the key, or finds its result, or waits for its owner; `waited_since` is set
     /// when a wait for another owner begins.
-    pub(super) async fn acquire<T: DeserializeOwned>(
+    pub(super) async fn acquire<T, E>(
         &self,
+        codec: Codec<T, E>,
         store: &Arc<dyn Store>,
         waited_since: &mut Option<Instant>,
     ) -> Result<Acquired<T>, Error> {
@@ -217,7 +215,7 @@ impl Call {
                 }
                 Assessment::Replay => {
                     let existing = found.as_ref().expect("assessed a found record");
-                    return self.replay(existing).map(Acquired::Replay);
+                    return self.replay(existing, codec).map(Acquired::Replay);
                 }
                 Assessment::Expired => self.fresh_record(store.as_ref()),
                 Assessment::Running => {
@@ -285,20 +283,22 @@ impl Call {
     /// the record in doubt. Only a result that reads back into `T` is recorded: what is recorded
     /// `Done` must replay, and JSON cannot carry some values (NaN is written as `null`, and a
     /// value nested past serde_json's 128 levels does not read back).
-    pub(super) async fn complete<T: Serialize + DeserializeOwned>(
+    pub(super) async fn complete<T, E>(
         &self,
+        codec: Codec<T, E>,
         mut owned: Box<Reservation>,
         value: &T,
     ) -> Result<(), Error> {
-        let json = serde_json::to_string(value).map_err(|e| e.to_string()).and_then(|json| {
-            match serde_json::from_str::<T>(&json) {
-                Ok(_) => Ok(json),
-                Err(e) => Err(format!(
-                    "it would not replay: its JSON does not read back into the return type \
+        let json = (codec.encode)(value).map_err(|e| e.to_string()).and_then(|json| match (codec
+            .decode)(
+            &json
+        ) {
+            Ok(_) => Ok(json),
+            Err(e) => Err(format!(
+                "it would not replay: its JSON does not read back into the return type \
                      ({e}); JSON has no NaN or infinity and reads at most 128 levels deep, so \
                      return a type that fits"
-                )),
-            }
+            )),
         });
         let json = match json {
             Ok(json) => json,

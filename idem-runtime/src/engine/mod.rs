@@ -196,12 +196,24 @@ impl Call {
         T: Serialize + DeserializeOwned,
         E: From<Error>,
     {
+        self.run_with(Codec::serde(), body)
+    }
+
+    /// [`Call::run`] with the result's encoding and the error's conversion given as a
+    /// [`Codec`]: no trait bounds, for generated code.
+    #[doc(hidden)]
+    pub fn run_with<T, E>(
+        self,
+        codec: Codec<T, E>,
+        body: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let fail = |e| (codec.error)(raise(e));
         let started = Instant::now();
         let mut waited_since = None;
         let acquired = self
             .resolve_store()
-            .and_then(|store| block_on(self.acquire::<T>(&store, &mut waited_since)));
-        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
+            .and_then(|store| block_on(self.acquire(codec, &store, &mut waited_since)));
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(fail)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -211,7 +223,7 @@ impl Call {
         match call.enter_sync(body) {
             Ok(value) => {
                 failpoint("after_body");
-                block_on(self.complete(owned, &value)).map_err(raise)?;
+                block_on(self.complete(codec, owned, &value)).map_err(fail)?;
                 meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
@@ -232,13 +244,26 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.run_async_with(Codec::serde(), body).await
+    }
+
+    /// [`Call::run_async`] with a [`Codec`]. The future's type has no bounds on `T` and `E`, so
+    /// awaiting it cannot report an unmet one again: generated code makes the codec in a sync
+    /// call first, where each unmet bound is reported once.
+    #[doc(hidden)]
+    pub async fn run_async_with<T, E, F, Fut>(self, codec: Codec<T, E>, body: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let fail = |e| (codec.error)(raise(e));
         let started = Instant::now();
         let mut waited_since = None;
         let acquired = match self.resolve_store() {
-            Ok(store) => self.acquire::<T>(&store, &mut waited_since).await,
+            Ok(store) => self.acquire(codec, &store, &mut waited_since).await,
             Err(e) => Err(e),
         };
-        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(raise)? {
+        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(fail)? {
             Acquired::Replay(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
@@ -248,7 +273,7 @@ impl Call {
         match call.enter_async(body()).await {
             Ok(value) => {
                 failpoint("after_body");
-                self.complete(owned, &value).await.map_err(raise)?;
+                self.complete(codec, owned, &value).await.map_err(fail)?;
                 meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 Ok(value)
@@ -257,6 +282,39 @@ impl Call {
                 self.after_error(owned, call.may_have_landed()).await;
                 Err(e)
             }
+        }
+    }
+}
+
+/// How the engine turns a tool's `Ok` value into stored JSON and back, and an idem [`Error`]
+/// into the tool's error type: plain function pointers, so that the engine's futures carry no
+/// trait bounds on either type.
+#[doc(hidden)]
+pub struct Codec<T, E> {
+    /// The value as JSON text.
+    pub encode: fn(&T) -> serde_json::Result<String>,
+    /// A stored value read back.
+    pub decode: fn(&str) -> serde_json::Result<T>,
+    /// An idem error in the tool's error type.
+    pub error: fn(Error) -> E,
+}
+
+impl<T, E> Clone for Codec<T, E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T, E> Copy for Codec<T, E> {}
+
+impl<T: Serialize + DeserializeOwned, E: From<Error>> Codec<T, E> {
+    /// The codec of a type that is `Serialize + DeserializeOwned` and an error with
+    /// `From<Error>`.
+    pub fn serde() -> Self {
+        Codec {
+            encode: |value| serde_json::to_string(value),
+            decode: |json| serde_json::from_str(json),
+            error: E::from,
         }
     }
 }
