@@ -392,7 +392,10 @@ pub use idem_macros::write;
 /// the function is safe to repeat: a `#[write]`, an unclassified function or a method called as
 /// `receiver.method(…)` is a compile error that names the fix. A method of a block under
 /// [`#[idem::tools]`](tools) is taken by its type's path: `Bank::get_balance(&bank, "acct-1")`.
-/// An async call sleeps on tokio's timer; a sync one sleeps the thread.
+/// An async call sleeps on tokio's timer; a sync one sleeps the thread. Each attempt evaluates
+/// the call anew where the macro stands, so an argument may borrow mutably and the borrow ends
+/// with the attempt: `idem::retry!(<Adder as Tool>::call(&adder, &mut context, args.clone()).await)`
+/// repeats a rig tool.
 ///
 /// ```
 /// # use std::sync::atomic::{AtomicU32, Ordering};
@@ -483,7 +486,9 @@ pub mod __private {
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
     // `retry!`.
-    pub use idem_runtime::bounds::{retry_any, retry_async, retry_blocking};
+    pub use idem_runtime::bounds::{
+        attempt_async, attempt_sync, pause, pause_blocking, retry_any, Retrying,
+    };
     pub use idem_runtime::Backoff;
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.

@@ -1,7 +1,7 @@
 //! Tools as methods and argument objects: `#[idem(flatten)]` keys equal the reference derivation
 //! over a `tools/call`'s `arguments`, `#[idem::tools]` classifies the methods of inherent and
-//! trait impls, and `retry!` and `tool_info!` take them by path. rig's `Tool` trait is mirrored
-//! here (see `rig` below) because rig-core needs a newer Rust than this workspace builds with.
+//! trait impls, and `retry!` and `tool_info!` take them by path. rig-core's own `Tool` trait is
+//! checked in the workspace member `rig/` (its `tests/rig.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -190,115 +190,6 @@ async fn retry_takes_methods_by_their_types_path() {
     assert_eq!(idem::retry!(Bank::pay(&bank, req.clone()).await, backoff = quick), Ok(50));
     assert_eq!(bank.payments.load(Ordering::SeqCst), 2, "a replay");
     assert_eq!(bank.delete_account("acct-1"), Ok(()), "a write runs as it is");
-}
-
-/// rig's tool trait (rig-core 0.46, `rig::tool::Tool`), signature for signature. rig-core needs
-/// Rust 1.97.1, newer than this workspace's toolchain, so it is mirrored rather than built;
-/// `WasmCompatSend`/`WasmCompatSync` are `Send`/`Sync` off wasm, and the provided methods
-/// (`annotations`, `footprint`, `map_error`) are left out, since idem touches none of them.
-mod rig {
-    use std::future::Future;
-
-    use serde::Deserialize;
-
-    /// Per-call state rig hands a tool.
-    #[derive(Default)]
-    pub struct ToolContext {
-        pub calls: u32,
-    }
-
-    pub trait Tool: Sized + Send + Sync {
-        const NAME: &'static str;
-        type Args: for<'de> Deserialize<'de> + Send + Sync;
-        type Output;
-        type Error: std::error::Error + Send + Sync + 'static;
-
-        fn description(&self) -> String;
-
-        fn parameters(&self) -> serde_json::Value;
-
-        fn call(
-            &self,
-            context: &mut ToolContext,
-            args: Self::Args,
-        ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
-    }
-}
-
-#[derive(Debug)]
-struct MathError(String);
-
-impl std::fmt::Display for MathError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for MathError {}
-
-impl From<idem::Error> for MathError {
-    fn from(error: idem::Error) -> Self {
-        MathError(error.to_string())
-    }
-}
-
-#[derive(Clone, Serialize, Deserialize)]
-struct AddArgs {
-    request_id: String,
-    x: i64,
-    y: i64,
-}
-
-struct Adder {
-    runs: AtomicU32,
-}
-
-#[idem::tools]
-impl rig::Tool for Adder {
-    const NAME: &'static str = "add";
-    type Args = AddArgs;
-    type Output = i64;
-    type Error = MathError;
-
-    fn description(&self) -> String {
-        "Adds two numbers".to_owned()
-    }
-
-    fn parameters(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object"})
-    }
-
-    #[idem::idempotent(scope = "request_id", tool = "add")]
-    async fn call(
-        &self,
-        #[idem(skip)] context: &mut rig::ToolContext,
-        #[idem(flatten)] args: AddArgs,
-    ) -> Result<i64, MathError> {
-        context.calls += 1;
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        Ok(args.x + args.y)
-    }
-}
-
-#[tokio::test]
-async fn a_rig_tool_is_classified_and_runs_once_per_request() {
-    use rig::Tool as _;
-    store();
-    assert_eq!(
-        idem::tool_info!(<Adder as rig::Tool>::call).kind,
-        idem::Kind::Idempotent { scope: "request_id" }
-    );
-    assert_eq!(idem::tool_info!(Adder::call).name, Adder::NAME);
-    assert_eq!(Adder::idem_tools().len(), 1);
-
-    let adder = Adder { runs: AtomicU32::new(0) };
-    let args = AddArgs { request_id: "r-1".into(), x: 2, y: 3 };
-    let mut context = rig::ToolContext::default();
-    assert_eq!(adder.call(&mut context, args.clone()).await.unwrap(), 5);
-    assert_eq!(adder.call(&mut context, args).await.unwrap(), 5);
-    assert_eq!(adder.runs.load(Ordering::SeqCst), 1, "the repeat is a replay");
-    assert_eq!(context.calls, 1);
-    let _ = (adder.description(), adder.parameters());
 }
 
 /// A one-field `Json` wrapper with no serde impls, as rmcp's and axum's are.

@@ -106,17 +106,36 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
         None => quote_spanned!(Span::mixed_site()=> #krate::__private::retry_any),
     };
     let call = &input.call;
-    Ok(if input.is_async {
-        quote_spanned! {Span::mixed_site()=> {
-            #check
-            #krate::__private::retry_async(&#backoff, #when, || #call).await
-        }}
+    // The loop is written out here, in the caller's scope, rather than handed to a retry
+    // function as a closure: each attempt evaluates the call anew where it stands, so borrows
+    // end with the attempt and a call that borrows a context mutably (`&mut ToolContext`) can
+    // repeat.
+    let (attempt, pause) = if input.is_async {
+        (
+            quote_spanned!(Span::mixed_site()=> #krate::__private::attempt_async(#call).await),
+            quote_spanned!(Span::mixed_site()=> #krate::__private::pause(delay).await),
+        )
     } else {
-        quote_spanned! {Span::mixed_site()=> {
-            #check
-            #krate::__private::retry_blocking(&#backoff, #when, || #call)
-        }}
-    })
+        (
+            quote_spanned!(Span::mixed_site()=> #krate::__private::attempt_sync(|| #call)),
+            quote_spanned!(Span::mixed_site()=> #krate::__private::pause_blocking(delay)),
+        )
+    };
+    Ok(quote_spanned! {Span::mixed_site()=> {
+        #check
+        let mut retrying = #krate::__private::Retrying::new(&#backoff, #when);
+        loop {
+            match #attempt {
+                (::core::result::Result::Ok(value), _) => break ::core::result::Result::Ok(value),
+                (::core::result::Result::Err(error), final_error) => {
+                    match retrying.after(&error, final_error) {
+                        ::core::option::Option::Some(delay) => #pause,
+                        ::core::option::Option::None => break ::core::result::Result::Err(error),
+                    }
+                }
+            }
+        }
+    }})
 }
 
 /// A compile-time check that the tool at `qself` and `path` is safe to repeat: its companion,
