@@ -1,6 +1,8 @@
 //! One listening connection per store, fanning `NOTIFY`s out to the waiters of this process.
 //!
-//! Every change to the table is announced by a trigger with the key as payload. Waiters
+//! Every settling write (an update or a delete) is announced by its writer, with the key as
+//! payload, once it has committed (`Statements::notify`; inserts need none, since nobody waits
+//! for a key to appear). Waiters
 //! subscribe to a key before they read it, so a change between the read and the wait is never
 //! missed. When the listening connection drops, notifications sent meanwhile are lost: every
 //! waiter is woken to read again, and until the connection is back waiters re-read at a bounded

@@ -40,9 +40,8 @@ impl Names {
 
     /// The channel every change to the table is announced on, with the key as payload: a hash
     /// of the schema and table, so that `a_b.c` and `a.b_c` do not share one. (The first
-    /// release used `idem_{schema}_{table}`; the migration replaces the notify function, and
-    /// processes of that release cannot share a migrated table anyway: its statuses are spelled
-    /// anew.)
+    /// release used `idem_{schema}_{table}`, from a trigger the migration now drops; processes of
+    /// that release cannot share a migrated table anyway: its statuses are spelled anew.)
     pub(crate) fn channel(&self) -> String {
         use sha2::{Digest, Sha256};
         let digest = Sha256::digest(format!("{}.{}", self.schema, self.table));
@@ -50,13 +49,13 @@ impl Names {
         format!("idem_{hex}")
     }
 
-    /// The table's notify function, schema-qualified and quoted. PostgreSQL keeps it when the
-    /// table is dropped: removing a store drops both.
+    /// The notify function of an earlier release's triggers, schema-qualified and quoted, which
+    /// the migration drops with them.
     pub(crate) fn notify_function(&self) -> String {
         format!("\"{}\".\"{}_notify\"", self.schema, self.table)
     }
 
-    /// The statements that create the table and its triggers; idempotent, and run under an
+    /// The statements that create the table; idempotent, and run under an
     /// advisory lock so that a fleet starting at once does not race on `CREATE … IF NOT EXISTS`.
     ///
     /// Tables of the first release spelled two statuses `in_flight` and `in_doubt`; the
@@ -65,7 +64,6 @@ impl Names {
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
         let function = self.notify_function();
-        let channel = self.channel();
         let (in_flight, done, in_doubt) =
             (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
         format!(
@@ -110,23 +108,20 @@ BEGIN
         ALTER TABLE {t} ADD CONSTRAINT "{table}_status_check"
             CHECK (status IN ('{in_flight}', '{done}', '{in_doubt}'));
     END LOOP;
+    -- Earlier releases announced each change from a trigger, inside the writing transaction. A
+    -- transaction that notifies holds a database-wide lock through its commit, WAL flush
+    -- included, so the fleet's writes committed one at a time. The writer now announces its
+    -- change after the commit (`Statements::notify`). Checked first, as above: dropping a
+    -- trigger locks the table.
+    IF EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '{t}'::regclass
+               AND tgname IN ('{table}_notify_insert_delete', '{table}_notify_update'))
+    THEN
+        DROP TRIGGER IF EXISTS "{table}_notify_insert_delete" ON {t};
+        DROP TRIGGER IF EXISTS "{table}_notify_update" ON {t};
+        DROP FUNCTION IF EXISTS {function}();
+    END IF;
 END
 $migrate$;
-CREATE OR REPLACE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    PERFORM pg_notify('{channel}', CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
-    RETURN NULL;
-END
-$$;
-DROP TRIGGER IF EXISTS "{table}_notify_insert_delete" ON {t};
-CREATE TRIGGER "{table}_notify_insert_delete" AFTER INSERT OR DELETE ON {t}
-    FOR EACH ROW EXECUTE FUNCTION {function}();
-DROP TRIGGER IF EXISTS "{table}_notify_update" ON {t};
-CREATE TRIGGER "{table}_notify_update" AFTER UPDATE ON {t}
-    FOR EACH ROW
-    WHEN ((OLD.status, OLD.owner, OLD.attempts, OLD.result, OLD.expires_at)
-          IS DISTINCT FROM (NEW.status, NEW.owner, NEW.attempts, NEW.result, NEW.expires_at))
-    EXECUTE FUNCTION {function}();
 "#
         )
     }
@@ -144,6 +139,13 @@ pub(crate) struct Statements {
     pub(crate) delete: String,
     pub(crate) renew: String,
     pub(crate) size: String,
+    /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
+    /// the write, in a transaction of its own, which writes nothing and so commits without
+    /// waiting for a WAL flush: the database-wide lock a notifying commit takes is held for
+    /// moments, not for the write's flush.
+    pub(crate) notify: String,
+    /// The table's channel ([`Names::channel`]), the first parameter of `notify`.
+    pub(crate) channel: String,
 }
 
 /// The fence ([`idem_runtime::Fence`]) shared by `update` and `delete`: the stored record must
@@ -192,6 +194,8 @@ impl Statements {
                  RETURNING r.key, r.owner, r.attempts"
             ),
             size: format!("SELECT pg_total_relation_size('{t}')"),
+            notify: "SELECT pg_notify($1, $2)".to_owned(),
+            channel: names.channel(),
         }
     }
 }

@@ -33,18 +33,18 @@ use crate::table::Shared;
 ///   every caller then treats the record as in doubt.
 /// - **Fencing**: every write names the state it replaces (status, owner, attempts) and a lapsed
 ///   lease is never renewed, so an owner whose record was taken over cannot write to it.
-/// - **Waiting without polling**: a trigger announces every change with `NOTIFY`; one listening
-///   connection per store wakes the waiters of this process, which otherwise sleep until their
-///   wait ends or the owner's lease lapses.
+/// - **Waiting without polling**: every settling write is announced with `NOTIFY` once it has
+///   committed (not from a trigger, whose notifying commits would go one at a time across the
+///   fleet); one listening connection per store wakes the waiters of this process, which
+///   otherwise sleep until their wait ends or the owner's lease lapses. Another program that
+///   writes the table must announce its changes likewise: `SELECT pg_notify(channel, key)`.
 ///
 /// - **Faults**: a read, a wait or a heartbeat that hits a broken connection tries again on a
 ///   fresh one within its deadline; a write is repeated only where the fence makes it safe. An
 ///   owner whose last write fails stops renewing its lease, so its key turns in doubt for others
 ///   as after a crash, rather than looking busy for as long as the store lives.
 ///
-/// To remove a store's table, drop its notify function too (PostgreSQL keeps a function when the
-/// table its trigger was on is dropped): `DROP TABLE idem.records; DROP FUNCTION
-/// idem.records_notify();`.
+/// To remove a store, drop its table: `DROP TABLE idem.records;`.
 ///
 /// The store runs its I/O on a small tokio runtime of its own, so its futures work from plain
 /// threads (sync tools) and from inside any async runtime alike. It needs a direct session to
@@ -208,7 +208,8 @@ impl PgStore {
         Ok(PgStore { shared, runtime })
     }
 
-    /// Creates the schema, table and triggers if they are missing. [`PgStore::connect`] does
+    /// Creates the schema and table if they are missing, and migrates a table of an earlier
+    /// release. [`PgStore::connect`] does
     /// this already unless the builder said `create(false)`; run it from a deploy step to keep
     /// DDL out of the agents' start-up.
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {

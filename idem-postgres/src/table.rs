@@ -254,6 +254,15 @@ impl Shared {
         let (status, owner, attempts) =
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
         let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
+        let notify = client.prepare_cached(&self.statements.notify).await?;
+        // The announcement is pipelined behind the write on the same connection: the server
+        // runs it once the write has committed, in a transaction of its own, and it costs no
+        // round trip of its own. A waiter subscribes before it reads, so it cannot miss it; one
+        // lost with a crash between the two is made up by the waiter's re-read at the lease's
+        // end. A write the fence refused announces nothing that changed, which costs a waiter
+        // one needless read.
+        let announced: [&(dyn ToSql + Sync); 2] = [&self.statements.channel, &current.key];
+        let announce = client.execute(&notify, &announced);
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);
@@ -263,11 +272,11 @@ impl Shared {
                 params.extend_from_slice(&values.update_params());
                 params.push(&lease);
                 params.push(values.function());
-                client.execute(&statement, &params).await?
+                tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
             None => {
                 let statement = client.prepare_cached(&self.statements.delete).await?;
-                client.execute(&statement, &fence).await?
+                tokio::try_join!(client.execute(&statement, &fence), announce)?.0
             }
         };
         Ok(changed == 1)

@@ -3,6 +3,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_postgres::PgStore;
 use idem_runtime::Store;
@@ -11,8 +12,12 @@ fn pg_store() -> Option<(Arc<dyn Store>, common::DropSchema)> {
     let url = common::database_url()?;
     let schema = common::unique_schema("conf");
     let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    // A lease longer than the suite's 20 s waits: a waiter that missed the owner's announcement
+    // would otherwise still wake in time, at the lease's end, and the suite's checks that a
+    // waiter wakes on the change could not fail.
     let store = PgStore::builder(&url)
         .schema(&schema)
+        .lease(Duration::from_secs(60))
         .pool_size(8)
         .connect()
         .expect("the test database connects");

@@ -166,6 +166,45 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     assert_eq!(block_on(reopened.scan()).unwrap().len(), 3, "a second migration changes nothing");
 }
 
+/// Earlier releases announced changes from triggers inside the writing transaction, which made
+/// every notifying commit of the fleet wait for the one before it; the migration drops them, and
+/// the writers announce after their commits.
+#[test]
+fn the_notify_triggers_of_an_earlier_release_are_dropped() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("triggers");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let first = store(&url, &schema);
+    drop(first);
+    common::run_sql(
+        &url,
+        &format!(
+            r#"CREATE FUNCTION "{schema}"."records_notify"() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_notify('old', NEW.key); RETURN NULL; END $$;
+            CREATE TRIGGER "records_notify_insert_delete" AFTER INSERT OR DELETE
+                ON "{schema}".records FOR EACH ROW EXECUTE FUNCTION "{schema}"."records_notify"();
+            CREATE TRIGGER "records_notify_update" AFTER UPDATE
+                ON "{schema}".records FOR EACH ROW EXECUTE FUNCTION "{schema}"."records_notify"();"#
+        ),
+    )
+    .expect("the earlier release's triggers are created");
+    let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
+    let ran: Result<u32, Error> = Call::new("charge_card", "s", &serde_json::json!({"n": 2}))
+        .unwrap()
+        .store(Arc::clone(&store))
+        .run(|| Ok(2));
+    assert_eq!(ran.unwrap(), 2);
+    for gone in [
+        format!(r#"DROP TRIGGER "records_notify_update" ON "{schema}".records"#),
+        format!(r#"DROP TRIGGER "records_notify_insert_delete" ON "{schema}".records"#),
+        format!(r#"DROP FUNCTION "{schema}"."records_notify"()"#),
+    ] {
+        assert!(common::run_sql(&url, &gone).is_err(), "already dropped by the migration: {gone}");
+    }
+}
+
 #[test]
 fn a_deep_result_written_by_an_earlier_release_still_lists() {
     let Some(url) = common::database_url() else {

@@ -1,0 +1,641 @@
+//! How the cost of a call grows with the store, how close group commit comes to the disk's limit,
+//! and what a fleet of processes sustains on PostgreSQL; then the tables of BENCHMARKS.md's
+//! "At scale" and the chart `benches/throughput.svg`.
+//!
+//! ```text
+//! cargo bench -p idem-benches --bench scale               # 10 k and 100 k records, callers, fleet
+//! cargo bench -p idem-benches --bench scale -- million    # also 1 M records (a few minutes more)
+//! ```
+//!
+//! With `DATABASE_URL` set, the PostgreSQL fleet runs against that server (in the schema
+//! `idem_fleet`, emptied before each run); without it those rows are skipped. The store sizes
+//! and the fleet's processes run as child processes of this binary (`grow N`, `fleet …`), so
+//! that each one's memory is its own and the fleet's processes are real ones.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use idem::{Call, Durability, Error, SledStore, Store};
+
+/// How long each throughput point runs.
+const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
+/// Fresh `Fsync` calls timed one by one at each store size.
+const FRESH_SAMPLES: usize = 400;
+/// Replays timed one by one at each store size, of keys drawn at random from the whole store.
+const REPLAY_SAMPLES: usize = 40_000;
+/// Raw durable points timed for the limit.
+const RAW_SAMPLES: usize = 400;
+/// Callers for the group-commit curve.
+const CALLERS: [usize; 4] = [1, 2, 8, 32];
+/// The fleet: processes × callers in each.
+const FLEET: [(usize, usize); 4] = [(1, 1), (1, 8), (4, 1), (4, 8)];
+/// Records each fleet caller writes before it replays them.
+const REPLAY_KEYS: usize = 200;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["grow", records] => grow_child(records.parse().expect("a record count")),
+        ["fleet", url, callers, seconds, mode, prefix] => fleet_child(
+            url,
+            callers.parse().expect("a caller count"),
+            Duration::from_secs(seconds.parse().expect("seconds")),
+            mode,
+            prefix,
+        ),
+        rest => run(rest.contains(&"million")),
+    }
+}
+
+fn run(million: bool) {
+    let started = Instant::now();
+    let mut sizes = vec![10_000u64, 100_000];
+    if million {
+        sizes.push(1_000_000);
+    }
+
+    println!("## How the cost grows (sled, `Durability::Fsync`)\n");
+    println!(
+        "| finished records | fresh call p50 | fresh p99 | replay p50 | replay p99 | open | RSS | \
+         disk bytes / record |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    let mut grown = Vec::new();
+    for &records in &sizes {
+        match grow(records) {
+            Some(g) => {
+                println!(
+                    "| {records} | {} | {} | {} | {} | {:.1} ms | {:.1} MiB | {:.0} |",
+                    us(g.fresh_p50),
+                    us(g.fresh_p99),
+                    us(g.replay_p50),
+                    us(g.replay_p99),
+                    g.open_ms,
+                    g.rss_mib,
+                    g.bytes_per_record
+                );
+                grown.push((records, g));
+            }
+            None => println!("| {records} | the child process failed | | | | | | |"),
+        }
+    }
+    if let (Some((small, first)), Some((large, last))) = (grown.first(), grown.last()) {
+        let doublings = (*large as f64 / *small as f64).log2();
+        let per_doubling = |a: f64, b: f64| (b / a).powf(1.0 / doublings);
+        println!(
+            "\nFrom {small} to {large} records ({doublings:.1} doublings), {large} ÷ {small}: fresh \
+             p50 {:.2} (×{:.3} a doubling), replay p50 {:.2} (×{:.3} a doubling), open {:.2}, RSS \
+             {:.2}, bytes per record {:.2}. Goal: fresh and replay within 1.3.",
+            last.fresh_p50 / first.fresh_p50,
+            per_doubling(first.fresh_p50, last.fresh_p50),
+            last.replay_p50 / first.replay_p50,
+            per_doubling(first.replay_p50, last.replay_p50),
+            last.open_ms / first.open_ms,
+            last.rss_mib / first.rss_mib,
+            last.bytes_per_record / first.bytes_per_record,
+        );
+    }
+
+    println!("\n## Group commit against its limit (sled, `Durability::Fsync`)\n");
+    let raw = raw_sled_durable_point();
+    println!(
+        "Raw sled durable point (compare-and-swap + flush + fdatasync), median of {RAW_SAMPLES}: {}.",
+        us(raw)
+    );
+    let cpu_none = cpu_per_call(Durability::None, 20_000);
+    println!(
+        "CPU time per fresh call with `Durability::None`, one caller: {} (all threads of the \
+         process: {:.0} calls/s would take both cores).\n",
+        us(cpu_none),
+        2.0 / cpu_none
+    );
+    println!("| callers | fresh calls/s | limit (callers ÷ 2 durable points) | fraction | CPU per call |");
+    println!("| --- | --- | --- | --- | --- |");
+    let mut sled_curve = Vec::new();
+    for callers in CALLERS {
+        let (rate, cpu) = throughput(callers);
+        let limit = callers as f64 / (2.0 * raw);
+        println!(
+            "| {callers} | {rate:.0} | {limit:.0} | {:.0} % | {} |",
+            100.0 * rate / limit,
+            us(cpu)
+        );
+        sled_curve.push((callers, rate, limit));
+    }
+
+    let mut pg_curve = Vec::new();
+    match std::env::var("DATABASE_URL") {
+        Ok(url) => {
+            println!("\n## A PostgreSQL fleet (local server, default settings)\n");
+            let raw_pg = raw_pg_durable_point(&url);
+            println!(
+                "Raw PostgreSQL durable point (one autocommitted single-row INSERT), median of \
+                 {RAW_SAMPLES}: {}.\n",
+                us(raw_pg)
+            );
+            println!(
+                "| processes × callers | fresh calls/s | fresh p50 | fresh p99 | replays/s | \
+                 replay p50 | replay p99 |"
+            );
+            println!("| --- | --- | --- | --- | --- | --- | --- |");
+            let mut one_caller = None;
+            for (processes, callers) in FLEET {
+                let fresh = fleet(&url, processes, callers, "fresh");
+                let replay = fleet(&url, processes, callers, "replay");
+                match (fresh, replay) {
+                    (Some(fresh), Some(replay)) => {
+                        println!(
+                            "| {processes} × {callers} | {:.0} | {} | {} | {:.0} | {} | {} |",
+                            fresh.rate,
+                            us(fresh.p50),
+                            us(fresh.p99),
+                            replay.rate,
+                            us(replay.p50),
+                            us(replay.p99)
+                        );
+                        let all = processes * callers;
+                        one_caller.get_or_insert(fresh.rate);
+                        pg_curve.push((all, fresh.rate, all as f64 / (2.0 * raw_pg)));
+                    }
+                    _ => println!("| {processes} × {callers} | a fleet process failed | | | | | |"),
+                }
+            }
+            if let (Some(one), Some((_, all, _))) = (one_caller, pg_curve.last()) {
+                println!("\n32 callers ÷ 1 caller, fresh calls: {:.2} (goal ≥ 8).", all / one);
+            }
+        }
+        Err(_) => eprintln!("DATABASE_URL is not set: skipping the PostgreSQL fleet"),
+    }
+
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("throughput.svg");
+    match draw(&chart, &sled_curve, &pg_curve) {
+        Ok(()) => println!("\nThe chart: {}", chart.display()),
+        Err(e) => eprintln!("cannot draw the chart: {e}"),
+    }
+    println!("\nThis run took {:.0} s.", started.elapsed().as_secs_f64());
+}
+
+/// Seconds, as µs or ms for the tables.
+fn us(seconds: f64) -> String {
+    if seconds >= 1e-3 {
+        format!("{:.2} ms", seconds * 1e3)
+    } else {
+        format!("{:.1} µs", seconds * 1e6)
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn sorted(mut values: Vec<f64>) -> Vec<f64> {
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
+    let store = SledStore::builder(dir.path().join("idem.sled"))
+        .durability(durability)
+        .open()
+        .expect("open the sled store");
+    (dir, Arc::new(store))
+}
+
+/// The call every measurement makes: the same tool and arguments, the scope telling keys apart.
+fn charge(store: &Arc<dyn Store>, scope: &str) -> u64 {
+    let out: Result<u64, Error> = Call::new("charge_card", scope, &("cus_123", 4200))
+        .expect("a key")
+        .store(store.clone())
+        .run(|| Ok(4200));
+    out.expect("a call")
+}
+
+/// What one store size measured.
+struct Grown {
+    fresh_p50: f64,
+    fresh_p99: f64,
+    replay_p50: f64,
+    replay_p99: f64,
+    open_ms: f64,
+    rss_mib: f64,
+    bytes_per_record: f64,
+}
+
+fn grow(records: u64) -> Option<Grown> {
+    let exe = std::env::current_exe().ok()?;
+    let out = Command::new(exe).args(["grow", &records.to_string()]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("grown "))?;
+    let field = |name: &str| -> Option<f64> {
+        line.split(' ').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?.parse().ok()
+    };
+    Some(Grown {
+        fresh_p50: field("fresh_p50")?,
+        fresh_p99: field("fresh_p99")?,
+        replay_p50: field("replay_p50")?,
+        replay_p99: field("replay_p99")?,
+        open_ms: field("open_ms")?,
+        rss_mib: field("rss_mib")?,
+        bytes_per_record: field("bytes_per_record")?,
+    })
+}
+
+/// The child of one store size: fill it with `records` finished records (without syncs, which
+/// change the time taken, not what is stored), reopen it with `Fsync` (the median of three opens,
+/// page cache warm), then time fresh calls and replays of keys drawn from the whole store.
+fn grow_child(records: u64) {
+    let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
+    let path = dir.path().join("idem.sled");
+    {
+        let store: Arc<dyn Store> =
+            Arc::new(SledStore::builder(&path).durability(Durability::None).open().expect("open"));
+        for n in 0..records {
+            charge(&store, &format!("g{n}"));
+        }
+    }
+    let mut opens = Vec::new();
+    for _ in 0..3 {
+        let began = Instant::now();
+        let store = SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open();
+        opens.push(began.elapsed().as_secs_f64() * 1e3);
+        drop(store.expect("reopen"));
+    }
+    let open_ms = sorted(opens)[1];
+    let store: Arc<dyn Store> = Arc::new(
+        SledStore::builder(&path)
+            .durability(Durability::Fsync)
+            .lock_wait(Duration::from_secs(5))
+            .open()
+            .expect("reopen"),
+    );
+    let mut fresh = Vec::with_capacity(FRESH_SAMPLES);
+    for n in 0..FRESH_SAMPLES {
+        let scope = format!("f{n}");
+        let began = Instant::now();
+        charge(&store, &scope);
+        fresh.push(began.elapsed().as_secs_f64());
+    }
+    // xorshift: keys spread over the whole store, so the replays do not sit in one warm leaf.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut draw = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % records
+    };
+    for _ in 0..REPLAY_SAMPLES / 10 {
+        charge(&store, &format!("g{}", draw()));
+    }
+    let mut replay = Vec::with_capacity(REPLAY_SAMPLES);
+    for _ in 0..REPLAY_SAMPLES {
+        let scope = format!("g{}", draw());
+        let began = Instant::now();
+        charge(&store, &scope);
+        replay.push(began.elapsed().as_secs_f64());
+    }
+    let rss_mib = proc_status_kib("VmRSS:") as f64 / 1024.0;
+    let bytes = dir_bytes(&path) as f64 / records as f64;
+    let (fresh, replay) = (sorted(fresh), sorted(replay));
+    println!(
+        "grown records={records} fresh_p50={} fresh_p99={} replay_p50={} replay_p99={} \
+         open_ms={open_ms} rss_mib={rss_mib} bytes_per_record={bytes}",
+        percentile(&fresh, 0.5),
+        percentile(&fresh, 0.99),
+        percentile(&replay, 0.5),
+        percentile(&replay, 0.99),
+    );
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn dir_bytes(path: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+/// CPU time this process has used, all threads (user and system), from `/proc/self/stat`.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state;
+    // the kernel counts them in USER_HZ, 100 a second on Linux.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// The CPU time a fresh call takes with one caller under `durability`.
+fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
+    let (_dir, store) = temp_store(durability);
+    for n in 0..calls / 10 {
+        charge(&store, &format!("w{n}"));
+    }
+    let before = process_cpu();
+    for n in 0..calls {
+        charge(&store, &format!("c{n}"));
+    }
+    (process_cpu() - before).as_secs_f64() / calls as f64
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Fresh `Fsync` calls per second with `callers` threads on distinct keys, and the CPU time of
+/// the whole process per call meanwhile.
+fn throughput(callers: usize) -> (f64, f64) {
+    let (_dir, store) = temp_store(Durability::Fsync);
+    let start = Arc::new(Barrier::new(callers + 1));
+    let threads: Vec<_> = (0..callers)
+        .map(|_| {
+            let store = store.clone();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let mut calls = 0u64;
+                while began.elapsed() < THROUGHPUT_FOR {
+                    charge(&store, &format!("t{}", SEQ.fetch_add(1, Ordering::Relaxed)));
+                    calls += 1;
+                }
+                (calls, began.elapsed())
+            })
+        })
+        .collect();
+    let cpu_before = process_cpu();
+    start.wait();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().expect("a caller")).collect();
+    let cpu = (process_cpu() - cpu_before).as_secs_f64();
+    let calls: u64 = results.iter().map(|(calls, _)| calls).sum();
+    let rate = results.iter().map(|(calls, took)| *calls as f64 / took.as_secs_f64()).sum();
+    (rate, cpu / calls as f64)
+}
+
+/// The disk's own limit on sled: one compare-and-swap, sled's flush and a data sync of its file,
+/// what each of a call's two durable points is at the least.
+fn raw_sled_durable_point() -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = sled::Config::new().path(dir.path().join("raw.sled")).open().expect("sled opens");
+    let tree = db.open_tree("idem.records").expect("a tree");
+    let data = std::fs::File::open(dir.path().join("raw.sled").join("db")).expect("sled's file");
+    // About the size of a finished record.
+    let value = vec![b'x'; 330];
+    let mut times = Vec::with_capacity(RAW_SAMPLES);
+    for n in 0..RAW_SAMPLES + RAW_SAMPLES / 10 {
+        let key = format!("{n:032x}");
+        let began = Instant::now();
+        tree.compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(&value[..]))
+            .expect("sled writes")
+            .expect("a new key");
+        db.flush().expect("sled flushes");
+        data.sync_data().expect("the file syncs");
+        if n >= RAW_SAMPLES / 10 {
+            times.push(began.elapsed().as_secs_f64());
+        }
+    }
+    percentile(&sorted(times), 0.5)
+}
+
+/// A runtime for the benchmark's own PostgreSQL statements.
+fn pg_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime")
+}
+
+async fn pg_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(url, tokio_postgres::NoTls).await.expect("PostgreSQL connects");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// The server's own limit: one autocommitted single-row INSERT, what each of a call's two
+/// durable points is at the least (`synchronous_commit = on`: the commit waits for its WAL flush).
+fn raw_pg_durable_point(url: &str) -> f64 {
+    pg_runtime().block_on(async {
+        let client = pg_client(url).await;
+        client
+            .batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS idem_fleet; \
+                 DROP TABLE IF EXISTS idem_fleet.raw; \
+                 CREATE TABLE idem_fleet.raw (key text PRIMARY KEY, value text)",
+            )
+            .await
+            .expect("the scratch table");
+        let insert =
+            client.prepare("INSERT INTO idem_fleet.raw VALUES ($1, $2)").await.expect("prepare");
+        let value = "x".repeat(330);
+        let mut times = Vec::with_capacity(RAW_SAMPLES);
+        for n in 0..RAW_SAMPLES + RAW_SAMPLES / 10 {
+            let key = format!("{n:032x}");
+            let began = Instant::now();
+            client.execute(&insert, &[&key, &value]).await.expect("an insert");
+            if n >= RAW_SAMPLES / 10 {
+                times.push(began.elapsed().as_secs_f64());
+            }
+        }
+        client.batch_execute("DROP TABLE idem_fleet.raw").await.expect("drop the scratch table");
+        percentile(&sorted(times), 0.5)
+    })
+}
+
+/// What a fleet run measured, over all its processes.
+struct Fleet {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// `processes` child processes of `callers` threads each, making fresh calls (`mode` "fresh")
+/// or replaying the keys they wrote ("replay") for the same stretch of time, started together
+/// once every process says it is ready.
+fn fleet(url: &str, processes: usize, callers: usize, mode: &str) -> Option<Fleet> {
+    pg_runtime().block_on(async {
+        let client = pg_client(url).await;
+        // Each run on an empty table: the same store size for every row of the table.
+        let _ = client.batch_execute("TRUNCATE idem_fleet.records").await;
+    });
+    let exe = std::env::current_exe().ok()?;
+    let seconds = THROUGHPUT_FOR.as_secs().to_string();
+    let mut children = Vec::new();
+    for p in 0..processes {
+        let prefix = format!("{mode}-{processes}x{callers}-{p}");
+        let child = Command::new(&exe)
+            .args(["fleet", url, &callers.to_string(), &seconds, mode, &prefix])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        children.push(child);
+    }
+    let mut readers = Vec::new();
+    for child in &mut children {
+        let mut reader = BufReader::new(child.stdout.take()?);
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        if line.trim() != "ready" {
+            return None;
+        }
+        readers.push(reader);
+    }
+    for child in &mut children {
+        writeln!(child.stdin.as_mut()?, "go").ok()?;
+    }
+    let (mut calls, mut latencies, mut took) = (0u64, Vec::new(), 0f64);
+    for (child, mut reader) in children.iter_mut().zip(readers) {
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let mut fields = line.trim().split(' ');
+        calls += fields.next()?.parse::<u64>().ok()?;
+        took = took.max(fields.next()?.parse::<f64>().ok()?);
+        latencies.extend(fields.filter_map(|f| f.parse::<f64>().ok()));
+        child.wait().ok()?;
+    }
+    let latencies = sorted(latencies);
+    Some(Fleet {
+        rate: calls as f64 / took,
+        p50: percentile(&latencies, 0.5),
+        p99: percentile(&latencies, 0.99),
+    })
+}
+
+/// One process of the fleet: `callers` threads on one store instance. It prints `ready`, waits
+/// for `go` on its input, runs for `run_for`, then prints the calls made, the seconds taken and
+/// every call's latency.
+fn fleet_child(url: &str, callers: usize, run_for: Duration, mode: &str, prefix: &str) {
+    let store: Arc<dyn Store> = Arc::new(
+        idem_postgres::PgStore::builder(url)
+            .schema("idem_fleet")
+            .pool_size(callers + 1)
+            .connect()
+            .expect("the fleet's store connects"),
+    );
+    let replaying = mode == "replay";
+    if replaying {
+        for caller in 0..callers {
+            for n in 0..REPLAY_KEYS {
+                charge(&store, &format!("{prefix}-{caller}-{n}"));
+            }
+        }
+    }
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("the parent says go");
+    let start = Arc::new(Barrier::new(callers));
+    let threads: Vec<_> = (0..callers)
+        .map(|caller| {
+            let (store, start, prefix) = (store.clone(), start.clone(), prefix.to_owned());
+            std::thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let mut latencies = Vec::new();
+                let mut n = 0usize;
+                while began.elapsed() < run_for {
+                    let scope = if replaying {
+                        format!("{prefix}-{caller}-{}", n % REPLAY_KEYS)
+                    } else {
+                        format!("{prefix}-{caller}-{n}")
+                    };
+                    let call = Instant::now();
+                    charge(&store, &scope);
+                    latencies.push(call.elapsed().as_secs_f64());
+                    n += 1;
+                }
+                (latencies, began.elapsed().as_secs_f64())
+            })
+        })
+        .collect();
+    let mut line = String::new();
+    let (mut calls, mut took) = (0usize, 0f64);
+    let mut all = Vec::new();
+    for thread in threads {
+        let (latencies, seconds) = thread.join().expect("a caller");
+        calls += latencies.len();
+        took = took.max(seconds);
+        all.extend(latencies);
+    }
+    line.push_str(&format!("{calls} {took}"));
+    for latency in all {
+        line.push_str(&format!(" {latency}"));
+    }
+    println!("{line}");
+}
+
+/// Throughput against callers, with each store's limit, on log–log axes.
+fn draw(
+    path: &Path,
+    sled: &[(usize, f64, f64)],
+    pg: &[(usize, f64, f64)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+
+    let points = sled.iter().chain(pg);
+    let top = points.clone().map(|&(_, rate, limit)| rate.max(limit)).fold(1.0, f64::max) * 1.5;
+    let bottom = points.map(|&(_, rate, limit)| rate.min(limit)).fold(f64::MAX, f64::min) / 1.5;
+    let root = SVGBackend::new(path, (760, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Fresh calls per second against concurrent callers", ("sans-serif", 20))
+        .margin(16)
+        .x_label_area_size(40)
+        .y_label_area_size(64)
+        .build_cartesian_2d((0.8f64..40.0).log_scale(), (bottom.max(1.0)..top).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("concurrent callers")
+        .y_desc("calls/s")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .draw()?;
+    let series = [
+        ("sled, measured", sled, false, RGBColor(30, 80, 200)),
+        ("sled, limit: callers ÷ 2 durable points", sled, true, RGBColor(130, 160, 240)),
+        ("PostgreSQL fleet, measured", pg, false, RGBColor(200, 40, 40)),
+        ("PostgreSQL, limit: callers ÷ 2 commits", pg, true, RGBColor(240, 140, 140)),
+    ];
+    for (label, curve, limit, color) in series {
+        if curve.is_empty() {
+            continue;
+        }
+        let line: Vec<(f64, f64)> = curve
+            .iter()
+            .map(|&(callers, rate, bound)| (callers as f64, if limit { bound } else { rate }))
+            .collect();
+        let style = if limit { color.stroke_width(1) } else { color.stroke_width(3) };
+        chart
+            .draw_series(LineSeries::new(line.clone(), style))?
+            .label(label)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
