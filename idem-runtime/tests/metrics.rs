@@ -227,6 +227,27 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
         "{seen:?}"
     );
 
+    // An expired result is taken over too: the body runs again, as a fresh call. (Not a sleep
+    // in place of a synchronisation: the record's age is read from the clock, so once 5 ms
+    // have passed a 1 ms ttl has run out.)
+    let expiring = |runs: &mut u32| -> Result<String, Error> {
+        charge(&store, "order-7").ttl(Duration::from_millis(1)).run(|| {
+            *runs += 1;
+            Ok("report".to_owned())
+        })
+    };
+    expiring(&mut runs).unwrap();
+    Seen::take(&snapshotter);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!((expiring(&mut runs).unwrap(), runs), ("report".to_owned(), 4));
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(seen.counter("idem_takeovers_total{tool=charge_card}"), 1, "{seen:?}");
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([("idem_calls_total{tool=charge_card,outcome=fresh}", 1)]),
+        "{seen:?}"
+    );
+
     // A body that panics leaves its key in doubt, and is counted so.
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _: Result<String, Error> = charge(&store, "order-4").run(|| panic!("the card reader"));
