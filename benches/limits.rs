@@ -5,9 +5,11 @@
 //!
 //! `cargo bench -p idem-benches --bench limits` (after `… --bench calls`). `-- memory N` is the
 //! child process that fills a store with N records, reports its RSS and size, then times
-//! reopening it and opening an empty store (the open reads only the in-flight index, so the two
-//! should be close); `-- syncs N` opens a store and makes N fresh calls, for counting syncs under
-//! strace.
+//! reopening it and opening an empty store, through idem and through sled alone (idem's open
+//! reads only the in-flight index, so what is left is sled's recovery); `-- open N` runs that
+//! child and prints only its open rows; `-- syncs N` opens a store and makes N fresh calls, for
+//! counting syncs under strace; `-- fill N DIR` and `-- open-at DIR idem|nosync|sled` are
+//! for a profiler.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,8 +23,9 @@ const WAITERS: usize = 8;
 const WAIT_ROUNDS: usize = 12;
 const OWNER_BODY: Duration = Duration::from_millis(50);
 const THROUGHPUT_FOR: Duration = Duration::from_secs(4);
-/// How many times the memory child reopens the store it filled, timing each open.
-const OPENS: usize = 3;
+/// How many times the memory child reopens the store it filled, and an empty one, timing each
+/// open, through idem and through sled alone.
+const OPENS: usize = 7;
 
 fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
@@ -154,6 +157,57 @@ fn dir_bytes(path: &Path) -> u64 {
 /// not what is kept in memory or on disk.
 fn memory_child(records: u64) {
     let (dir, store) = temp_store(Durability::None);
+    fill(&store, records);
+    // Let sled's flusher write what it holds before measuring.
+    std::thread::sleep(Duration::from_secs(1));
+    let (rss, peak) = rss_kib();
+    let sled_size = store.size_on_disk().unwrap_or(0);
+    let files = dir_bytes(dir.path());
+    println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
+    // Then how long opening that store takes, against an empty one, through idem and through
+    // sled alone with the same options: idem's open reads the index of in-flight records, not
+    // the records, so what is left is sled's recovery. The files are in the page cache, as
+    // after an agent's restart. The first open replays the whole log the fill wrote (sled 0.34
+    // takes its snapshot only when it opens a store); the others, what the previous open and
+    // close wrote. They are interleaved, so that the machine's load weighs on each alike.
+    drop(store);
+    let full = dir.path().join("idem.sled");
+    let empty = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
+    let empty = empty.path().join("idem.sled");
+    drop(SledStore::open(&empty).expect("create an empty store"));
+    settle_lock();
+    println!("open_first_ms={:.1}", time_open(&full, Opener::Idem));
+    let mut times: [Vec<String>; 6] = Default::default();
+    for _ in 0..OPENS {
+        for (i, (path, opener)) in [
+            (&full, Opener::Idem),
+            (&full, Opener::IdemNoSync),
+            (&full, Opener::Sled),
+            (&empty, Opener::Idem),
+            (&empty, Opener::IdemNoSync),
+            (&empty, Opener::Sled),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            times[i].push(format!("{:.2}", time_open(path, opener)));
+        }
+    }
+    let names = [
+        "open_ms",
+        "nosync_open_ms",
+        "sled_open_ms",
+        "open_empty_ms",
+        "nosync_open_empty_ms",
+        "sled_open_empty_ms",
+    ];
+    for (name, times) in names.into_iter().zip(&times) {
+        println!("{name}={}", times.join(","));
+    }
+}
+
+/// `records` finished records through the engine.
+fn fill(store: &Arc<dyn Store>, records: u64) {
     for n in 0..records {
         let out: Result<String, Error> = Call::new("charge_card", n, &("cus_123", 4200))
             .unwrap()
@@ -161,42 +215,92 @@ fn memory_child(records: u64) {
             .run(|| Ok(format!("ch_{n:08}")));
         out.unwrap();
     }
-    // Let sled's flusher write what it holds before measuring.
-    std::thread::sleep(Duration::from_secs(1));
-    let (rss, peak) = rss_kib();
-    let sled_size = store.size_on_disk().unwrap_or(0);
-    let files = dir_bytes(dir.path());
-    println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
-    // Then how long opening that store takes, against an empty one: the open reads the index
-    // of in-flight records, not the records. The files are in the page cache, as after an
-    // agent's restart.
-    drop(store);
-    println!("open_ms={}", time_opens(&dir.path().join("idem.sled")).join(","));
-    let empty = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
-    let empty = empty.path().join("idem.sled");
-    drop(SledStore::open(&empty).expect("create an empty store"));
-    println!("open_empty_ms={}", time_opens(&empty).join(","));
 }
 
-/// The times (ms) of opening the store at `path` OPENS times, one after the other.
-fn time_opens(path: &Path) -> Vec<String> {
-    (0..OPENS)
-        .map(|_| {
-            let began = Instant::now();
+#[derive(Clone, Copy)]
+enum Opener {
+    /// `SledStore::open`, idem's defaults.
+    Idem,
+    /// `SledStore::open` without what costs the same on any store: the syncs of the files sled
+    /// made (`Durability::Flush`) and the admin socket. What is left is sled's open and idem's
+    /// settling of the in-flight index.
+    IdemNoSync,
+    /// `sled::Config::open` with the options `SledStore::open` gives sled (with `Fsync`), and
+    /// the three trees opened.
+    Sled,
+}
+
+/// The time (ms) of opening the store at `path` once; the handle is dropped after, untimed.
+fn time_open(path: &Path, opener: Opener) -> f64 {
+    let began = Instant::now();
+    let took = match opener {
+        Opener::Idem => {
             let store = SledStore::builder(path)
                 .lock_wait(Duration::from_secs(5))
                 .open()
                 .expect("reopen the store");
             let took = began.elapsed();
             drop(store);
-            format!("{:.1}", took.as_secs_f64() * 1e3)
-        })
-        .collect()
+            took
+        }
+        Opener::IdemNoSync => {
+            let store = SledStore::builder(path)
+                .durability(Durability::Flush)
+                .admin_socket(false)
+                .lock_wait(Duration::from_secs(5))
+                .open()
+                .expect("reopen the store");
+            let took = began.elapsed();
+            drop(store);
+            took
+        }
+        Opener::Sled => {
+            let config = sled::Config::new()
+                .path(path)
+                .cache_capacity(64 * 1024 * 1024)
+                .flush_every_ms(None);
+            // As `lock_wait` does for the others: the pause after the last close makes a wait
+            // rare.
+            let db = loop {
+                match config.open() {
+                    Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    opened => break opened.expect("sled opens the store"),
+                }
+            };
+            for tree in ["idem.records", "idem.chunks", "idem.in-flight"] {
+                db.open_tree(tree).expect("sled opens a tree");
+            }
+            let took = began.elapsed();
+            drop(db);
+            took
+        }
+    };
+    settle_lock();
+    took.as_secs_f64() * 1e3
 }
 
-/// RSS, peak RSS, sled's size on disk and the files' size after `records` finished records,
-/// and the times (ms) of opening that store again and of opening an empty store.
-fn memory(records: u64) -> Option<([u64; 4], Vec<f64>, Vec<f64>)> {
+/// sled 0.34 releases a store's lock a moment after its handle is dropped (its threads close
+/// the file): wait out that moment, untimed, rather than time an open that waits for it.
+fn settle_lock() {
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// What the memory child measured: RSS, peak RSS, sled's size on disk and the files' size
+/// after `records` finished records, and the times (ms) of opening that store and an empty one.
+struct Filled {
+    sizes: [u64; 4],
+    first_open: f64,
+    opens: Vec<f64>,
+    nosync_opens: Vec<f64>,
+    sled_opens: Vec<f64>,
+    empty_opens: Vec<f64>,
+    nosync_empty_opens: Vec<f64>,
+    sled_empty_opens: Vec<f64>,
+}
+
+fn memory(records: u64) -> Option<Filled> {
     let exe = std::env::current_exe().ok()?;
     let out =
         std::process::Command::new(exe).args(["memory", &records.to_string()]).output().ok()?;
@@ -204,11 +308,21 @@ fn memory(records: u64) -> Option<([u64; 4], Vec<f64>, Vec<f64>)> {
     let line = text.lines().find(|l| l.starts_with("rss_kib="))?;
     let mut values = line.split(' ').filter_map(|kv| kv.split_once('=')?.1.parse().ok());
     let sizes = [values.next()?, values.next()?, values.next()?, values.next()?];
-    let times = |prefix: &str| -> Option<Vec<f64>> {
-        let line = text.lines().find_map(|l| l.strip_prefix(prefix))?;
+    let times = |name: &str| -> Option<Vec<f64>> {
+        let prefix = format!("{name}=");
+        let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()))?;
         Some(line.split(',').filter_map(|ms| ms.parse().ok()).collect())
     };
-    Some((sizes, times("open_ms=")?, times("open_empty_ms=")?))
+    Some(Filled {
+        sizes,
+        first_open: *times("open_first_ms")?.first()?,
+        opens: times("open_ms")?,
+        nosync_opens: times("nosync_open_ms")?,
+        sled_opens: times("sled_open_ms")?,
+        empty_opens: times("open_empty_ms")?,
+        nosync_empty_opens: times("nosync_open_empty_ms")?,
+        sled_empty_opens: times("sled_open_empty_ms")?,
+    })
 }
 
 /// One criterion result: median and min–max over its samples, in ns per iteration.
@@ -259,11 +373,81 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
+/// The rows of the open times of a store of `records` finished records; the ratios of its
+/// median open to an empty store's: through idem, through idem without its syncs and socket,
+/// and through sled alone.
+fn open_rows(
+    records: u64,
+    filled: &mut Filled,
+    row: &mut impl FnMut(&str, String),
+) -> (f64, f64, f64) {
+    let spread = |times: &mut Vec<f64>| {
+        let m = median(times);
+        format!("{m:.1} ms ({:.1} – {:.1} ms)", times[0], times[times.len() - 1])
+    };
+    row(
+        &format!("{records} finished records: first `SledStore::open` after the fill"),
+        format!("{:.0} ms (sled replays the fill's whole log)", filled.first_open),
+    );
+    let openers = ["`SledStore::open`", "the same, `Flush` and no socket", "sled alone"];
+    for (what, times) in
+        openers.iter().zip([&mut filled.opens, &mut filled.nosync_opens, &mut filled.sled_opens])
+    {
+        row(&format!("{records} finished records: {what} ({OPENS} opens, warm)"), spread(times));
+    }
+    for (what, times) in openers.iter().zip([
+        &mut filled.empty_opens,
+        &mut filled.nosync_empty_opens,
+        &mut filled.sled_empty_opens,
+    ]) {
+        row(&format!("empty store: {what} ({OPENS} opens, interleaved)"), spread(times));
+    }
+    (
+        median(&mut filled.opens) / median(&mut filled.empty_opens),
+        median(&mut filled.nosync_opens) / median(&mut filled.nosync_empty_opens),
+        median(&mut filled.sled_opens) / median(&mut filled.sled_empty_opens),
+    )
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    // For a profiler: `fill N DIR` leaves a store of N finished records in DIR (as the memory
+    // child fills it); `open-at DIR idem|nosync|sled` opens it once.
+    if let [mode, a, b] = args.as_slice() {
+        if mode == "fill" {
+            let store: Arc<dyn Store> = Arc::new(
+                SledStore::builder(b).durability(Durability::None).open().expect("a new store"),
+            );
+            fill(&store, a.parse().expect("a record count"));
+            return;
+        }
+        if mode == "open-at" {
+            let opener = match b.as_str() {
+                "sled" => Opener::Sled,
+                "nosync" => Opener::IdemNoSync,
+                _ => Opener::Idem,
+            };
+            println!("{:.2} ms", time_open(Path::new(a), opener));
+            return;
+        }
+    }
     if let [mode, n] = args.as_slice() {
         if mode == "memory" {
             memory_child(n.parse().expect("a record count"));
+            return;
+        }
+        if mode == "open" {
+            // Only the open rows: fill a store of `n` records in the child, time its opens.
+            let records = n.parse().expect("a record count");
+            let began = Instant::now();
+            let mut filled = memory(records).expect("the memory child");
+            let mut row = |what: &str, figure: String| println!("| {what} | {figure} |");
+            let (idem, nosync, sled) = open_rows(records, &mut filled, &mut row);
+            println!(
+                "- open at {records} / empty: {idem:.2} through idem, {nosync:.2} without its \
+                 syncs and socket, {sled:.2} sled alone"
+            );
+            println!("- the run took {:.0} s", began.elapsed().as_secs_f64());
             return;
         }
         if mode == "syncs" {
@@ -337,7 +521,8 @@ fn main() {
     let mut open_ratio_1m = None;
     for records in [100_000u64, 1_000_000] {
         match memory(records) {
-            Some(([rss, peak, sled_size, files], mut opens, mut empty_opens)) => {
+            Some(mut filled) => {
+                let [rss, peak, sled_size, files] = filled.sizes;
                 row(
                     &format!("{records} finished records: RSS (peak)"),
                     format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
@@ -350,30 +535,10 @@ fn main() {
                         sled_size as f64 / 1048576.0
                     ),
                 );
-                if !opens.is_empty() {
-                    let (min, max) = (
-                        opens.iter().copied().fold(f64::INFINITY, f64::min),
-                        opens.iter().copied().fold(0.0, f64::max),
-                    );
-                    row(
-                        &format!(
-                            "{records} finished records: `SledStore::open` ({OPENS} opens, page \
-                             cache warm)"
-                        ),
-                        format!("{:.0} ms ({min:.0} – {max:.0} ms)", median(&mut opens)),
-                    );
-                }
-                if !empty_opens.is_empty() && records == 1_000_000 {
-                    row(
-                        &format!("empty store: `SledStore::open` ({OPENS} opens, page cache warm)"),
-                        format!("{:.1} ms", median(&mut empty_opens)),
-                    );
-                    if !opens.is_empty() {
-                        open_ratio_1m = Some(median(&mut opens) / median(&mut empty_opens));
-                    }
-                }
+                let ratio = open_rows(records, &mut filled, &mut row);
                 if records == 1_000_000 {
                     rss_1m = Some(rss as f64 / 1024.0);
+                    open_ratio_1m = Some(ratio);
                 }
             }
             None => row(&format!("{records} finished records"), "the child process failed".into()),
@@ -415,6 +580,10 @@ fn main() {
         println!("- 1 M records RSS = {rss:.1} MiB (target ≤ 128 MiB)");
     }
     if let Some(ratio) = open_ratio_1m {
-        println!("- SledStore::open at 1 M finished records / on an empty store = {ratio:.2} (target ≤ 2)");
+        println!(
+            "- SledStore::open at 1 M finished records / on an empty store = {:.2} (target ≤ 2); \
+             without its syncs and socket {:.2}; sled's own open of the same stores: {:.2}",
+            ratio.0, ratio.1, ratio.2
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use idem_runtime::{may_have_landed, Call, Durability, Error, InDoubtPolicy, SledStore, Store};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -52,12 +53,23 @@ impl Seen {
     }
 }
 
+/// Returns once a caller waits for `call`'s key (the store has registered it for the change,
+/// so it cannot miss it), as the conformance suite does: never a sleep in its place.
+fn until_waiting(store: &Arc<dyn Store>, call: &Call) {
+    let until = Instant::now() + Duration::from_secs(20);
+    while store.waiters(call.key().as_str()) == Some(0) {
+        assert!(Instant::now() < until, "no caller ever waited for {}", call.key());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(store.waiters(call.key().as_str()).is_some(), "the sled store reports its waiters");
+}
+
 fn charge(store: &Arc<dyn Store>, order: &str) -> Call {
     Call::new("charge_card", order, &json!({"amount": 4200})).unwrap().store(Arc::clone(store))
 }
 
 #[test]
-fn counts_fresh_calls_replays_in_doubt_keys_releases_takeovers_and_syncs() {
+fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_syncs() {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().expect("the only recorder of this test binary");
@@ -102,6 +114,79 @@ fn counts_fresh_calls_replays_in_doubt_keys_releases_takeovers_and_syncs() {
     assert_eq!(seen.samples["idem_call_duration_seconds{tool=charge_card,outcome=replay}"], 1);
     assert_eq!(seen.counter("idem_syncs_total{}"), 0);
 
+    // A second caller waits for an owner and is handed its result: counted as waited, with the
+    // time it waited; the owner is the only fresh call.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let owner = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || -> Result<String, Error> {
+            charge(&store, "order-5").run(|| {
+                entered_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                Ok("ch_5".to_owned())
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let waiter = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || -> Result<String, Error> {
+            charge(&store, "order-5")
+                .wait(Duration::from_secs(20))
+                .run(|| unreachable!("the owner is alive: a waiter never runs the body"))
+        })
+    };
+    until_waiting(&store, &charge(&store, "order-5"));
+    finish_tx.send(()).unwrap();
+    assert_eq!(owner.join().unwrap().unwrap(), "ch_5");
+    assert_eq!(waiter.join().unwrap().unwrap(), "ch_5");
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([
+            ("idem_calls_total{tool=charge_card,outcome=fresh}", 1),
+            ("idem_calls_total{tool=charge_card,outcome=waited}", 1),
+        ]),
+        "{seen:?}"
+    );
+    assert_eq!(seen.samples["idem_wait_duration_seconds{tool=charge_card}"], 1, "{seen:?}");
+    // The latency histogram is of fresh calls and replays; a wait has its own.
+    assert_eq!(seen.samples["idem_call_duration_seconds{tool=charge_card,outcome=fresh}"], 1);
+    assert!(!seen.samples.keys().any(|name| name.contains("outcome=waited")), "{seen:?}");
+
+    // A wait that runs out is an error of idem's (the key is still in flight), and its time
+    // is counted too.
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (finish_tx, finish_rx) = std::sync::mpsc::channel::<()>();
+    let owner = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || -> Result<String, Error> {
+            charge(&store, "order-6").run(|| {
+                entered_tx.send(()).unwrap();
+                finish_rx.recv().unwrap();
+                Ok("ch_6".to_owned())
+            })
+        })
+    };
+    entered_rx.recv().unwrap();
+    let got: Result<String, Error> = charge(&store, "order-6")
+        .wait(Duration::from_millis(20))
+        .run(|| unreachable!("the owner is alive: a waiter never runs the body"));
+    assert!(matches!(got, Err(Error::InFlight { .. })), "{got:?}");
+    finish_tx.send(()).unwrap();
+    assert_eq!(owner.join().unwrap().unwrap(), "ch_6");
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([
+            ("idem_calls_total{tool=charge_card,outcome=error}", 1),
+            ("idem_calls_total{tool=charge_card,outcome=fresh}", 1),
+        ]),
+        "{seen:?}"
+    );
+    assert_eq!(seen.samples["idem_wait_duration_seconds{tool=charge_card}"], 1, "{seen:?}");
+
     // In doubt twice: the call that left it so, and the next one, which refuses to run.
     let got: Result<String, Error> = charge(&store, "order-2").run(|| {
         may_have_landed();
@@ -139,6 +224,27 @@ fn counts_fresh_calls_replays_in_doubt_keys_releases_takeovers_and_syncs() {
             ("idem_calls_total{tool=charge_card,outcome=fresh}", 1),
             ("idem_calls_total{tool=charge_card,outcome=released}", 1),
         ]),
+        "{seen:?}"
+    );
+
+    // An expired result is taken over too: the body runs again, as a fresh call. (Not a sleep
+    // in place of a synchronisation: the record's age is read from the clock, so once 5 ms
+    // have passed a 1 ms ttl has run out.)
+    let expiring = |runs: &mut u32| -> Result<String, Error> {
+        charge(&store, "order-7").ttl(Duration::from_millis(1)).run(|| {
+            *runs += 1;
+            Ok("report".to_owned())
+        })
+    };
+    expiring(&mut runs).unwrap();
+    Seen::take(&snapshotter);
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!((expiring(&mut runs).unwrap(), runs), ("report".to_owned(), 4));
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(seen.counter("idem_takeovers_total{tool=charge_card}"), 1, "{seen:?}");
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([("idem_calls_total{tool=charge_card,outcome=fresh}", 1)]),
         "{seen:?}"
     );
 
