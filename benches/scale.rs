@@ -10,7 +10,8 @@
 //! With `DATABASE_URL` set, the PostgreSQL fleet runs against that server (in the schema
 //! `idem_fleet`, emptied before each run); without it those rows are skipped. The store sizes
 //! and the fleet's processes run as child processes of this binary (`grow N`, `fleet …`), so
-//! that each one's memory is its own and the fleet's processes are real ones.
+//! that each one's memory is its own and the fleet's processes are real ones. `-- callers N`
+//! runs one point of the group-commit curve alone, for a profiler.
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::Path;
@@ -29,6 +30,9 @@ const FRESH_SAMPLES: usize = 400;
 const REPLAY_SAMPLES: usize = 40_000;
 /// Raw durable points timed for the limit.
 const RAW_SAMPLES: usize = 400;
+/// The sled store's default cache, and one that holds a million records.
+const DEFAULT_CACHE_MIB: u64 = 64;
+const BIG_CACHE_MIB: u64 = 1024;
 /// Callers for the group-commit curve.
 const CALLERS: [usize; 4] = [1, 2, 8, 32];
 /// The fleet: processes × callers in each.
@@ -39,7 +43,15 @@ const REPLAY_KEYS: usize = 200;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        ["grow", records] => grow_child(records.parse().expect("a record count")),
+        ["grow", records, cache_mib] => grow_child(
+            records.parse().expect("a record count"),
+            cache_mib.parse().expect("a cache size in MiB"),
+        ),
+        // One point of the group-commit curve alone, for a profiler.
+        ["callers", callers] => {
+            let (rate, cpu) = throughput(callers.parse().expect("a caller count"));
+            println!("{rate:.0} calls/s, {} of CPU a call", us(cpu));
+        }
         ["fleet", url, callers, seconds, mode, prefix] => fleet_child(
             url,
             callers.parse().expect("a caller count"),
@@ -66,7 +78,7 @@ fn run(million: bool) {
     println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut grown = Vec::new();
     for &records in &sizes {
-        match grow(records) {
+        match grow(records, DEFAULT_CACHE_MIB) {
             Some(g) => {
                 println!(
                     "| {records} | {} | {} | {} | {} | {:.1} ms | {:.1} MiB | {:.0} |",
@@ -98,6 +110,21 @@ fn run(million: bool) {
             last.rss_mib / first.rss_mib,
             last.bytes_per_record / first.bytes_per_record,
         );
+        // The same largest store with a cache that holds it: whether what grows is the share
+        // of replays that miss sled's cache.
+        if let Some(big) = grow(*large, BIG_CACHE_MIB) {
+            println!(
+                "\nThe {large} records again with `cache_capacity` {BIG_CACHE_MIB} MiB (the default \
+                 is {DEFAULT_CACHE_MIB} MiB): fresh p50 {} (p99 {}), replay p50 {} (p99 {}), RSS \
+                 {:.1} MiB; replay p50 ÷ the {small}-record store's: {:.2}.",
+                us(big.fresh_p50),
+                us(big.fresh_p99),
+                us(big.replay_p50),
+                us(big.replay_p99),
+                big.rss_mib,
+                big.replay_p50 / first.replay_p50,
+            );
+        }
     }
 
     println!("\n## Group commit against its limit (sled, `Durability::Fsync`)\n");
@@ -144,8 +171,8 @@ fn run(million: bool) {
             println!("| --- | --- | --- | --- | --- | --- | --- |");
             let mut one_caller = None;
             for (processes, callers) in FLEET {
-                let fresh = fleet(&url, processes, callers, "fresh");
-                let replay = fleet(&url, processes, callers, "replay");
+                let fresh = fleet(&url, processes, callers, "fresh", false);
+                let replay = fleet(&url, processes, callers, "replay", false);
                 match (fresh, replay) {
                     (Some(fresh), Some(replay)) => {
                         println!(
@@ -166,6 +193,24 @@ fn run(million: bool) {
             }
             if let (Some(one), Some((_, all, _))) = (one_caller, pg_curve.last()) {
                 println!("\n32 callers ÷ 1 caller, fresh calls: {:.2} (goal ≥ 8).", all / one);
+            }
+            println!(
+                "\nBefore and after announcing changes after the commit: fresh calls/s with the \
+                 earlier release's notify trigger put back on the table (each write then also \
+                 notifies inside its own transaction), and without it.\n"
+            );
+            println!("| processes × callers | with the trigger | without (this release) |");
+            println!("| --- | --- | --- |");
+            for (processes, callers) in FLEET {
+                let before = fleet(&url, processes, callers, "fresh", true);
+                let after = fleet(&url, processes, callers, "fresh", false);
+                match (before, after) {
+                    (Some(before), Some(after)) => println!(
+                        "| {processes} × {callers} | {:.0} | {:.0} |",
+                        before.rate, after.rate
+                    ),
+                    _ => println!("| {processes} × {callers} | a fleet process failed | |"),
+                }
             }
         }
         Err(_) => eprintln!("DATABASE_URL is not set: skipping the PostgreSQL fleet"),
@@ -229,9 +274,12 @@ struct Grown {
     bytes_per_record: f64,
 }
 
-fn grow(records: u64) -> Option<Grown> {
+fn grow(records: u64, cache_mib: u64) -> Option<Grown> {
     let exe = std::env::current_exe().ok()?;
-    let out = Command::new(exe).args(["grow", &records.to_string()]).output().ok()?;
+    let out = Command::new(exe)
+        .args(["grow", &records.to_string(), &cache_mib.to_string()])
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().find(|l| l.starts_with("grown "))?;
     let field = |name: &str| -> Option<f64> {
@@ -251,7 +299,7 @@ fn grow(records: u64) -> Option<Grown> {
 /// The child of one store size: fill it with `records` finished records (without syncs, which
 /// change the time taken, not what is stored), reopen it with `Fsync` (the median of three opens,
 /// page cache warm), then time fresh calls and replays of keys drawn from the whole store.
-fn grow_child(records: u64) {
+fn grow_child(records: u64, cache_mib: u64) {
     let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
     let path = dir.path().join("idem.sled");
     {
@@ -264,7 +312,10 @@ fn grow_child(records: u64) {
     let mut opens = Vec::new();
     for _ in 0..3 {
         let began = Instant::now();
-        let store = SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open();
+        let store = SledStore::builder(&path)
+            .cache_capacity(cache_mib << 20)
+            .lock_wait(Duration::from_secs(5))
+            .open();
         opens.push(began.elapsed().as_secs_f64() * 1e3);
         drop(store.expect("reopen"));
     }
@@ -272,6 +323,7 @@ fn grow_child(records: u64) {
     let store: Arc<dyn Store> = Arc::new(
         SledStore::builder(&path)
             .durability(Durability::Fsync)
+            .cache_capacity(cache_mib << 20)
             .lock_wait(Duration::from_secs(5))
             .open()
             .expect("reopen"),
@@ -461,6 +513,25 @@ fn raw_pg_durable_point(url: &str) -> f64 {
     })
 }
 
+/// The notify trigger of releases before this one, as their migration created it: each insert,
+/// delete and update announced from inside its own transaction.
+const EARLIER_TRIGGER: &str = r#"
+CREATE OR REPLACE FUNCTION idem_fleet.records_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('idem_fleet_earlier', CASE WHEN TG_OP = 'DELETE' THEN OLD.key ELSE NEW.key END);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER records_notify_insert_delete AFTER INSERT OR DELETE ON idem_fleet.records
+    FOR EACH ROW EXECUTE FUNCTION idem_fleet.records_notify();
+CREATE TRIGGER records_notify_update AFTER UPDATE ON idem_fleet.records
+    FOR EACH ROW EXECUTE FUNCTION idem_fleet.records_notify();
+"#;
+
+const DROP_EARLIER_TRIGGER: &str = "DROP TRIGGER IF EXISTS records_notify_insert_delete ON \
+    idem_fleet.records; DROP TRIGGER IF EXISTS records_notify_update ON idem_fleet.records; \
+    DROP FUNCTION IF EXISTS idem_fleet.records_notify()";
+
 /// What a fleet run measured, over all its processes.
 struct Fleet {
     rate: f64,
@@ -471,11 +542,23 @@ struct Fleet {
 /// `processes` child processes of `callers` threads each, making fresh calls (`mode` "fresh")
 /// or replaying the keys they wrote ("replay") for the same stretch of time, started together
 /// once every process says it is ready.
-fn fleet(url: &str, processes: usize, callers: usize, mode: &str) -> Option<Fleet> {
+fn fleet(
+    url: &str,
+    processes: usize,
+    callers: usize,
+    mode: &str,
+    triggered: bool,
+) -> Option<Fleet> {
+    // The table, created (and any trigger left behind dropped) by a store's migration; the
+    // fleet's processes connect without migrating, so that a trigger put back stays.
+    drop(idem_postgres::PgStore::builder(url).schema("idem_fleet").connect().ok()?);
     pg_runtime().block_on(async {
         let client = pg_client(url).await;
         // Each run on an empty table: the same store size for every row of the table.
         let _ = client.batch_execute("TRUNCATE idem_fleet.records").await;
+        if triggered {
+            client.batch_execute(EARLIER_TRIGGER).await.expect("the earlier trigger");
+        }
     });
     let exe = std::env::current_exe().ok()?;
     let seconds = THROUGHPUT_FOR.as_secs().to_string();
@@ -513,6 +596,12 @@ fn fleet(url: &str, processes: usize, callers: usize, mode: &str) -> Option<Flee
         latencies.extend(fields.filter_map(|f| f.parse::<f64>().ok()));
         child.wait().ok()?;
     }
+    if triggered {
+        pg_runtime().block_on(async {
+            let client = pg_client(url).await;
+            let _ = client.batch_execute(DROP_EARLIER_TRIGGER).await;
+        });
+    }
     let latencies = sorted(latencies);
     Some(Fleet {
         rate: calls as f64 / took,
@@ -529,6 +618,7 @@ fn fleet_child(url: &str, callers: usize, run_for: Duration, mode: &str, prefix:
         idem_postgres::PgStore::builder(url)
             .schema("idem_fleet")
             .pool_size(callers + 1)
+            .create(false)
             .connect()
             .expect("the fleet's store connects"),
     );
