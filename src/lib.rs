@@ -464,8 +464,9 @@ pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
     set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
-    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore, SledStoreBuilder,
-    Status, Store, StoreError, StoreFuture, ToolInfo,
+    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Reconciled, Record, Reserved, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport,
+    Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'
@@ -479,6 +480,11 @@ pub mod __private {
         StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
+    // A tool with a reconciler (`reconcile = "…"`).
+    pub use idem_runtime::bounds::{
+        ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
+    };
+    pub use idem_runtime::Key;
     // The classification: the type of the companion constant every attribute declares beside
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
@@ -488,7 +494,8 @@ pub mod __private {
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::bounds::{
-        FlattenParam, IntoStore, KeyParam, ScopeValue, ToolError, ToolOutput,
+        AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer, ScopeValue,
+        SyncReconciler, ToolError, ToolOutput,
     };
 }
 
