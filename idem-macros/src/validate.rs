@@ -43,6 +43,17 @@ pub(crate) struct Flatten {
     pub(crate) ty: Type,
 }
 
+/// The reconciler named by `reconcile = "…"`.
+pub(crate) struct Reconciler {
+    /// Its path, spanned on the literal.
+    pub(crate) path: Path,
+    /// Whether it is a method of the tool's type, called with the tool's `&self`: the tool takes
+    /// `&self` and the path is one name.
+    pub(crate) method: bool,
+    /// The literal, for spans.
+    pub(crate) span: Span,
+}
+
 /// A validated tool, ready to expand.
 pub(crate) struct Tool {
     pub(crate) attr: Attr,
@@ -60,6 +71,8 @@ pub(crate) struct Tool {
     pub(crate) wait: Option<Duration>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) rerun: bool,
+    /// The function named by `reconcile = "…"`, if any.
+    pub(crate) reconcile: Option<Reconciler>,
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
@@ -96,6 +109,16 @@ pub(crate) fn tool(
         }
     }
 
+    if let (true, Some(reconcile)) = (attr != Attr::Idempotent, &options.reconcile) {
+        errors.push(syn::Error::new(
+            reconcile.key,
+            format!(
+                "`reconcile` has no meaning on `#[{attr_name}]`: a reconciler settles a key left \
+                 in doubt, and only an `#[idempotent(scope = \"…\")]` tool has a key; drop it, \
+                 or make the tool `#[idempotent]`"
+            ),
+        ));
+    }
     if attr != Attr::Idempotent {
         let keyed = [
             ("scope", options.scope.as_ref().map(|o| o.key)),
@@ -289,6 +312,11 @@ pub(crate) fn tool(
         None => false,
     };
 
+    let reconcile = match &options.reconcile {
+        Some(o) if attr == Attr::Idempotent => reconciler(&o.value, sig, errors),
+        _ => None,
+    };
+
     Tool {
         attr,
         name,
@@ -301,6 +329,7 @@ pub(crate) fn tool(
         wait,
         ttl,
         rerun,
+        reconcile,
         shape,
         output,
         companion: declares_companion(item),
@@ -372,6 +401,42 @@ fn check_output(
              `Vec<T>`, not `&[T]`)",
         ));
     }
+}
+
+/// The reconciler `reconcile = "…"` names: a path, called with the key; for a tool taking
+/// `&self`, one name is a method of the same type, called with `&self` and the key. A method
+/// taking `&mut self` or `self` cannot lend its receiver to a reconciler beside its body.
+fn reconciler(
+    lit: &LitStr,
+    sig: &syn::Signature,
+    errors: &mut Vec<syn::Error>,
+) -> Option<Reconciler> {
+    let Ok(path) = lit.parse::<Path>() else {
+        errors.push(syn::Error::new_spanned(
+            lit,
+            "`reconcile` names a function by its path, such as \"find_charge\" or \
+             \"vendor::find_charge\": one that takes the call's `&idem::Key` and answers \
+             `Result<idem::Reconciled<T>, E>`",
+        ));
+        return None;
+    };
+    let receiver = sig.receiver();
+    if let Some(receiver) = receiver {
+        let shared = receiver.reference.is_some()
+            && receiver.mutability.is_none()
+            && receiver.colon_token.is_none();
+        if !shared {
+            errors.push(syn::Error::new_spanned(
+                receiver,
+                "a tool with a reconciler takes `&self`: its reconciler borrows the receiver \
+                 beside the body, which `&mut self` or `self` cannot share; take `&self`, or \
+                 name a free function that needs only the key",
+            ));
+            return None;
+        }
+    }
+    let method = receiver.is_some() && path.get_ident().is_some();
+    Some(Reconciler { path, method, span: lit.span() })
 }
 
 /// The attributes that may compile a parameter out: each `#[cfg(…)]`, and each
