@@ -134,12 +134,18 @@ impl Reservation {
     /// under a dead owner) over for a new call of `store`, with the same `attempts`. Guarded from
     /// before the write is sent, like a takeover: dropped unsettled (the call is cancelled while
     /// the reconciler runs), it puts the key back in doubt. `None` when the record had moved on.
+    /// `function` is the calling function's path, recorded as a rerun records it (a sweep has
+    /// none, and keeps the record's).
     pub(super) async fn take_over_to_reconcile(
         store: &Arc<dyn Store>,
         existing: &Record,
+        function: Option<&str>,
     ) -> Result<Option<Box<Reservation>>, StoreError> {
         let now = now_ms();
-        let record = existing.reconciling(Owner::new_call(store.owner_id()), now);
+        let mut record = existing.reconciling(Owner::new_call(store.owner_id()), now);
+        if let Some(function) = function {
+            record.function = Some(function.to_owned());
+        }
         // What a cancelled reconciliation puts back: in doubt, written as this call, so that a
         // store with leases takes it as the owner's own settling write.
         let doubt = record.in_doubt(now);
@@ -189,8 +195,9 @@ impl Reservation {
         let doubt = self.record.in_doubt(now_ms());
         self.store.replace(&self.record, Some(&doubt)).await?;
         self.settled = true;
+        // Only the answer is counted here: a call that then returns `Error::InDoubt` is counted
+        // as it returns, and a sweep is no call.
         meter::reconciliation(&self.record.tool, answer);
-        meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
         tracing::warn!(key = %self.record.key, tool = %self.record.tool, reason, "idem: still in doubt: the reconciler did not settle it");
         Ok(doubt)
     }
@@ -438,7 +445,9 @@ impl Call {
     {
         let failed = |e| self.store_error(e);
         let Some(mut pending) =
-            Reservation::take_over_to_reconcile(store, existing).await.map_err(failed)?
+            Reservation::take_over_to_reconcile(store, existing, self.function.as_deref())
+                .await
+                .map_err(failed)?
         else {
             return Ok(Reconciliation::Moved);
         };

@@ -260,7 +260,7 @@ async fn sweep_one(
 ) -> SweepOutcome {
     let in_doubt = |reason: String| SweepOutcome::InDoubt { reason };
     let store_failed = |e| in_doubt(format!("the store failed: {e}"));
-    let mut pending = match Reservation::take_over_to_reconcile(store, record).await {
+    let mut pending = match Reservation::take_over_to_reconcile(store, record, None).await {
         Ok(Some(pending)) => pending,
         Ok(None) => return SweepOutcome::Moved,
         Err(e) => return store_failed(e),
