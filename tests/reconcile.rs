@@ -227,3 +227,54 @@ fn a_sweep_at_start_up_settles_the_tools_keys_in_doubt() {
     assert_eq!(bank.vendor.count(), 1);
     assert_eq!(bank.vendor.lookups.load(Ordering::SeqCst), 1);
 }
+
+mod shapes {
+    use super::*;
+
+    pub static STORE: LazyLock<Arc<dyn Store>> = LazyLock::new(open_store);
+    pub static VENDOR: LazyLock<Vendor> = LazyLock::new(Vendor::default);
+
+    /// A one-field wrapper named `Json`, as rmcp's and axum's: stored and replayed as its `T`.
+    pub struct Json<T>(pub T);
+
+    pub fn find_charge(key: &Key) -> Result<Reconciled<Charge>, String> {
+        VENDOR.find(key)
+    }
+
+    pub async fn find_charge_async(key: &Key) -> Result<Reconciled<Charge>, String> {
+        VENDOR.find(key)
+    }
+
+    /// The reconciler answers with the `T` inside the `Json<T>`.
+    #[idem::idempotent(scope = "order_id", store = STORE, reconcile = "find_charge")]
+    pub fn charge_json(order_id: &str) -> Result<Json<Charge>, PayError> {
+        let _ = order_id;
+        VENDOR.charge(&idem::current_key()).map(Json)
+    }
+
+    /// A `fn` returning `impl Future`: its reconciler is async, as its body is.
+    #[idem::idempotent(scope = "order_id", store = STORE, reconcile = "find_charge_async")]
+    pub fn charge_later(
+        order_id: String,
+    ) -> impl std::future::Future<Output = Result<Charge, PayError>> {
+        async move {
+            let _ = order_id;
+            VENDOR.charge(&idem::current_key())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_json_tool_and_a_future_returning_tool_are_reconciled_too() {
+    use shapes::*;
+    VENDOR.lose_answer.store(true, Ordering::SeqCst);
+    assert!(matches!(charge_json("o-3"), Err(PayError::Lost)));
+    let Json(got) = charge_json("o-3").map_err(|e| format!("{e:?}")).unwrap();
+    assert_eq!(got, Charge { id: "ch_1".into() });
+
+    VENDOR.lose_answer.store(true, Ordering::SeqCst);
+    assert!(matches!(charge_later("o-4".into()).await, Err(PayError::Lost)));
+    assert_eq!(charge_later("o-4".into()).await.unwrap(), Charge { id: "ch_2".into() });
+    assert_eq!(VENDOR.count(), 2, "one charge per order");
+    assert_eq!(VENDOR.lookups.load(Ordering::SeqCst), 2);
+}
