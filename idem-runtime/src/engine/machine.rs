@@ -66,8 +66,9 @@ pub(super) enum Reconciliation<T> {
 pub(super) struct Reservation {
     store: Arc<dyn Store>,
     record: Record,
-    /// The record this one replaced (a takeover's), put back if the call ends before its body
-    /// starts; `None` for a first reservation, which is then deleted.
+    /// What is put back if the call ends before its body starts: the record a takeover
+    /// replaced, or for a reconciliation the key in doubt, written as this call; `None` for a
+    /// first reservation, which is then deleted.
     before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
