@@ -130,6 +130,17 @@ mod methods {
     #[async_trait::async_trait]
     pub trait Refunds {
         async fn refund(&self, order_id: &str) -> Result<String, PayError>;
+        async fn void(&self, order_id: &str) -> Result<String, PayError>;
+    }
+
+    pub static LOSE_VOID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+    impl Payments {
+        /// A method reconciler of a boxed tool: asked through the tool's `&self`.
+        pub async fn find_void(&self, _key: &Key) -> Result<Reconciled<String>, String> {
+            self.vendor.lookups.fetch_add(1, Ordering::SeqCst);
+            Ok(Reconciled::NotLanded)
+        }
     }
 
     #[async_trait::async_trait]
@@ -139,6 +150,15 @@ mod methods {
             let _ = order_id;
             idem::may_have_landed();
             Err(PayError::Lost)
+        }
+
+        #[idem::idempotent(scope = "order_id", store = STORE, reconcile = "find_void")]
+        async fn void(&self, order_id: &str) -> Result<String, PayError> {
+            if LOSE_VOID.swap(false, Ordering::SeqCst) {
+                idem::may_have_landed();
+                return Err(PayError::Lost);
+            }
+            Ok(format!("voided {order_id}"))
         }
     }
 
@@ -166,6 +186,11 @@ async fn an_async_method_reconciler_asks_through_self() {
         }
         other => panic!("expected InDoubt, got {other:?}"),
     }
+
+    // A boxed tool whose method reconciler finds nothing: released, and the body runs.
+    assert!(matches!(payments.void("o-2").await, Err(PayError::Lost)));
+    assert_eq!(payments.void("o-2").await.unwrap(), "voided o-2");
+    assert_eq!(payments.vendor.lookups.load(Ordering::SeqCst), 2, "asked through &self");
 }
 
 mod sweep {
