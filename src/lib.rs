@@ -469,6 +469,9 @@ pub use idem_macros::retry;
 /// With it, [`tool_info!`] and [`retry!`] take a method by its type's path, and the type gains
 /// `idem_tools()`, the block's classified tools in order, whose MCP hints `idem::mcp::annotate`
 /// (feature `rmcp`) copies into an rmcp router. It stacks with `#[tool_router]` in either order.
+/// When some of the block's tools name a reconciler (`reconcile = "…"`), the type also gains
+/// `idem_sweep(&self) -> Sweep`, a [`Sweep`] of those tools asking through `self` (which it
+/// shares, so the type must be `Sync`), to run at start-up: `bank.idem_sweep().run()`.
 ///
 /// ```
 /// struct Bank;
@@ -534,7 +537,7 @@ pub mod __private {
     pub use idem_runtime::bounds::{
         ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
     };
-    pub use idem_runtime::Key;
+    pub use idem_runtime::{Key, Sweep};
     // The classification: the type of the companion constant every attribute declares beside
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};

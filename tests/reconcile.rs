@@ -191,6 +191,15 @@ async fn an_async_method_reconciler_asks_through_self() {
     assert!(matches!(payments.void("o-2").await, Err(PayError::Lost)));
     assert_eq!(payments.void("o-2").await.unwrap(), "voided o-2");
     assert_eq!(payments.vendor.lookups.load(Ordering::SeqCst), 2, "asked through &self");
+
+    // The block's sweep asks the async method reconciler through `&payments`.
+    payments.vendor.lose_answer.store(true, Ordering::SeqCst);
+    assert!(matches!(payments.charge_card(900, "o-5").await, Err(PayError::Lost)));
+    let report = payments.idem_sweep().store(Arc::clone(&STORE)).run_async().await.unwrap();
+    let outcomes: Vec<_> = report.keys.iter().map(|s| (s.scope.as_str(), &s.outcome)).collect();
+    assert_eq!(outcomes, [("o-5", &idem::SweepOutcome::Landed)], "{report:?}");
+    assert_eq!(payments.charge_card(900, "o-5").await.unwrap(), Charge { id: "ch_2".into() });
+    assert_eq!(payments.vendor.count(), 2, "one charge per order");
 }
 
 mod sweep {
@@ -235,14 +244,8 @@ fn a_sweep_at_start_up_settles_the_tools_keys_in_doubt() {
 
     assert_eq!(bank.balance().unwrap(), 0);
     assert_eq!(Bank::idem_tools().len(), 2, "a read and an idempotent write");
-    // The tools the type classifies, each idempotent one asked through its reconciler.
-    let mut sweep = idem::Sweep::new().store(Arc::clone(&STORE));
-    for tool in Bank::idem_tools() {
-        if let idem::Kind::Idempotent { .. } = tool.kind {
-            sweep = sweep.tool(tool.name, |key: &Key| bank.find_payment(key));
-        }
-    }
-    let report = sweep.run().expect("the sweep runs");
+    // The block's tools that name a reconciler, each asked through `&bank`.
+    let report = bank.idem_sweep().store(Arc::clone(&STORE)).run().expect("the sweep runs");
     assert_eq!(report.settled().count(), 1, "{report:?}");
     assert_eq!(report.keys[0].key, key.as_str());
     assert_eq!(report.keys[0].outcome, idem::SweepOutcome::Landed);
