@@ -225,6 +225,55 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## Reconcilers
+//!
+//! Where the vendor can be asked by the key the body sent it, name a reconciler and no operator
+//! is needed: a call that finds its key in doubt holds it (as a takeover does: no other caller
+//! asks or runs the body meanwhile) and asks. [`Reconciled::Landed`] records the result and
+//! returns it, [`Reconciled::NotLanded`] releases the key and runs the body with it, and
+//! [`Reconciled::CannotTell`], an `Err` or a panic leave the key in doubt, with
+//! [`Error::InDoubt`]'s `reason` saying why (under `in_doubt = "rerun"`, the body then runs
+//! again). A reconciler has the tool's shape (sync or `async`) and takes only the key, since a
+//! [`Sweep`] at start-up has nothing else (records never keep the arguments); on a tool taking
+//! `&self`, a name without `::` is a method of the same type and gets `&self` first.
+//!
+//! ```
+//! use idem::{Key, Reconciled};
+//!
+//! # static VENDOR: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+//! # fn vendor_charge(key: &Key) -> String {
+//! #     let mut charges = VENDOR.lock().unwrap();
+//! #     let id = format!("ch_{}", charges.len() + 1);
+//! #     charges.push((key.to_string(), id.clone()));
+//! #     id
+//! # }
+//! # fn vendor_find(key: &Key) -> Option<String> {
+//! #     VENDOR.lock().unwrap().iter().find(|(k, _)| k == key.as_str()).map(|(_, id)| id.clone())
+//! # }
+//! #[idem::idempotent(scope = "order_id", reconcile = "find_charge")]
+//! fn charge_card(amount: u64, order_id: &str) -> Result<String, String> {
+//!     let id = vendor_charge(&idem::current_key());
+//!     // The vendor charged, and its answer was lost.
+//!     idem::may_have_landed();
+//!     Err(format!("no answer for {id}"))
+//! }
+//!
+//! fn find_charge(key: &Key) -> Result<Reconciled<String>, String> {
+//!     Ok(vendor_find(key).map_or(Reconciled::NotLanded, Reconciled::Landed))
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
+//! assert!(charge_card(4200, "o-17").is_err(), "the answer was lost: in doubt");
+//! assert_eq!(charge_card(4200, "o-17")?, "ch_1", "reconciled from the vendor, not charged again");
+//!
+//! // At start-up, the same reconciler settles every key of the tool left in doubt.
+//! let report = idem::Sweep::new().tool("charge_card", find_charge).run()?;
+//! assert_eq!(report.still_in_doubt().count(), 0);
+//! # Ok(()) }
+//! ```
+//!
 //! The other variants: [`Error::InFlight`] (another call held the key past the wait),
 //! [`Error::Replay`] (a stored result no longer fits the return type), [`Error::Key`] (the
 //! arguments have no canonical JSON, such as a NaN), [`Error::Result`] (the `Ok` value cannot be
@@ -294,6 +343,7 @@
 /// | `wait = "30s"` | how long a concurrent caller waits for the running one | 30 s |
 /// | `ttl = "24h"` | how long a finished result is replayed | until purged |
 /// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
+/// | `reconcile = "path"` | a function asked, with the key, whether an effect left in doubt landed (see the crate docs, *Reconcilers*) | none |
 /// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |
 ///
 /// A parameter marked `#[idem(skip)]` is left out of the key. A parameter marked
@@ -422,6 +472,9 @@ pub use idem_macros::retry;
 /// With it, [`tool_info!`] and [`retry!`] take a method by its type's path, and the type gains
 /// `idem_tools()`, the block's classified tools in order, whose MCP hints `idem::mcp::annotate`
 /// (feature `rmcp`) copies into an rmcp router. It stacks with `#[tool_router]` in either order.
+/// When some of the block's tools name a reconciler (`reconcile = "…"`), the type also gains
+/// `idem_sweep(&self) -> Sweep`, a [`Sweep`] of those tools asking through `self` (which it
+/// shares, so the type must be `Sync`), to run at start-up: `bank.idem_sweep().run()`.
 ///
 /// ```
 /// struct Bank;
@@ -467,8 +520,9 @@ pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
     set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
-    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore, SledStoreBuilder,
-    Status, Store, StoreError, StoreFuture, ToolInfo,
+    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Reconciled, Record, Reserved, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport,
+    Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'
@@ -482,6 +536,11 @@ pub mod __private {
         StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
+    // A tool with a reconciler (`reconcile = "…"`).
+    pub use idem_runtime::bounds::{
+        ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
+    };
+    pub use idem_runtime::{Key, Sweep};
     // The classification: the type of the companion constant every attribute declares beside
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
@@ -493,7 +552,8 @@ pub mod __private {
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::bounds::{
-        FlattenParam, IntoStore, KeyParam, ScopeValue, ToolError, ToolOutput,
+        AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer, ScopeValue,
+        SyncReconciler, ToolError, ToolOutput,
     };
 }
 

@@ -70,3 +70,16 @@ fn crash_recovery_settles_the_key_in_doubt_and_replays_it() {
     assert!(stdout.contains("[replay] replayed: ch_1"), "{stdout}");
     assert!(stdout.contains("ok: charged once"), "{stdout}");
 }
+
+#[test]
+fn crash_reconcile_settles_both_keys_from_the_vendor_without_an_operator() {
+    let stdout = run_example("crash_reconcile");
+    assert!(stdout.contains("[crash] effect landed: ch_1"), "{stdout}");
+    assert!(stdout.contains("killed (signal: 9 (SIGKILL))"), "{stdout}");
+    assert!(stdout.contains("[restart] reconciler: the vendor has ch_1 under key "), "{stdout}");
+    assert!(stdout.contains("[restart] o-17: ch_1 (4200 cents)"), "{stdout}");
+    assert!(!stdout.contains("[restart] effect landed"), "the body did not run again: {stdout}");
+    assert!(stdout.contains("[sweep] sweep: 1 settled, 0 still in doubt"), "{stdout}");
+    assert!(stdout.contains("[sweep] o-18: ch_2 (1500 cents)"), "{stdout}");
+    assert!(stdout.contains("ok: one charge per order"), "{stdout}");
+}

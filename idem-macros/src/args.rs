@@ -12,6 +12,7 @@ mod kw {
     syn::custom_keyword!(wait);
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(in_doubt);
+    syn::custom_keyword!(reconcile);
 }
 
 /// Which attribute is being expanded.
@@ -47,6 +48,7 @@ pub(crate) struct Options {
     pub(crate) wait: Option<Opt<LitStr>>,
     pub(crate) ttl: Option<Opt<LitStr>>,
     pub(crate) in_doubt: Option<Opt<LitStr>>,
+    pub(crate) reconcile: Option<Opt<LitStr>>,
     pub(crate) krate: Option<Opt<LitStr>>,
     /// Repeated options, reported with the rest once parsing is done.
     pub(crate) repeated: Option<syn::Error>,
@@ -93,6 +95,8 @@ impl Parse for Options {
                 parse_option::<kw::ttl, _>(input, "ttl", &mut o.ttl, r)?;
             } else if lookahead.peek(kw::in_doubt) {
                 parse_option::<kw::in_doubt, _>(input, "in_doubt", &mut o.in_doubt, r)?;
+            } else if lookahead.peek(kw::reconcile) {
+                parse_option::<kw::reconcile, _>(input, "reconcile", &mut o.reconcile, r)?;
             } else if lookahead.peek(Token![crate]) {
                 parse_option::<Token![crate], _>(input, "crate", &mut o.krate, r)?;
             } else {

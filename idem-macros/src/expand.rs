@@ -78,9 +78,21 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         ),
         None => (TokenStream::new(), TokenStream::new()),
     };
+    let reconcile = tool.reconcile.as_ref().map(|r| reconcile_closure(krate, r, tool.shape));
+    let (reconciler, reconciled) = match &reconcile {
+        Some(closure) => (
+            quote_spanned!(mixed=> let __idem_reconcile = #closure;),
+            quote_spanned!(mixed=> __idem_reconcile,),
+        ),
+        None => (TokenStream::new(), TokenStream::new()),
+    };
+    let (run_sync, run_async) = match reconcile {
+        Some(_) => (quote!(run_sync_reconciled), quote!(run_async_reconciled)),
+        None => (quote!(run_sync), quote!(run_async)),
+    };
     match tool.shape {
         Shape::Sync => {
-            let run = respan(quote_spanned!(mixed=> #krate::__private::run_sync), span);
+            let run = respan(quote_spanned!(mixed=> #krate::__private::#run_sync), span);
             let body = &item.block;
             let closure = if json.is_some() {
                 // The user's closure is called where it is made, so that it may be `FnMut`
@@ -95,28 +107,78 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
             *item.block = syn::parse_quote_spanned!(mixed=> {
                 #prepare
                 let __idem_body = #closure;
-                #run(__idem_call, __idem_body) #rewrap
+                #reconciler
+                #run(__idem_call, #reconciled __idem_body) #rewrap
             });
         }
         Shape::Future => {
-            let run = respan(quote_spanned!(mixed=> #krate::__private::run_async), span);
+            let run = respan(quote_spanned!(mixed=> #krate::__private::#run_async), span);
             let codec = respan(quote_spanned!(mixed=> #krate::__private::codec_of), span);
             let body = &item.block;
             *item.block = syn::parse_quote_spanned!(mixed=> {
                 #prepare
                 let __idem_body = move || #body;
                 let __idem_codec = #codec(&__idem_body);
-                #run(__idem_codec, __idem_call, __idem_body)
+                #reconciler
+                #run(__idem_codec, __idem_call, #reconciled __idem_body)
             });
         }
-        Shape::Async => {
-            let block = async_body(krate, &prepare, output, &item.block, span, &unwrap, &rewrap);
-            *item.block = block;
+        Shape::Async | Shape::Boxed => {
+            let run = Run { run: run_async, reconciler, reconciled };
+            let block = if tool.shape == Shape::Boxed {
+                &mut output::boxed_async_block(&mut item.block)
+                    .expect("validated: a boxed async body")
+                    .block
+            } else {
+                &mut *item.block
+            };
+            *block = async_body(krate, &prepare, output, block, span, &unwrap, &rewrap, &run);
         }
-        Shape::Boxed => {
-            let inner =
-                output::boxed_async_block(&mut item.block).expect("validated: a boxed async body");
-            inner.block = async_body(krate, &prepare, output, &inner.block, span, &unwrap, &rewrap);
+    }
+}
+
+/// How an async body reaches the engine: the entry point, and the reconciler's binding and
+/// argument when the tool has one.
+struct Run {
+    run: TokenStream,
+    reconciler: TokenStream,
+    reconciled: TokenStream,
+}
+
+/// The closure that asks a tool's reconciler about its key: `reconcile(&key)`, or for a method
+/// `Self::reconcile(self, &key)`; an async tool's returns the answer's future, which keeps the
+/// key. `self` and `Self` are the user's (call-site), so that they name the method's receiver.
+fn reconcile_closure(
+    krate: &syn::Path,
+    reconciler: &validate::Reconciler,
+    shape: Shape,
+) -> TokenStream {
+    let mixed = Span::mixed_site();
+    let path = &reconciler.path;
+    let target = if reconciler.method {
+        quote_spanned!(reconciler.span=> Self::#path)
+    } else {
+        quote!(#path)
+    };
+    let receiver = if reconciler.method {
+        quote_spanned!(Span::call_site()=> self,)
+    } else {
+        TokenStream::new()
+    };
+    if shape == Shape::Sync {
+        let ask = respan(quote_spanned!(mixed=> #krate::__private::ask_sync), reconciler.span);
+        quote_spanned! {mixed=>
+            move |__idem_key: &#krate::__private::Key| #ask(#target, (#receiver __idem_key,))
+        }
+    } else {
+        // Awaited where it is named, so that an answer of the wrong type, which the compiler
+        // reports at the call and again at the `.await`, is reported once.
+        let ask = respan(
+            quote_spanned!(mixed=> #krate::__private::ask_async(#target, (#receiver &__idem_key,)).await),
+            reconciler.span,
+        );
+        quote_spanned! {mixed=>
+            move |__idem_key: #krate::__private::Key| async move { #ask }
         }
     }
 }
@@ -145,6 +207,7 @@ fn json_wrapper(output: &syn::Type) -> Option<syn::Path> {
 }
 
 /// An async body behind the engine: the original block becomes the future the engine runs once.
+#[allow(clippy::too_many_arguments)]
 fn async_body(
     krate: &syn::Path,
     prepare: &TokenStream,
@@ -153,13 +216,15 @@ fn async_body(
     span: Span,
     unwrap: &TokenStream,
     rewrap: &TokenStream,
+    run: &Run,
 ) -> syn::Block {
     let mixed = Span::mixed_site();
+    let Run { run, reconciler, reconciled } = run;
     // The result and error types are checked once, by the sync `codec_of`, spanned like the
     // return type; the engine's future has no bounds on them left to check where it is awaited.
     let codec = respan(quote_spanned!(mixed=> #krate::__private::codec_of), span);
     let run = respan(
-        quote_spanned!(mixed=> #krate::__private::run_async(__idem_codec, __idem_call, __idem_body).await),
+        quote_spanned!(mixed=> #krate::__private::#run(__idem_codec, __idem_call, #reconciled __idem_body).await),
         span,
     );
     syn::parse_quote_spanned!(mixed=> {
@@ -169,6 +234,7 @@ fn async_body(
             __idem_ret #unwrap
         };
         let __idem_codec = #codec(&__idem_body);
+        #reconciler
         #run #rewrap
     })
 }

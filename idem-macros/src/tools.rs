@@ -78,6 +78,7 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
     let mixed = Span::mixed_site();
     let mut consts = Vec::new();
     let mut listed = Vec::new();
+    let mut reconcilers = Vec::new();
     for member in &block.items {
         let ImplItem::Fn(method) = member else { continue };
         let Some((attr, options, rewritten)) = classification(&method.attrs) else { continue };
@@ -111,8 +112,25 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
                     ::core::option::Option::Some(#info);
             });
         }
+        if attr == Attr::Idempotent {
+            reconcilers.extend(sweep_entry(&krate, method, &options, &name));
+        }
         listed.push(info);
     }
+    // Only a block with reconcilers gets a sweep: it asks through `&self`, which a sweep that
+    // may run on any thread needs to share (`Self: Sync`).
+    let sweep = (!reconcilers.is_empty()).then(|| {
+        // The receiver the entries name, at the call site as theirs are.
+        let this = quote_spanned!(Span::call_site()=> self);
+        quote_spanned! {mixed=>
+            /// A sweep of the keys in doubt of this block's tools that name a reconciler, asking
+            /// each through `self`, over the process default store (`.store(…)` sets another).
+            #[allow(dead_code)]
+            pub fn idem_sweep(&#this) -> #krate::__private::Sweep<'_> {
+                #krate::__private::Sweep::new() #(#reconcilers)*
+            }
+        }
+    });
 
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
@@ -129,8 +147,47 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
                 const TOOLS: &[#krate::__private::ToolInfo] = &[#(#listed),*];
                 TOOLS
             }
+
+            #sweep
         }
     }
+}
+
+/// The sweep's entry for a method's `reconcile = "…"`: its tool name and a closure asking the
+/// reconciler, as the attribute's expansion asks it (a method name gets `self`). `None` where the
+/// attribute will refuse the option, which it reports itself.
+fn sweep_entry(
+    krate: &Path,
+    method: &ImplItemFn,
+    options: &Options,
+    name: &str,
+) -> Option<TokenStream> {
+    let mixed = Span::mixed_site();
+    let path: Path = options.reconcile.as_ref()?.value.parse().ok()?;
+    let receiver = method.sig.receiver();
+    if receiver
+        .is_some_and(|r| r.reference.is_none() || r.mutability.is_some() || r.colon_token.is_some())
+    {
+        return None;
+    }
+    let (target, receiver) = match (receiver, path.get_ident()) {
+        (Some(_), Some(_)) => (quote!(Self::#path), quote_spanned!(Span::call_site()=> self,)),
+        _ => (quote!(#path), TokenStream::new()),
+    };
+    let shape = crate::output::shape_and_output(&as_item_fn(method)).0;
+    Some(if shape == crate::output::Shape::Sync {
+        quote_spanned! {mixed=>
+            .tool(#name, move |__idem_key: &#krate::__private::Key| {
+                #krate::__private::ask_sync(#target, (#receiver __idem_key,))
+            })
+        }
+    } else {
+        quote_spanned! {mixed=>
+            .tool_async(#name, move |__idem_key: #krate::__private::Key| async move {
+                #krate::__private::ask_async(#target, (#receiver &__idem_key,)).await
+            })
+        }
+    })
 }
 
 /// `r#type.id` as a user reads it, `type.id`, as the attribute writes a scope's text.

@@ -12,8 +12,10 @@ use crate::args::{Attr, Options, ParamOptions};
 use crate::output::{self, Shape};
 
 mod params;
+mod reconcile;
 
 use params::{flatten_param, parse_scope, plain_name, wrapped_name, Param};
+pub(crate) use reconcile::{reconciler, Reconciler};
 
 /// The value a `scope = "param.field"` names.
 pub(crate) struct Scope {
@@ -60,6 +62,8 @@ pub(crate) struct Tool {
     pub(crate) wait: Option<Duration>,
     pub(crate) ttl: Option<Duration>,
     pub(crate) rerun: bool,
+    /// The function named by `reconcile = "…"`, if any.
+    pub(crate) reconcile: Option<Reconciler>,
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
@@ -96,6 +100,16 @@ pub(crate) fn tool(
         }
     }
 
+    if let (true, Some(reconcile)) = (attr != Attr::Idempotent, &options.reconcile) {
+        errors.push(syn::Error::new(
+            reconcile.key,
+            format!(
+                "`reconcile` has no meaning on `#[{attr_name}]`: a reconciler settles a key left \
+                 in doubt, and only an `#[idempotent(scope = \"…\")]` tool has a key; drop it, \
+                 or make the tool `#[idempotent]`"
+            ),
+        ));
+    }
     if attr != Attr::Idempotent {
         let keyed = [
             ("scope", options.scope.as_ref().map(|o| o.key)),
@@ -289,6 +303,11 @@ pub(crate) fn tool(
         None => false,
     };
 
+    let reconcile = match &options.reconcile {
+        Some(o) if attr == Attr::Idempotent => reconciler(&o.value, sig, errors),
+        _ => None,
+    };
+
     Tool {
         attr,
         name,
@@ -301,6 +320,7 @@ pub(crate) fn tool(
         wait,
         ttl,
         rerun,
+        reconcile,
         shape,
         output,
         companion: declares_companion(item),

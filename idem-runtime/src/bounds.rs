@@ -10,8 +10,10 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::engine::{Args, Call, Codec};
+use crate::engine::reconcile::erred;
+use crate::engine::{Args, Call, Codec, Reconciled};
 use crate::error::Error;
+use crate::key::Key;
 use crate::store::Store;
 
 /// The error type of an idempotent tool: it must carry an [`Error`].
@@ -249,4 +251,145 @@ pub fn flatten_arg<V: FlattenParam + ?Sized>(
     value: &V,
 ) -> Result<Args, Error> {
     args.flatten(name, value)
+}
+
+/// What a reconciler returns: whether the effect landed, or an error that says why it cannot
+/// tell.
+#[diagnostic::on_unimplemented(
+    message = "a reconciler answers `Result<idem::Reconciled<T>, E>`, not `{Self}`",
+    label = "this reconciler's answer",
+    note = "answer `Reconciled::Landed(result)` (the effect landed: `T` is the tool's `Ok` type, \
+            the `T` inside a `Json<T>`), `Reconciled::NotLanded` or `Reconciled::CannotTell`, in \
+            an `Ok`; an `Err` of any type that implements `Display` leaves the key in doubt and \
+            says why"
+)]
+pub trait ReconcilerAnswer<T> {
+    /// The answer, with the error as the reason the key stays in doubt.
+    fn answer(self) -> Result<Reconciled<T>, String>;
+}
+
+impl<T, R: Display> ReconcilerAnswer<T> for Result<Reconciled<T>, R> {
+    fn answer(self) -> Result<Reconciled<T>, String> {
+        self.map_err(erred)
+    }
+}
+
+/// A function named by `reconcile = "…"` on a sync tool: it takes the call's key (a method's,
+/// `&self` first) and answers whether the effect landed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot reconcile this tool",
+    label = "named by `reconcile`",
+    note = "a reconciler of a sync tool is `fn(&idem::Key) -> Result<idem::Reconciled<T>, E>`, \
+            with `T` the tool's `Ok` type (the `T` inside a `Json<T>`) and an error `E` that \
+            implements `Display`; a method's takes `&self` first: \
+            `fn(&self, &idem::Key) -> Result<idem::Reconciled<T>, E>`"
+)]
+pub trait SyncReconciler<A, T> {
+    /// Asks, with the error as the reason the key stays in doubt.
+    fn ask(self, args: A) -> Result<Reconciled<T>, String>;
+}
+
+impl<'k, F, O, T> SyncReconciler<(&'k Key,), T> for F
+where
+    F: FnOnce(&'k Key) -> O,
+    O: ReconcilerAnswer<T>,
+{
+    fn ask(self, (key,): (&'k Key,)) -> Result<Reconciled<T>, String> {
+        self(key).answer()
+    }
+}
+
+impl<'k, S, F, O, T> SyncReconciler<(S, &'k Key), T> for F
+where
+    F: FnOnce(S, &'k Key) -> O,
+    O: ReconcilerAnswer<T>,
+{
+    fn ask(self, (receiver, key): (S, &'k Key)) -> Result<Reconciled<T>, String> {
+        self(receiver, key).answer()
+    }
+}
+
+/// A function named by `reconcile = "…"` on an async tool: an `async fn` that takes the call's
+/// key (a method's, `&self` first) and answers whether the effect landed.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot reconcile this tool",
+    label = "named by `reconcile`",
+    note = "a reconciler of an async tool is `async fn(&idem::Key) -> Result<idem::Reconciled<T>, \
+            E>`, with `T` the tool's `Ok` type (the `T` inside a `Json<T>`) and an error `E` that \
+            implements `Display`; a method's takes `&self` first: \
+            `async fn(&self, &idem::Key) -> Result<idem::Reconciled<T>, E>`"
+)]
+pub trait AsyncReconciler<A, T> {
+    /// The future of its answer.
+    type Answer: Future<Output: ReconcilerAnswer<T>>;
+    /// Asks.
+    fn ask(self, args: A) -> Self::Answer;
+}
+
+impl<'k, F, Fut, T> AsyncReconciler<(&'k Key,), T> for F
+where
+    F: FnOnce(&'k Key) -> Fut,
+    Fut: Future<Output: ReconcilerAnswer<T>>,
+{
+    type Answer = Fut;
+    fn ask(self, (key,): (&'k Key,)) -> Fut {
+        self(key)
+    }
+}
+
+impl<'k, S, F, Fut, T> AsyncReconciler<(S, &'k Key), T> for F
+where
+    F: FnOnce(S, &'k Key) -> Fut,
+    Fut: Future<Output: ReconcilerAnswer<T>>,
+{
+    type Answer = Fut;
+    fn ask(self, (receiver, key): (S, &'k Key)) -> Fut {
+        self(receiver, key)
+    }
+}
+
+/// Asks a sync tool's reconciler.
+pub fn ask_sync<A, T, F: SyncReconciler<A, T>>(
+    reconcile: F,
+    args: A,
+) -> Result<Reconciled<T>, String> {
+    reconcile.ask(args)
+}
+
+/// Asks an async tool's reconciler.
+pub async fn ask_async<A, T, F: AsyncReconciler<A, T>>(
+    reconcile: F,
+    args: A,
+) -> Result<Reconciled<T>, String> {
+    reconcile.ask(args).await.answer()
+}
+
+/// [`run_sync`] for a tool with a reconciler.
+pub fn run_sync_reconciled<T: ToolOutput, E: ToolError>(
+    call: Result<Call, Error>,
+    reconcile: impl FnOnce(&Key) -> Result<Reconciled<T>, String>,
+    body: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    let call = call.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
+    let reconcile = |key: &Key| reconcile(key).map(|answer| answer.map(Stored));
+    call.run_reconciled_with(Codec::serde(), reconcile, || body().map(Stored).map_err(Failed))
+        .map(|stored| stored.0)
+        .map_err(|failed| failed.0)
+}
+
+/// [`run_async`] for a tool with a reconciler.
+pub async fn run_async_reconciled<T, E, Rf, RFut, F, Fut>(
+    codec: Codec<T, E>,
+    call: Result<Call, Error>,
+    reconcile: Rf,
+    body: F,
+) -> Result<T, E>
+where
+    Rf: FnOnce(Key) -> RFut,
+    RFut: Future<Output = Result<Reconciled<T>, String>>,
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
+    call.run_async_reconciled_with(codec, reconcile, body).await
 }

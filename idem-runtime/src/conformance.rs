@@ -19,11 +19,19 @@ use crate::exec::block_on;
 use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
 
 mod around;
+mod reconcile;
 
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
     error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
     stale_owner_cannot_write,
+};
+pub use self::reconcile::{
+    cancelled_reconciliation_leaves_it_in_doubt, reconciler_that_cannot_tell_leaves_it_in_doubt,
+    reconciler_that_errs_or_panics_leaves_it_in_doubt,
+    reconciler_that_finds_it_did_not_land_runs_the_body,
+    reconciler_that_finds_it_landed_records_and_replays,
+    sweep_settles_every_key_in_doubt_of_its_tools, two_callers_on_a_key_in_doubt_reconcile_once,
 };
 
 /// What a factory hands the suite: a store, optionally with something that must live as long
@@ -58,7 +66,14 @@ macro_rules! conformance_suite {
             one_key_many_threads_runs_once, one_key_many_tasks_runs_once,
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
             bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
-            error_after_may_have_landed_leaves_in_doubt);
+            error_after_may_have_landed_leaves_in_doubt,
+            reconciler_that_finds_it_landed_records_and_replays,
+            reconciler_that_finds_it_did_not_land_runs_the_body,
+            reconciler_that_cannot_tell_leaves_it_in_doubt,
+            reconciler_that_errs_or_panics_leaves_it_in_doubt,
+            two_callers_on_a_key_in_doubt_reconcile_once,
+            cancelled_reconciliation_leaves_it_in_doubt,
+            sweep_settles_every_key_in_doubt_of_its_tools);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(
@@ -99,7 +114,7 @@ pub(crate) fn status(store: &Arc<dyn Store>, key: &Key) -> Option<Status> {
 
 /// Returns once a caller waits for `key` to change (the store says it has registered for the
 /// change, so it cannot miss it): a check of the wait path must not race the waiter.
-fn until_waiting(store: &Arc<dyn Store>, key: &Key) {
+pub(crate) fn until_waiting(store: &Arc<dyn Store>, key: &Key) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
         match store.waiters(key.as_str()) {

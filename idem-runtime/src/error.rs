@@ -59,6 +59,18 @@ impl fmt::Display for Subject<'_> {
     }
 }
 
+/// Formats why a reconciler did not settle a key in doubt, when one was asked.
+struct Reason<'a>(&'a Option<String>);
+
+impl fmt::Display for Reason<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(reason) => write!(f, ", and its reconciler did not settle it: {reason}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Everything that can go wrong around an idempotent call.
 ///
 /// Tool functions return their own error type `E: From<idem::Error>`, so these travel inside it.
@@ -126,10 +138,11 @@ pub enum Error {
     /// A crash or a panic left it unknown whether the effect landed.
     #[error(
         "key {key} (tool `{tool}`) is in doubt since {}: an earlier \
-         attempt was interrupted and the effect may or may not have landed; check the target \
+         attempt was interrupted and the effect may or may not have landed{}; check the target \
          system, then settle it with `idem resolve {key} --release` (not landed) or \
          `--done JSON` (landed), or use in_doubt = \"rerun\" where the vendor dedups the key",
-        crate::utc_timestamp(*since_ms)
+        crate::utc_timestamp(*since_ms),
+        Reason(reason)
     )]
     InDoubt {
         /// The key in doubt.
@@ -138,6 +151,9 @@ pub enum Error {
         tool: String,
         /// When it was last updated, in milliseconds since the Unix epoch.
         since_ms: u64,
+        /// Why the tool's reconciler did not settle it, when it has one and asked (it could not
+        /// tell, it returned an error, it panicked); `None` when no reconciler was asked.
+        reason: Option<String>,
     },
 
     /// Two functions share a tool name, and so its keys: the record was written by another

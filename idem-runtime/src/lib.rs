@@ -34,7 +34,10 @@ mod time;
 pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
 pub use default::{default_store, default_store_path, set_default_store};
-pub use engine::{current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy};
+pub use engine::{
+    current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy, Reconciled, Sweep,
+    SweepOutcome, SweepReport, Swept,
+};
 pub use error::{Error, StoreError};
 pub use key::Key;
 pub use protocol::{assess, Assessment, Fence, Owner, Status};

@@ -81,7 +81,12 @@ mod tests {
     #[test]
     fn an_idem_error_reaches_the_client_with_its_key_and_what_to_do() {
         let key = "82e1e1a327aa97bb3929e05cc4ca3bd5";
-        let error = Error::InDoubt { key: key.into(), tool: "send_payment".into(), since_ms: 0 };
+        let error = Error::InDoubt {
+            key: key.into(),
+            tool: "send_payment".into(),
+            since_ms: 0,
+            reason: None,
+        };
         let message = error.to_string();
         let data = ErrorData::from(error);
         assert_eq!(data.code, ErrorCode::INTERNAL_ERROR);

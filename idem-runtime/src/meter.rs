@@ -16,6 +16,9 @@ pub(crate) enum Outcome {
     Replay,
     /// A result was returned after waiting for another call that held the key.
     Waited,
+    /// The key was in doubt and the tool's reconciler found the effect had landed: its result
+    /// was recorded and returned without running the body.
+    Reconciled,
     /// The key is in doubt: this call left it so, or refused to run because it was.
     InDoubt,
     /// The body returned `Err` and the key was released.
@@ -31,6 +34,7 @@ impl Outcome {
             Outcome::Fresh => "fresh",
             Outcome::Replay => "replay",
             Outcome::Waited => "waited",
+            Outcome::Reconciled => "reconciled",
             Outcome::InDoubt => "in-doubt",
             Outcome::Released => "released",
             Outcome::Error => "error",
@@ -77,6 +81,16 @@ pub(crate) fn takeover(tool: &str) {
     ::metrics::counter!("idem_takeovers_total", "tool" => tool.to_owned()).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = tool;
+}
+
+/// A reconciler of `tool` answered `answer` (`landed`, `not-landed`, `cannot-tell`, `failed`:
+/// it erred or panicked), for a call or a sweep.
+pub(crate) fn reconciliation(tool: &str, answer: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("idem_reconciliations_total", "tool" => tool.to_owned(), "answer" => answer)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (tool, answer);
 }
 
 /// A store's sync thread made one durable point, taking `elapsed`.

@@ -89,6 +89,13 @@ impl Record {
         }
     }
 
+    /// This record taken over by `owner` to ask the tool's reconciler whether the effect
+    /// landed. In flight, so that no other caller runs the body or asks meanwhile, with the
+    /// same `attempts`: the body does not start for it.
+    pub fn reconciling(&self, owner: impl Into<Owner>, now: u64) -> Record {
+        Record { attempts: self.attempts, ..self.taken_over(owner, now) }
+    }
+
     /// This record finished with `result`.
     pub fn done(&self, result: serde_json::Value, now: u64, ttl: Option<Duration>) -> Record {
         self.done_json(result.to_string(), now, ttl)

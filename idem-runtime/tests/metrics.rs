@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::{may_have_landed, Call, Durability, Error, InDoubtPolicy, SledStore, Store};
+use idem_runtime::{
+    may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, SledStore, Store,
+};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;
 
@@ -260,11 +262,41 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
         "{seen:?}"
     );
 
-    // No series carries a key or a scope: the only labels are the tool and the outcome.
+    // A reconciler that cannot tell: its answer is counted, and the call once, in doubt. One
+    // that finds the effect landed: the call is counted as reconciled.
+    let got: Result<String, Error> = charge(&store, "order-5").run(|| {
+        may_have_landed();
+        Err(Error::NotFound { key: "the vendor's answer timed out".to_owned() })
+    });
+    assert!(got.is_err());
+    Seen::take(&snapshotter);
+    let body = || -> Result<String, Error> { panic!("the body must not run") };
+    let got: Result<String, Error> =
+        charge(&store, "order-5").run_reconciled(|_| Ok::<_, String>(Reconciled::CannotTell), body);
+    assert!(matches!(got, Err(Error::InDoubt { .. })), "{got:?}");
+    let got: Result<String, Error> = charge(&store, "order-5")
+        .run_reconciled(|_| Ok::<_, String>(Reconciled::Landed("ch_5".to_owned())), body);
+    assert_eq!(got.unwrap(), "ch_5");
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([
+            ("idem_calls_total{tool=charge_card,outcome=in-doubt}", 1),
+            ("idem_calls_total{tool=charge_card,outcome=reconciled}", 1),
+        ]),
+        "{seen:?}"
+    );
+    for answer in ["cannot-tell", "landed"] {
+        let name = format!("idem_reconciliations_total{{tool=charge_card,answer={answer}}}");
+        assert_eq!(seen.counter(&name), 1, "{seen:?}");
+    }
+
+    // No series carries a key or a scope: the only labels are the tool, the outcome and a
+    // reconciler's answer.
     let key = charge(&store, "order-1").key().to_string();
     for (composite, _, _, _) in snapshotter.snapshot().into_vec() {
         for label in composite.key().labels() {
-            assert!(["tool", "outcome"].contains(&label.key()), "{composite:?}");
+            assert!(["tool", "outcome", "answer"].contains(&label.key()), "{composite:?}");
             assert!(!label.value().contains(&key) && !label.value().contains("order-"));
         }
     }

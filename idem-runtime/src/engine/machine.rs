@@ -8,6 +8,12 @@
 //!   the body: undone)    └──leave_in_doubt──▶ in-doubt
 //!                           (Err after may_have_landed(), a panic, a future dropped while
 //!                            the body ran, a result that cannot be stored)
+//!
+//! in-doubt ──take over to reconcile──▶ in-flight (same attempts; the reconciler runs)
+//!                                        ├─ landed(v) ──settle_landed──▶ done(v)
+//!                                        ├─ not landed ──settle_not_landed──▶ absent (reserve again)
+//!                                        └─ cannot tell, an error, a panic, a dropped future
+//!                                             ──settle_cannot_tell──▶ in-doubt
 //! ```
 //!
 //! [`Call::acquire`] is one `loop { match … }` over the [`assess`]ment of the record found.
@@ -18,11 +24,14 @@
 //! marks at open the in-flight records a dead process left in doubt, and an operator settles an
 //! in-doubt record (`admin::resolve`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::reconcile::{ask, Reconciled};
 use super::{Call, Codec, InDoubtPolicy};
-use crate::error::Error;
+use crate::error::{Error, StoreError};
+use crate::key::Key;
 use crate::meter::{self, Outcome};
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
@@ -35,6 +44,21 @@ pub(super) enum Acquired<T> {
     Replay(T),
     /// The key is this call's: run the body.
     Owned(Box<Reservation>),
+    /// The key was in doubt and the tool's reconciler found the effect had landed: its result,
+    /// now recorded, for the caller to return.
+    Reconciled(T),
+}
+
+/// How asking a reconciler about a key in doubt ended.
+pub(super) enum Reconciliation<T> {
+    /// It landed: the result is recorded `Done`.
+    Landed(T),
+    /// It did not land: the key is released, for the body to run.
+    Released,
+    /// The key is in doubt again, for `reason`; the record as written.
+    InDoubt { record: Box<Record>, reason: String },
+    /// Someone else took the record over or settled it first: nothing was asked.
+    Moved,
 }
 
 /// The reservation a call holds while it owns the key: a first reservation and a takeover
@@ -42,8 +66,9 @@ pub(super) enum Acquired<T> {
 pub(super) struct Reservation {
     store: Arc<dyn Store>,
     record: Record,
-    /// The record this one replaced (a takeover's), put back if the call ends before its body
-    /// starts; `None` for a first reservation, which is then deleted.
+    /// What is put back if the call ends before its body starts: the record a takeover
+    /// replaced, or for a reconciliation the key in doubt, written as this call; `None` for a
+    /// first reservation, which is then deleted.
     before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
@@ -106,9 +131,82 @@ impl Reservation {
         }
     }
 
+    /// in-doubt → in-flight, to ask the reconciler: takes `existing` (in doubt, or in flight
+    /// under a dead owner) over for a new call of `store`, with the same `attempts`. Guarded from
+    /// before the write is sent, like a takeover: dropped unsettled (the call is cancelled while
+    /// the reconciler runs), it puts the key back in doubt. `None` when the record had moved on.
+    /// `function` is the calling function's path, recorded as a rerun records it (a sweep has
+    /// none, and keeps the record's).
+    pub(super) async fn take_over_to_reconcile(
+        store: &Arc<dyn Store>,
+        existing: &Record,
+        function: Option<&str>,
+    ) -> Result<Option<Box<Reservation>>, StoreError> {
+        let now = now_ms();
+        let mut record = existing.reconciling(Owner::new_call(store.owner_id()), now);
+        if let Some(function) = function {
+            record.function = Some(function.to_owned());
+        }
+        // What a cancelled reconciliation puts back: in doubt, written as this call, so that a
+        // store with leases takes it as the owner's own settling write.
+        let doubt = record.in_doubt(now);
+        let mut pending = Box::new(Reservation::new(store, record, Some(doubt)));
+        if store.replace(existing, Some(&pending.record)).await? {
+            tracing::info!(key = %existing.key, tool = %existing.tool, "idem: took over to reconcile");
+            Ok(Some(pending))
+        } else {
+            pending.settled = true;
+            Ok(None)
+        }
+    }
+
+    /// in-flight (reconciling) → done: the reconciler found the effect landed, with `json`.
+    /// Returns whether it was stored (`false`: the record changed hands meanwhile, as when an
+    /// operator resolved it; that write stands).
+    pub(super) async fn settle_landed(
+        &mut self,
+        json: String,
+        ttl: Option<Duration>,
+    ) -> Result<bool, StoreError> {
+        let done = self.record.done_json(json, now_ms(), ttl);
+        let stored = self.store.replace(&self.record, Some(&done)).await?;
+        self.settled = true;
+        meter::reconciliation(&self.record.tool, "landed");
+        tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect landed; its result is recorded");
+        Ok(stored)
+    }
+
+    /// in-flight (reconciling) → absent: the reconciler found the effect did not land, so the
+    /// key is released and the next reservation runs the body.
+    pub(super) async fn settle_not_landed(&mut self) -> Result<bool, StoreError> {
+        let released = self.store.replace(&self.record, None).await?;
+        self.settled = true;
+        meter::reconciliation(&self.record.tool, "not-landed");
+        tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect did not land; the key is released");
+        Ok(released)
+    }
+
+    /// in-flight (reconciling) → in-doubt: the reconciler could not tell, erred or panicked
+    /// (`reason` says which), or its answer cannot be stored. Returns the record as written.
+    pub(super) async fn settle_cannot_tell(
+        &mut self,
+        answer: &'static str,
+        reason: &str,
+    ) -> Result<Record, StoreError> {
+        let doubt = self.record.in_doubt(now_ms());
+        self.store.replace(&self.record, Some(&doubt)).await?;
+        self.settled = true;
+        // Only the answer is counted here: a call that then returns `Error::InDoubt` is counted
+        // as it returns, and a sweep is no call.
+        meter::reconciliation(&self.record.tool, answer);
+        tracing::warn!(key = %self.record.key, tool = %self.record.tool, reason, "idem: still in doubt: the reconciler did not settle it");
+        Ok(doubt)
+    }
+
     /// in-flight → as it was before this call, without waiting, for `Drop`: the body never
     /// started, so nothing landed. A first reservation is deleted; a takeover puts back the
-    /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired).
+    /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired), and
+    /// a reconciliation puts the key back in doubt.
     fn undo_detached(&mut self) {
         self.settled = true;
         self.store.replace_detached(&self.record, self.before.take());
@@ -177,18 +275,26 @@ impl Call {
         })
     }
 
-    /// Reserves the key, or finds its result, or waits for its owner; `waited_since` is set
-    /// when a wait for another owner begins.
-    pub(super) async fn acquire<T, E>(
+    /// Reserves the key, or finds its result, or waits for its owner, or asks `reconcile`
+    /// about a key in doubt (once: it is taken when asked); `waited_since` is set when a wait
+    /// for another owner begins.
+    pub(super) async fn acquire<T, E, Rf, Fut>(
         &self,
         codec: Codec<T, E>,
         store: &Arc<dyn Store>,
         waited_since: &mut Option<Instant>,
-    ) -> Result<Acquired<T>, Error> {
+        reconcile: &mut Option<Rf>,
+    ) -> Result<Acquired<T>, Error>
+    where
+        Rf: FnOnce(Key) -> Fut,
+        Fut: Future<Output = Result<Reconciled<T>, String>>,
+    {
         let key = self.key.as_str();
         let failed = |e| self.store_error(e);
         // Taken when the first wait begins: a replay never needs the clock for it.
         let mut deadline = None;
+        // Why the reconciler left the key in doubt, once it was asked.
+        let mut unsettled = None;
         let mut found = store.peek(key).await.map_err(failed)?;
         loop {
             if let Some(found) = &found {
@@ -237,6 +343,20 @@ impl Call {
                     }
                     continue;
                 }
+                Assessment::InDoubt if reconcile.is_some() => {
+                    let existing = found.take().expect("assessed a found record");
+                    let ask = reconcile.take().expect("a reconciler to ask");
+                    match self.reconcile(codec, store, &existing, ask).await? {
+                        Reconciliation::Landed(value) => return Ok(Acquired::Reconciled(value)),
+                        Reconciliation::Released => found = None,
+                        Reconciliation::InDoubt { record, reason } => {
+                            unsettled = Some(reason);
+                            found = Some(*record);
+                        }
+                        Reconciliation::Moved => found = store.get(key).await.map_err(failed)?,
+                    }
+                    continue;
+                }
                 Assessment::InDoubt => {
                     let existing = found.as_ref().expect("assessed a found record");
                     match self.in_doubt {
@@ -246,6 +366,7 @@ impl Call {
                                 key: self.key.to_string(),
                                 tool: self.tool.clone(),
                                 since_ms: existing.updated_at,
+                                reason: unsettled.take(),
                             });
                         }
                         InDoubtPolicy::Rerun => {
@@ -289,18 +410,7 @@ impl Call {
         mut owned: Box<Reservation>,
         value: &T,
     ) -> Result<(), Error> {
-        let json = (codec.encode)(value).map_err(|e| e.to_string()).and_then(|json| match (codec
-            .decode)(
-            &json
-        ) {
-            Ok(_) => Ok(json),
-            Err(e) => Err(format!(
-                "it would not replay: its JSON does not read back into the return type \
-                     ({e}); JSON has no NaN or infinity and reads at most 128 levels deep, so \
-                     return a type that fits"
-            )),
-        });
-        let json = match json {
+        let json = match encode_for_replay(codec, value) {
             Ok(json) => json,
             Err(reason) => {
                 owned.leave_in_doubt().await;
@@ -321,6 +431,50 @@ impl Call {
         Ok(())
     }
 
+    /// Asks `ask` whether the effect of the call that left `existing` in doubt landed, holding
+    /// the key meanwhile, and settles the record by the answer.
+    async fn reconcile<T, E, Rf, Fut>(
+        &self,
+        codec: Codec<T, E>,
+        store: &Arc<dyn Store>,
+        existing: &Record,
+        ask_it: Rf,
+    ) -> Result<Reconciliation<T>, Error>
+    where
+        Rf: FnOnce(Key) -> Fut,
+        Fut: Future<Output = Result<Reconciled<T>, String>>,
+    {
+        let failed = |e| self.store_error(e);
+        let Some(mut pending) =
+            Reservation::take_over_to_reconcile(store, existing, self.function.as_deref())
+                .await
+                .map_err(failed)?
+        else {
+            return Ok(Reconciliation::Moved);
+        };
+        // Unsettled until one of the settling writes below lands: a cancelled call, or a write
+        // that fails, puts the key back in doubt as the reservation drops.
+        let (answer, reason) = match ask(ask_it, self.key.clone()).await {
+            Ok(Reconciled::Landed(value)) => match encode_for_replay(codec, &value) {
+                Ok(json) => {
+                    if !pending.settle_landed(json, self.ttl).await.map_err(failed)? {
+                        tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the reconciler ran; its answer was not stored");
+                    }
+                    return Ok(Reconciliation::Landed(value));
+                }
+                Err(reason) => ("failed", format!("its answer cannot be recorded: {reason}")),
+            },
+            Ok(Reconciled::NotLanded) => {
+                pending.settle_not_landed().await.map_err(failed)?;
+                return Ok(Reconciliation::Released);
+            }
+            Ok(Reconciled::CannotTell) => ("cannot-tell", "it could not tell".to_owned()),
+            Err(reason) => ("failed", reason),
+        };
+        let record = pending.settle_cannot_tell(answer, &reason).await.map_err(failed)?;
+        Ok(Reconciliation::InDoubt { record: Box::new(record), reason })
+    }
+
     /// Settles the record after the body returned `Err`: released, unless the body said its
     /// effect may have landed, in which case it is left in doubt.
     pub(super) async fn after_error(&self, mut owned: Box<Reservation>, may_have_landed: bool) {
@@ -329,5 +483,19 @@ impl Call {
         } else {
             owned.release().await
         }
+    }
+}
+
+/// `value` as the JSON text a `Done` record keeps, only if it reads back into `T`: what is
+/// recorded `Done` must replay, and JSON cannot carry some values (NaN is written as `null`,
+/// and a value nested past serde_json's 128 levels does not read back).
+pub(super) fn encode_for_replay<T, E>(codec: Codec<T, E>, value: &T) -> Result<String, String> {
+    let json = (codec.encode)(value).map_err(|e| e.to_string())?;
+    match (codec.decode)(&json) {
+        Ok(_) => Ok(json),
+        Err(e) => Err(format!(
+            "it would not replay: its JSON does not read back into the return type ({e}); JSON \
+             has no NaN or infinity and reads at most 128 levels deep, so return a type that fits"
+        )),
     }
 }

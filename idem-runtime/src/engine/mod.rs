@@ -3,10 +3,11 @@
 //! [`Call`].
 //!
 //! [`Call`] and its builder live here; the state machine in `machine`, what a body can reach
-//! (`current_key()`, `may_have_landed()`) in `context`, and the argument tree in `args`.
+//! (`current_key()`, `may_have_landed()`) in `context`, the argument tree in `args`, and
+//! reconcilers (what they answer, how they are asked, the sweep) in `reconcile`.
 
 use std::fmt::Display;
-use std::future::Future;
+use std::future::{ready, Future};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,9 +28,11 @@ use crate::store::Store;
 mod args;
 mod context;
 mod machine;
+pub(crate) mod reconcile;
 
 pub use self::args::Args;
 pub use self::context::{current_key, may_have_landed, try_current_key};
+pub use self::reconcile::{Reconciled, Sweep, SweepOutcome, SweepReport, Swept};
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,6 +188,9 @@ impl Call {
                 meter::call(&self.tool, Outcome::Waited, started.elapsed())
             }
             Ok(Acquired::Replay(_)) => meter::call(&self.tool, Outcome::Replay, started.elapsed()),
+            Ok(Acquired::Reconciled(_)) => {
+                meter::call(&self.tool, Outcome::Reconciled, started.elapsed())
+            }
             Err(e) => meter::call(&self.tool, Outcome::of_error(e), started.elapsed()),
         }
         acquired
@@ -207,14 +213,83 @@ impl Call {
         codec: Codec<T, E>,
         body: impl FnOnce() -> Result<T, E>,
     ) -> Result<T, E> {
+        self.run_sync_inner(codec, None::<fn(Key) -> Ready<T>>, body)
+    }
+
+    /// [`Call::run`] for a tool with a reconciler: a call that finds its key in doubt (or in
+    /// flight under a dead owner) first asks `reconcile` whether the effect landed, holding the
+    /// key meanwhile as a takeover does, so that no other caller asks or runs the body at once.
+    /// [`Reconciled::Landed`] is recorded and returned, [`Reconciled::NotLanded`] releases the
+    /// key and runs the body with it, and [`Reconciled::CannotTell`], an `Err` or a panic
+    /// leave the key in doubt: then [`Error::InDoubt`] says why, unless the policy is
+    /// [`InDoubtPolicy::Rerun`], which runs the body again. A call asks at most once.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), idem_runtime::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
+    /// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+    /// use idem_runtime::{Call, Error, Reconciled};
+    ///
+    /// let call = || Call::new("charge_card", "order-17", &4200).map(|c| c.store(store.clone()));
+    /// // An attempt whose answer was lost: the key is left in doubt.
+    /// let lost: Result<String, Error> = call()?.run(|| {
+    ///     idem_runtime::may_have_landed();
+    ///     Err(Error::Key { tool: "charge_card".into(), reason: "timed out".into() })
+    /// });
+    /// assert!(lost.is_err());
+    /// // The next call asks the vendor, which has the charge under the key.
+    /// let charge: String = call()?.run_reconciled(
+    ///     |_key| Ok::<_, String>(Reconciled::Landed("ch_1".to_string())),
+    ///     || Ok::<_, Error>("ch_2".to_string()),
+    /// )?;
+    /// assert_eq!(charge, "ch_1", "recorded from the vendor's answer; the body did not run");
+    /// # Ok(()) }
+    /// ```
+    pub fn run_reconciled<T, E, R>(
+        self,
+        reconcile: impl FnOnce(&Key) -> Result<Reconciled<T>, R>,
+        body: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        R: Display,
+    {
+        let reconcile = move |key: Key| ready(reconcile(&key).map_err(reconcile::erred));
+        self.run_sync_inner(Codec::serde(), Some(reconcile), body)
+    }
+
+    /// [`Call::run_reconciled`] with a [`Codec`], and the reconciler's error already a reason.
+    #[doc(hidden)]
+    pub fn run_reconciled_with<T, E>(
+        self,
+        codec: Codec<T, E>,
+        reconcile: impl FnOnce(&Key) -> Result<Reconciled<T>, String>,
+        body: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let reconcile = move |key: Key| ready(reconcile(&key));
+        self.run_sync_inner(codec, Some(reconcile), body)
+    }
+
+    fn run_sync_inner<T, E, Rf, Fut>(
+        self,
+        codec: Codec<T, E>,
+        mut reconcile: Option<Rf>,
+        body: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E>
+    where
+        Rf: FnOnce(Key) -> Fut,
+        Fut: Future<Output = Result<Reconciled<T>, String>>,
+    {
         let fail = |e| (codec.error)(raise(e));
         let started = Instant::now();
         let mut waited_since = None;
-        let acquired = self
-            .resolve_store()
-            .and_then(|store| block_on(self.acquire(codec, &store, &mut waited_since)));
+        let acquired = self.resolve_store().and_then(|store| {
+            block_on(self.acquire(codec, &store, &mut waited_since, &mut reconcile))
+        });
         let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(fail)? {
-            Acquired::Replay(value) => return Ok(value),
+            Acquired::Replay(value) | Acquired::Reconciled(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
         failpoint("after_reserve");
@@ -256,15 +331,72 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
+        self.run_async_inner(codec, None::<fn(Key) -> Ready<T>>, body).await
+    }
+
+    /// [`Call::run_async`] for a tool with a reconciler, as [`Call::run_reconciled`] describes.
+    /// The reconciler takes the key by value, so that its future may keep it:
+    /// `|key| async move { find_charge(&key).await }`.
+    pub async fn run_async_reconciled<T, E, R, Rf, RFut, F, Fut>(
+        self,
+        reconcile: Rf,
+        body: F,
+    ) -> Result<T, E>
+    where
+        T: Serialize + DeserializeOwned,
+        E: From<Error>,
+        R: Display,
+        Rf: FnOnce(Key) -> RFut,
+        RFut: Future<Output = Result<Reconciled<T>, R>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let reconcile = move |key: Key| {
+            let answer = reconcile(key);
+            async move { answer.await.map_err(reconcile::erred) }
+        };
+        self.run_async_inner(Codec::serde(), Some(reconcile), body).await
+    }
+
+    /// [`Call::run_async_reconciled`] with a [`Codec`], and the reconciler's error already a
+    /// reason: no bounds on the types, for generated code.
+    #[doc(hidden)]
+    pub async fn run_async_reconciled_with<T, E, Rf, RFut, F, Fut>(
+        self,
+        codec: Codec<T, E>,
+        reconcile: Rf,
+        body: F,
+    ) -> Result<T, E>
+    where
+        Rf: FnOnce(Key) -> RFut,
+        RFut: Future<Output = Result<Reconciled<T>, String>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        self.run_async_inner(codec, Some(reconcile), body).await
+    }
+
+    async fn run_async_inner<T, E, Rf, RFut, F, Fut>(
+        self,
+        codec: Codec<T, E>,
+        mut reconcile: Option<Rf>,
+        body: F,
+    ) -> Result<T, E>
+    where
+        Rf: FnOnce(Key) -> RFut,
+        RFut: Future<Output = Result<Reconciled<T>, String>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
         let fail = |e| (codec.error)(raise(e));
         let started = Instant::now();
         let mut waited_since = None;
         let acquired = match self.resolve_store() {
-            Ok(store) => self.acquire(codec, &store, &mut waited_since).await,
+            Ok(store) => self.acquire(codec, &store, &mut waited_since, &mut reconcile).await,
             Err(e) => Err(e),
         };
         let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(fail)? {
-            Acquired::Replay(value) => return Ok(value),
+            Acquired::Replay(value) | Acquired::Reconciled(value) => return Ok(value),
             Acquired::Owned(owned) => owned,
         };
         failpoint("after_reserve");
@@ -285,6 +417,9 @@ impl Call {
         }
     }
 }
+
+/// The reconciler's future of a call that has none.
+type Ready<T> = std::future::Ready<Result<Reconciled<T>, String>>;
 
 /// How the engine turns a tool's `Ok` value into stored JSON and back, and an idem [`Error`]
 /// into the tool's error type: plain function pointers, so that the engine's futures carry no

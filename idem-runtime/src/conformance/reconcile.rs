@@ -1,0 +1,266 @@
+//! The checks of reconcilers: each answer a reconciler can give, one that errs or panics, two
+//! callers on one key in doubt, a reconciliation cancelled midway, and a sweep.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::{call, eventually_status, scope, status, until_waiting, ToolError};
+use crate::exec::block_on;
+use crate::{Error, InDoubtPolicy, Key, Reconciled, Status, Store, Sweep, SweepOutcome};
+
+/// Leaves the key of (`tool`, `scope`) in doubt, as a call whose answer was lost does.
+fn leave_in_doubt(store: &Arc<dyn Store>, tool: &str, scope: &str) -> Key {
+    let lost: Result<String, ToolError> = call(store, tool, scope).run(|| {
+        crate::may_have_landed();
+        Err(ToolError::Declined)
+    });
+    assert!(matches!(lost, Err(ToolError::Declined)), "{lost:?}");
+    let key = call(store, tool, scope).key().clone();
+    assert_eq!(status(store, &key), Some(Status::InDoubt), "the lost answer leaves it in doubt");
+    key
+}
+
+fn attempts(store: &Arc<dyn Store>, key: &Key) -> u32 {
+    block_on(store.get(key.as_str())).unwrap().expect("a record").attempts
+}
+
+pub fn reconciler_that_finds_it_landed_records_and_replays(store: Arc<dyn Store>) {
+    let scope = scope("landed");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let (asked, runs) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let got: Result<String, Error> = call(&store, "charge_card", &scope).run_reconciled(
+        |k| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(k, &key, "the reconciler is asked about the call's key");
+            Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string()))
+        },
+        || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok("ch_body".to_string())
+        },
+    );
+    assert_eq!(got.unwrap(), "ch_vendor", "the vendor's result comes back");
+    assert_eq!((asked.load(Ordering::SeqCst), runs.load(Ordering::SeqCst)), (1, 0));
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!(record.status, Status::Done);
+    assert_eq!(record.result.as_deref(), Some(r#""ch_vendor""#));
+    assert_eq!(record.attempts, 1, "the body started once, in the attempt whose answer was lost");
+    let replayed: String = call(&store, "charge_card", &scope)
+        .run(|| -> Result<String, Error> { panic!("the body must not run on replay") })
+        .unwrap();
+    assert_eq!(replayed, "ch_vendor");
+}
+
+pub fn reconciler_that_finds_it_did_not_land_runs_the_body(store: Arc<dyn Store>) {
+    let scope = scope("not-landed");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let runs = AtomicUsize::new(0);
+    let got: Result<String, Error> = call(&store, "charge_card", &scope).run_reconciled(
+        |_| Ok::<_, String>(Reconciled::NotLanded),
+        || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(crate::current_key(), key, "the body runs with the same key");
+            Ok("ch_2".to_string())
+        },
+    );
+    assert_eq!(got.unwrap(), "ch_2");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    assert_eq!(status(&store, &key), Some(Status::Done));
+}
+
+pub fn reconciler_that_cannot_tell_leaves_it_in_doubt(store: Arc<dyn Store>) {
+    let scope = scope("cannot-tell");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let runs = AtomicUsize::new(0);
+    let got: Result<String, Error> = call(&store, "charge_card", &scope).run_reconciled(
+        |_| Ok::<_, String>(Reconciled::CannotTell),
+        || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok("ch_2".to_string())
+        },
+    );
+    match got {
+        Err(Error::InDoubt { key: k, reason: Some(reason), .. }) => {
+            assert_eq!(k, key.as_str());
+            assert!(reason.contains("could not tell"), "{reason}");
+        }
+        other => panic!("expected InDoubt with the reconciler's reason, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+    assert_eq!(status(&store, &key), Some(Status::InDoubt));
+    assert_eq!(attempts(&store, &key), 1);
+
+    // Under `rerun`, a reconciler that cannot tell leads to the rerun, as without one.
+    let rerun: Result<String, Error> =
+        call(&store, "charge_card", &scope).in_doubt(InDoubtPolicy::Rerun).run_reconciled(
+            |_| Ok::<_, String>(Reconciled::CannotTell),
+            || {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok("ch_3".to_string())
+            },
+        );
+    assert_eq!(rerun.unwrap(), "ch_3");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!((status(&store, &key), attempts(&store, &key)), (Some(Status::Done), 2));
+}
+
+pub fn reconciler_that_errs_or_panics_leaves_it_in_doubt(store: Arc<dyn Store>) {
+    let scope = scope("reconciler-fails");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let never = || -> Result<String, Error> { panic!("the body must not run") };
+    let erred: Result<String, Error> = call(&store, "charge_card", &scope)
+        .run_reconciled(|_| Err::<Reconciled<String>, _>("the vendor answered 503"), never);
+    match erred {
+        Err(Error::InDoubt { reason: Some(reason), .. }) => {
+            assert!(reason.contains("the vendor answered 503"), "{reason}")
+        }
+        other => panic!("expected InDoubt with the reconciler's error, got {other:?}"),
+    }
+    assert_eq!(status(&store, &key), Some(Status::InDoubt));
+
+    let panicked: Result<String, Error> = call(&store, "charge_card", &scope)
+        .run_reconciled(|_| -> Result<Reconciled<String>, String> { panic!("lookup bug") }, never);
+    match panicked {
+        Err(e @ Error::InDoubt { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("panicked: lookup bug"), "the message says why: {text}");
+        }
+        other => panic!("expected InDoubt after the reconciler panicked, got {other:?}"),
+    }
+    assert_eq!(status(&store, &key), Some(Status::InDoubt), "not left in flight");
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let async_panic: Result<String, Error> =
+        runtime.block_on(call(&store, "charge_card", &scope).run_async_reconciled(
+            |_key| async move {
+                tokio::task::yield_now().await;
+                if true {
+                    panic!("async lookup bug");
+                }
+                Ok::<_, String>(Reconciled::CannotTell)
+            },
+            || async { never() },
+        ));
+    assert!(
+        matches!(&async_panic, Err(Error::InDoubt { reason: Some(r), .. }) if r.contains("async lookup bug")),
+        "{async_panic:?}"
+    );
+    // Still settleable: the failed reconciliations left the record as a key in doubt.
+    let got: String = call(&store, "charge_card", &scope)
+        .run_reconciled(|_| Ok::<_, String>(Reconciled::Landed("ch_1".to_string())), never)
+        .unwrap();
+    assert_eq!(got, "ch_1");
+}
+
+pub fn two_callers_on_a_key_in_doubt_reconcile_once(store: Arc<dyn Store>) {
+    let scope = scope("reconcile-race");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (answer_tx, answer_rx) = std::sync::mpsc::channel::<()>();
+    let first = {
+        let (store, scope, asked) = (Arc::clone(&store), scope.clone(), Arc::clone(&asked));
+        std::thread::spawn(move || -> Result<String, Error> {
+            call(&store, "charge_card", &scope).run_reconciled(
+                |_| {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    entered_tx.send(()).unwrap();
+                    answer_rx.recv().unwrap();
+                    Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string()))
+                },
+                || Ok("ch_body_1".to_string()),
+            )
+        })
+    };
+    entered_rx.recv().unwrap();
+    assert_eq!(status(&store, &key), Some(Status::InFlight), "held while the reconciler runs");
+    let second = {
+        let (store, scope, asked) = (Arc::clone(&store), scope.clone(), Arc::clone(&asked));
+        std::thread::spawn(move || -> Result<String, Error> {
+            call(&store, "charge_card", &scope).wait(Duration::from_secs(20)).run_reconciled(
+                |_| {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, String>(Reconciled::NotLanded)
+                },
+                || Ok("ch_body_2".to_string()),
+            )
+        })
+    };
+    until_waiting(&store, &key);
+    answer_tx.send(()).unwrap();
+    assert_eq!(first.join().unwrap().unwrap(), "ch_vendor");
+    assert_eq!(second.join().unwrap().unwrap(), "ch_vendor", "the waiter gets the answer");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "the reconciler ran once");
+}
+
+pub fn cancelled_reconciliation_leaves_it_in_doubt(store: Arc<dyn Store>) {
+    let scope = scope("reconcile-cancel");
+    let key = leave_in_doubt(&store, "charge_card", &scope);
+    let entered = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&entered);
+    let mut future = Box::pin(call(&store, "charge_card", &scope).run_async_reconciled(
+        move |_key| async move {
+            flag.store(true, Ordering::SeqCst);
+            // Blocked on the vendor, which never answers.
+            std::future::pending::<Result<Reconciled<String>, String>>().await
+        },
+        || async { Ok::<String, Error>("ch_body".to_string()) },
+    ));
+    let mut cx = Context::from_waker(Waker::noop());
+    let until = Instant::now() + Duration::from_secs(10);
+    while !entered.load(Ordering::SeqCst) {
+        assert!(Instant::now() < until, "the reconciler was never asked");
+        assert!(matches!(future.as_mut().poll(&mut cx), Poll::Pending));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(status(&store, &key), Some(Status::InFlight), "held while the reconciler runs");
+    drop(future);
+    eventually_status(&store, &key, Status::InDoubt);
+    // In doubt, not stuck in flight: the next call reconciles it.
+    let got: String = call(&store, "charge_card", &scope)
+        .run_reconciled(
+            |_| Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string())),
+            || -> Result<String, Error> { panic!("the body must not run") },
+        )
+        .unwrap();
+    assert_eq!(got, "ch_vendor");
+}
+
+pub fn sweep_settles_every_key_in_doubt_of_its_tools(store: Arc<dyn Store>) {
+    // A tool name of its own: a sweep lists the whole store, which other checks share.
+    let tool = scope("swept_tool");
+    let landed = leave_in_doubt(&store, &tool, &scope("a"));
+    let not_landed = leave_in_doubt(&store, &tool, &scope("b"));
+    let unknown = leave_in_doubt(&store, &tool, &scope("c"));
+    let other_tool = leave_in_doubt(&store, &scope("unswept_tool"), &scope("d"));
+    let report = Sweep::new()
+        .store(Arc::clone(&store))
+        .tool(&tool, |key: &Key| {
+            Ok::<_, String>(if *key == landed {
+                Reconciled::Landed(serde_json::json!({"id": "ch_1"}))
+            } else if *key == not_landed {
+                Reconciled::NotLanded
+            } else {
+                Reconciled::CannotTell
+            })
+        })
+        .run()
+        .expect("the sweep lists the store");
+    assert_eq!(report.keys.len(), 3, "the tool's three keys in doubt: {report:?}");
+    let outcome =
+        |key: &Key| report.keys.iter().find(|s| s.key == key.as_str()).map(|s| s.outcome.clone());
+    assert_eq!(outcome(&landed), Some(SweepOutcome::Landed));
+    assert_eq!(outcome(&not_landed), Some(SweepOutcome::NotLanded));
+    assert!(matches!(outcome(&unknown), Some(SweepOutcome::InDoubt { .. })), "{report:?}");
+    assert_eq!(report.settled().count(), 2);
+    assert_eq!(report.still_in_doubt().count(), 1);
+    assert_eq!(status(&store, &landed), Some(Status::Done));
+    assert_eq!(status(&store, &not_landed), None, "released");
+    assert_eq!(status(&store, &unknown), Some(Status::InDoubt));
+    assert_eq!(status(&store, &other_tool), Some(Status::InDoubt), "another tool's is left");
+    let record = block_on(store.get(landed.as_str())).unwrap().unwrap();
+    assert_eq!(record.result.as_deref(), Some(r#"{"id":"ch_1"}"#));
+}
