@@ -24,7 +24,7 @@ mod reconcile;
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
     error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
-    stale_owner_cannot_write,
+    stale_owner_cannot_write, takeover_dropped_before_its_body_is_undone,
 };
 pub use self::reconcile::{
     cancelled_reconciliation_leaves_it_in_doubt, reconciler_that_cannot_tell_leaves_it_in_doubt,
@@ -67,6 +67,7 @@ macro_rules! conformance_suite {
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
             bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
             error_after_may_have_landed_leaves_in_doubt,
+            takeover_dropped_before_its_body_is_undone,
             reconciler_that_finds_it_landed_records_and_replays,
             reconciler_that_finds_it_did_not_land_runs_the_body,
             reconciler_that_cannot_tell_leaves_it_in_doubt,

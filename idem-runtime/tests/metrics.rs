@@ -264,7 +264,7 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
 
     // A reconciler that cannot tell: its answer is counted, and the call once, in doubt. One
     // that finds the effect landed: the call is counted as reconciled.
-    let got: Result<String, Error> = charge(&store, "order-5").run(|| {
+    let got: Result<String, Error> = charge(&store, "order-8").run(|| {
         may_have_landed();
         Err(Error::NotFound { key: "the vendor's answer timed out".to_owned() })
     });
@@ -272,9 +272,9 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
     Seen::take(&snapshotter);
     let body = || -> Result<String, Error> { panic!("the body must not run") };
     let got: Result<String, Error> =
-        charge(&store, "order-5").run_reconciled(|_| Ok::<_, String>(Reconciled::CannotTell), body);
+        charge(&store, "order-8").run_reconciled(|_| Ok::<_, String>(Reconciled::CannotTell), body);
     assert!(matches!(got, Err(Error::InDoubt { .. })), "{got:?}");
-    let got: Result<String, Error> = charge(&store, "order-5")
+    let got: Result<String, Error> = charge(&store, "order-8")
         .run_reconciled(|_| Ok::<_, String>(Reconciled::Landed("ch_5".to_owned())), body);
     assert_eq!(got.unwrap(), "ch_5");
     let seen = Seen::take(&snapshotter);

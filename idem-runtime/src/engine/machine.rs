@@ -209,7 +209,13 @@ impl Reservation {
     /// a reconciliation puts the key back in doubt.
     fn undo_detached(&mut self) {
         self.settled = true;
-        self.store.replace_detached(&self.record, self.before.take());
+        // Put back as this call's own write: on a store with leases, only the owner may replace
+        // an in-flight record while its lease holds, and this call's lease holds until the
+        // write lands (it would otherwise be renewed, and the key kept in flight, for as long
+        // as the store lives). The owner of a record that is not in flight means nothing else.
+        let back =
+            self.before.take().map(|before| Record { owner: self.record.owner.clone(), ..before });
+        self.store.replace_detached(&self.record, back);
     }
 
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
