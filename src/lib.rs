@@ -220,7 +220,13 @@
 //! };
 //!
 //! // The mail log shows the reply was sent: record that, and later calls replay it.
-//! idem::admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("sent")))?;
+//! idem::admin::resolve(
+//!     store.as_ref(),
+//!     &key,
+//!     Resolution::Done(serde_json::json!("sent")),
+//!     "ann@ops-1",
+//!     Some("the vendor shows the message as sent"),
+//! )?;
 //! assert_eq!(send_reply(7, "Fixed.").unwrap(), "sent");
 //! # Ok(()) }
 //! ```

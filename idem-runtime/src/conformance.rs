@@ -19,11 +19,18 @@ use crate::exec::block_on;
 use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
 
 mod around;
+mod history;
 
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
     error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
     stale_owner_cannot_write,
+};
+pub use self::history::{
+    history_follows_a_key_through_doubt_takeover_and_replay,
+    only_changes_that_land_are_in_the_history,
+    operator_resolve_is_in_the_history_and_purge_removes_it,
+    release_keeps_the_history_and_the_next_call_continues_it,
 };
 
 /// What a factory hands the suite: a store, optionally with something that must live as long
@@ -58,7 +65,11 @@ macro_rules! conformance_suite {
             one_key_many_threads_runs_once, one_key_many_tasks_runs_once,
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
             bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
-            error_after_may_have_landed_leaves_in_doubt);
+            error_after_may_have_landed_leaves_in_doubt,
+            history_follows_a_key_through_doubt_takeover_and_replay,
+            release_keeps_the_history_and_the_next_call_continues_it,
+            operator_resolve_is_in_the_history_and_purge_removes_it,
+            only_changes_that_land_are_in_the_history);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

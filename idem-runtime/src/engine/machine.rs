@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::{Call, Codec, InDoubtPolicy};
 use crate::error::Error;
+use crate::history::{Change, Event};
 use crate::meter::{self, Outcome};
 use crate::protocol::{assess, Assessment, Owner};
 use crate::record::{now_ms, Record};
@@ -60,11 +61,17 @@ impl Reservation {
         self.started = true;
     }
 
+    /// The description of a change this call makes to its record, for the key's history.
+    fn change(&self, event: Event) -> Change<'_> {
+        Change::new(event, self.record.owner.as_str())
+    }
+
     /// in-flight → done: records `json`, the body's result. Returns whether it was stored
     /// (`false`: the record changed hands while the body ran, and that write stands).
     async fn complete(&mut self, json: String, ttl: Option<Duration>) -> Result<bool, Error> {
         let done = self.record.done_json(json, now_ms(), ttl);
-        let stored = self.store.replace(&self.record, Some(&done)).await.map_err(|e| {
+        let change = self.change(Event::Done);
+        let stored = self.store.replace(&self.record, Some(&done), change).await.map_err(|e| {
             // Unsettled, the reservation leaves the key in doubt as it drops.
             Error::store(Some(&self.record.key), Some(&self.record.tool), e)
         })?;
@@ -78,7 +85,7 @@ impl Reservation {
         // as it drops, rather than marking the key in doubt.
         self.started = false;
         meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
-        match self.store.replace(&self.record, None).await {
+        match self.store.replace(&self.record, None, self.change(Event::Released)).await {
             Ok(_) => {
                 self.settled = true;
                 tracing::debug!(key = %self.record.key, tool = %self.record.tool, "idem: released after an error")
@@ -90,10 +97,11 @@ impl Reservation {
     }
 
     /// in-flight → in-doubt: the effect may have landed, and only an operator or the
-    /// `in_doubt` policy may decide.
-    async fn leave_in_doubt(&mut self) {
+    /// `in_doubt` policy may decide; `why` goes into the key's history.
+    async fn leave_in_doubt(&mut self, why: &str) {
         let doubt = self.record.in_doubt(now_ms());
-        match self.store.replace(&self.record, Some(&doubt)).await {
+        let change = self.change(Event::InDoubt).note(why);
+        match self.store.replace(&self.record, Some(&doubt), change).await {
             Ok(_) => {
                 self.settled = true;
                 meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
@@ -111,7 +119,9 @@ impl Reservation {
     /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired).
     fn undo_detached(&mut self) {
         self.settled = true;
-        self.store.replace_detached(&self.record, self.before.take());
+        let change = Change::new(Event::Undone, self.record.owner.as_str())
+            .note("the call ended before its body started");
+        self.store.replace_detached(&self.record, self.before.take(), change);
     }
 
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
@@ -119,7 +129,10 @@ impl Reservation {
         self.settled = true;
         meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
         tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
-        self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())));
+        let change = self
+            .change(Event::InDoubt)
+            .note("the body panicked, its future was dropped, or its result could not be stored");
+        self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())), change);
     }
 }
 
@@ -194,11 +207,12 @@ impl Call {
             if let Some(found) = &found {
                 self.check_function(found)?;
             }
-            let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
+            let (takeover, why) = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
                 Assessment::Absent => {
                     let fresh = self.fresh_record(store.as_ref());
                     let mut pending = Reservation::new(store, fresh, None);
-                    match store.reserve(&pending.record).await {
+                    let change = Change::new(Event::Reserved, pending.record.owner.as_str());
+                    match store.reserve(&pending.record, change).await {
                         Ok(Reserved::Mine) => {
                             tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
                             return Ok(Acquired::Owned(Box::new(pending)));
@@ -217,7 +231,7 @@ impl Call {
                     let existing = found.as_ref().expect("assessed a found record");
                     return self.replay(existing, codec).map(Acquired::Replay);
                 }
-                Assessment::Expired => self.fresh_record(store.as_ref()),
+                Assessment::Expired => (self.fresh_record(store.as_ref()), "its result expired"),
                 Assessment::Running => {
                     let existing = found.take().expect("assessed a found record");
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
@@ -254,7 +268,7 @@ impl Call {
                             if self.function.is_some() {
                                 takeover.function.clone_from(&self.function);
                             }
-                            takeover
+                            (takeover, "in doubt, and the call reruns it (in_doubt = \"rerun\")")
                         }
                     }
                 }
@@ -265,7 +279,8 @@ impl Call {
             let existing = found.take().expect("assessed a found record");
             let mut pending = Reservation::new(store, takeover, Some(existing));
             let before = pending.before.as_ref().expect("a takeover replaces a record");
-            match store.replace(before, Some(&pending.record)).await {
+            let change = Change::new(Event::TookOver, pending.record.owner.as_str()).note(why);
+            match store.replace(before, Some(&pending.record), change).await {
                 Ok(true) => {
                     meter::takeover(&self.tool);
                     tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
@@ -303,7 +318,7 @@ impl Call {
         let json = match json {
             Ok(json) => json,
             Err(reason) => {
-                owned.leave_in_doubt().await;
+                owned.leave_in_doubt("its result could not be stored").await;
                 return Err(Error::Result {
                     key: self.key.to_string(),
                     tool: self.tool.clone(),
@@ -325,7 +340,7 @@ impl Call {
     /// effect may have landed, in which case it is left in doubt.
     pub(super) async fn after_error(&self, mut owned: Box<Reservation>, may_have_landed: bool) {
         if may_have_landed {
-            owned.leave_in_doubt().await
+            owned.leave_in_doubt("the body failed after it said its effect may have landed").await
         } else {
             owned.release().await
         }

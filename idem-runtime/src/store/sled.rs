@@ -4,18 +4,30 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use self::chunks::{Chunks, MAX_RESULT, MAX_VALUE};
-use self::encoding::{decode, encode, encoded_len, Spilled};
+use self::encoding::{decode, encode, encoded_len, set_history, Spilled};
+use self::history::History;
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
+use crate::history::{Change, Entry};
 use crate::loom::Arc;
 use crate::protocol::Status;
-use crate::record::Record;
+use crate::record::{now_ms, Record};
+
+/// What a swap wrote that its settling must know: its history entry's number, whether it
+/// purged the history, and whether it entered the key in the in-flight index.
+#[derive(Clone, Copy)]
+struct Settled {
+    seq: u64,
+    purge: bool,
+    indexed: bool,
+}
 
 mod chunks;
 mod encoding;
 mod files;
+mod history;
 mod open;
 #[cfg(unix)]
 mod peer;
@@ -31,6 +43,9 @@ const CHUNKS: &str = "idem.chunks";
 /// stop at): records in flight, and records whose result's chunks are being written or removed.
 /// Opening a store reads only these, not the whole store.
 const IN_FLIGHT: &str = "idem.in-flight";
+
+/// Every key's history, one entry per change (see `sled/history.rs`).
+const HISTORY: &str = "idem.history";
 
 /// Written (in sled's default tree) once a store's in-flight index is complete. A store without
 /// it was written before the index existed: its first open scans every record, once.
@@ -68,6 +83,7 @@ pub struct SledStore {
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,
+    history: History,
     db: sled::Db,
     path: PathBuf,
     owner: String,
@@ -77,7 +93,7 @@ pub struct SledStore {
     /// commit.
     syncer: Option<std::sync::Arc<Syncer>>,
     hub: Arc<Hub>,
-    /// Serialise the writes of one key that touch the in-flight index (see `swap_indexed`);
+    /// Serialise the writes of one key (see `cas`), and a history's read against them;
     /// striped, since contention on a key is rare.
     key_locks: std::sync::Arc<[std::sync::Mutex<()>]>,
 }
@@ -137,37 +153,64 @@ impl SledStore {
         self.tree.get(key.as_bytes()).map_err(|e| io_error(&self.path, "cannot read", e))
     }
 
-    /// sled's compare-and-swap. `Ok(Ok(ticket))` when it happened (the ticket, if any,
-    /// completes once it is durable), `Ok(Err(current))` with the stored bytes when they were
-    /// not `old`.
+    /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
+    /// `sled/history.rs`). `Ok(Ok(ticket))` when it happened (the ticket, if any, completes
+    /// once it is durable), `Ok(Err(current))` with the stored bytes when they were not `old`.
     fn cas(
         &self,
         key: &[u8],
         old: Option<&[u8]>,
         new: Option<&Record>,
+        change: Change<'_>,
     ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
         let old_view = old.and_then(|old| decode(key, old).ok());
         let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
-        let old_spilled = old_view.and_then(|view| view.spilled);
+        let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
+        let old_history = old_view.as_ref().map(|view| view.history);
         let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        // Everything that could refuse the record is checked before anything is written.
-        let (bytes, spilled) = match new {
+        // Everything that could refuse the write is checked before anything is written.
+        change.check().map_err(|why| {
+            StoreError::new(format!(
+                "key {}: {why}; nothing was written",
+                String::from_utf8_lossy(key)
+            ))
+        })?;
+        let (mut bytes, spilled) = match new {
             Some(record) => {
                 let (bytes, spilled) = self.lay_out(record)?;
                 (Some(bytes), spilled)
             }
             None => (None, None),
         };
-        // A write that leaves or enters flight, or writes or drops a result's chunks, is
-        // indexed: a crash part-way leaves the key in the index for the next open to settle.
-        let indexed = was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some();
+        let entry = history::encode(&change, new.map(|record| record.status), now_ms());
+        let purge = change.event.ends_history();
+        // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
+        // a history, is indexed: a crash part-way leaves the key in the index for the next open
+        // to settle.
+        let indexed =
+            was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
         }
-        let _key_lock = indexed.then(|| self.lock_key(key));
+        // Every write of a key holds its lock: the entry and the swap are one step to every
+        // other writer and reader of the key.
+        let _key_lock = self.lock_key(key);
+        let mut written = None;
         let swapped = (|| {
+            // Under the lock no other write of the key can come between this read and the
+            // swap, so a write that would be refused writes nothing, not even its entry.
+            let current = self.tree.get(key)?;
+            if current.as_deref() != old {
+                return Ok(Err(current));
+            }
             if indexed {
                 self.index.insert(key, &[][..])?;
+            }
+            let seq = self.history.confirmed(key, old_history)? + 1;
+            self.history.write(key, seq, entry)?;
+            written = Some(seq);
+            if let Some(bytes) = &mut bytes {
+                set_history(bytes, seq);
             }
             if let (Some(spilled), Some(text)) =
                 (spilled, new.and_then(|record| record.result.as_deref()))
@@ -189,8 +232,14 @@ impl SledStore {
             syncer.poison(format!("a write failed: {e}"));
         }
         let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
-        if let Ok(outcome) = &swapped {
-            self.settle_indexed(key, outcome, if won { old_spilled } else { spilled }, in_flight);
+        if let (Ok(outcome), Some(seq)) = (&swapped, written) {
+            self.settle_indexed(
+                key,
+                outcome,
+                if won { old_spilled } else { spilled },
+                in_flight,
+                Settled { seq, purge, indexed },
+            );
         }
         match swapped {
             Ok(Ok(())) => {
@@ -202,8 +251,9 @@ impl SledStore {
         }
     }
 
-    /// Serialises the indexed writes of `key` (striped: contention on one key is rare), so that
-    /// one writer's index removal never drops the entry of another's newer write. A sled
+    /// Serialises the writes of `key` (striped: contention on one key is rare), so that one
+    /// writer's index removal never drops the entry of another's newer write, and a history
+    /// entry and the record's change that confirms it are one step to everyone else. A sled
     /// transaction would tie the writes too, but it takes sled's global write lock, which waits
     /// for every flush: it made fresh calls on a large store ten times slower.
     fn lock_key(&self, key: &[u8]) -> std::sync::MutexGuard<'_, ()> {
@@ -213,19 +263,31 @@ impl SledStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// After an indexed swap (`outcome`, under the key's lock): removes the chunks no record
-    /// points to any more (`unused`), then the key's index entry unless the stored record is in
-    /// flight. sled recovers a prefix of its writes, so at any point a crash stops at, the index
-    /// holds every key that is in flight or may have chunks no record points to; a failure here
-    /// leaves the entry, and the next open finishes the job.
+    /// After a swap that wrote its history entry (`outcome`, under the key's lock): removes
+    /// the entry if the swap was refused after all, the history a purge ended, the chunks no
+    /// record points to any more (`unused`), then the key's index entry unless the stored
+    /// record is in flight. sled recovers a prefix of its writes, so at any point a crash stops
+    /// at, the index holds every key that is in flight or may have chunks no record points to
+    /// or a purged history; a failure here leaves the entry, and the next open finishes the job.
     fn settle_indexed(
         &self,
         key: &[u8],
         outcome: &Result<(), Option<sled::IVec>>,
         unused: Option<Spilled>,
         in_flight: bool,
+        written: Settled,
     ) {
         let settled = (|| {
+            match outcome {
+                // Only a write made without the key's lock can change the record under it; the
+                // entry of a change that did not happen goes.
+                Err(_) => self.history.remove(key, written.seq)?,
+                Ok(()) if written.purge => self.history.remove_through(key, written.seq)?,
+                Ok(()) => {}
+            }
+            if !written.indexed {
+                return Ok(());
+            }
             if let Some(unused) = unused {
                 self.chunks.remove(key, unused.id)?;
             }
@@ -241,7 +303,7 @@ impl SledStore {
             Ok::<(), sled::Error>(())
         })();
         if let Err(e) = settled {
-            tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks or an index entry; the next open removes them");
+            tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks, a purged history or an index entry; the next open removes them");
         }
     }
 
@@ -311,11 +373,12 @@ impl SledStore {
         &self,
         current: &Record,
         new: Option<&Record>,
+        change: Change<'_>,
     ) -> Result<Option<Option<Ticket>>, StoreError> {
         let key = current.key.as_bytes();
         match self.read(&current.key)? {
             Some(bytes) if current.fence().admits(decode(key, &bytes)?.fence()) => {
-                Ok(self.cas(key, Some(&bytes), new)?.ok())
+                Ok(self.cas(key, Some(&bytes), new, change)?.ok())
             }
             _ => Ok(None),
         }
@@ -334,7 +397,7 @@ impl Store for SledStore {
         &self.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
+    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
         Box::pin(async move {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
@@ -343,7 +406,7 @@ impl Store for SledStore {
                 self.durable().await?;
                 return Ok(Reserved::Taken(existing));
             }
-            match self.cas(key, None, Some(record))? {
+            match self.cas(key, None, Some(record), change)? {
                 Ok(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -384,9 +447,10 @@ impl Store for SledStore {
         &'a self,
         current: &'a Record,
         new: Option<&'a Record>,
+        change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            match self.replace_now(current, new)? {
+            match self.replace_now(current, new, change)? {
                 Some(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -398,8 +462,8 @@ impl Store for SledStore {
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>) {
-        match self.replace_now(current, new.as_ref()) {
+    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
+        match self.replace_now(current, new.as_ref(), change) {
             // The sync is asked for but not awaited: a crash before it lands leaves the record
             // in flight, which the next open marks in doubt, the same outcome.
             Ok(_) => {}
@@ -425,6 +489,26 @@ impl Store for SledStore {
             }
             let _ = crate::exec::until(watch, deadline).await;
             self.read_durable(key).await
+        })
+    }
+
+    fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        Box::pin(async move {
+            let entries = {
+                // Under the key's lock, the record and its entries are read as one state.
+                let _key_lock = self.lock_key(key.as_bytes());
+                let bytes = self.read(key)?;
+                let record = match &bytes {
+                    Some(bytes) => Some(decode(key.as_bytes(), bytes)?.history),
+                    None => None,
+                };
+                let read_error = |e| io_error(&self.path, "cannot read", e);
+                let confirmed =
+                    self.history.confirmed(key.as_bytes(), record).map_err(read_error)?;
+                self.history.read(key.as_bytes(), confirmed)?
+            };
+            self.durable().await?;
+            Ok(entries)
         })
     }
 
