@@ -209,6 +209,15 @@ impl SledStore {
             let seq = self.history.confirmed(key, old_history)? + 1;
             self.history.write(key, seq, entry)?;
             written = Some(seq);
+            #[cfg(feature = "failpoints")]
+            {
+                // A crash test stops here with the entry on disk and the change not made.
+                let point = format!("after_entry_{}", change.event.as_str());
+                if crate::failpoint::armed(&point) {
+                    let _ = self.db.flush();
+                    crate::failpoint::failpoint(&point);
+                }
+            }
             if let Some(bytes) = &mut bytes {
                 set_history(bytes, seq);
             }
@@ -282,7 +291,15 @@ impl SledStore {
                 // Only a write made without the key's lock can change the record under it; the
                 // entry of a change that did not happen goes.
                 Err(_) => self.history.remove(key, written.seq)?,
-                Ok(()) if written.purge => self.history.remove_through(key, written.seq)?,
+                Ok(()) if written.purge => {
+                    #[cfg(feature = "failpoints")]
+                    if crate::failpoint::armed("after_purge_swap") {
+                        // A crash test stops here with the record gone and its history not.
+                        let _ = self.db.flush();
+                        crate::failpoint::failpoint("after_purge_swap");
+                    }
+                    self.history.remove_through(key, written.seq)?
+                }
                 Ok(()) => {}
             }
             if !written.indexed {
