@@ -281,7 +281,8 @@
 //! The `idem-cli` crate installs `idem`, the operator's view of a store (sled or `postgres://`):
 //! `idem key` computes a key, `idem ls --status in-doubt` and `idem show KEY` inspect records,
 //! `idem resolve KEY --release | --done JSON` settles one in doubt, `idem purge` removes finished
-//! ones and `idem stats` counts them. [`admin`] holds the same operations as functions.
+//! ones and `idem stats` counts them. [`admin`] holds the same operations as functions. Every
+//! change of a record is kept in its key's [`history`], which `idem show` prints.
 
 /// Runs a side-effecting tool at most once per intent: later calls with the same scope and
 /// arguments replay its recorded result.
@@ -468,10 +469,10 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
-    set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
-    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore, SledStoreBuilder,
-    Status, Store, StoreError, StoreFuture, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, history,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
+    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Record, Reserved, SledStore,
+    SledStoreBuilder, Status, Store, StoreError, StoreFuture, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'

@@ -10,8 +10,8 @@ use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
-use crate::output::{age, cell, size, table, timestamp};
 use crate::operator::operator;
+use crate::output::{age, cell, size, table, timestamp};
 use crate::remote::Admin;
 use crate::{args, store};
 

@@ -16,9 +16,8 @@ pub(crate) fn operator() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_owned());
     // An entry is one line of bounded text; a name that is not is kept legible and short.
-    let tidy = |text: &str| -> String {
-        text.chars().filter(|c| !c.is_control()).take(200).collect()
-    };
+    let tidy =
+        |text: &str| -> String { text.chars().filter(|c| !c.is_control()).take(200).collect() };
     idem_runtime::history::operator(&tidy(user.trim()), &tidy(&host))
 }
 

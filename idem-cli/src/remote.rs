@@ -3,9 +3,9 @@
 //! errors, so every subcommand prints the same either way.
 
 use idem_runtime::admin::{self, Filter, Listing, Purge, Resolution, Stats};
+use idem_runtime::history::Entry;
 #[cfg(unix)]
 use idem_runtime::remote::Remote;
-use idem_runtime::history::Entry;
 use idem_runtime::{Error, Key, Record, Store};
 
 pub(crate) enum Admin {

@@ -85,7 +85,9 @@ fn events(record: &Value) -> Vec<String> {
         .as_array()
         .expect("show --json has a history")
         .iter()
-        .map(|e| format!("{} {}", e["event"].as_str().unwrap(), e["status"].as_str().unwrap_or("absent")))
+        .map(|e| {
+            format!("{} {}", e["event"].as_str().unwrap(), e["status"].as_str().unwrap_or("absent"))
+        })
         .collect()
 }
 
@@ -102,7 +104,8 @@ fn an_operators_resolve_with_a_note_is_in_show_json_and_the_replay_adds_nothing(
     assert!(out.ok().contains("later calls replay \"ch_1\""), "{out:?}");
 
     let store = open(&path);
-    let replayed: String = charge(&store, "order-17").run(|| Ok::<_, Error>("ch_2".into())).unwrap();
+    let replayed: String =
+        charge(&store, "order-17").run(|| Ok::<_, Error>("ch_2".into())).unwrap();
     assert_eq!(replayed, "ch_1");
     drop(store);
 
@@ -149,7 +152,10 @@ fn a_released_key_shows_its_history_and_a_purge_removes_it() {
     assert!(text.contains("absent") && text.contains("no charge at the vendor"), "{text}");
 
     std::thread::sleep(Duration::from_millis(5));
-    assert_eq!(idem(&path, &["purge", "--older-than", "1ms"]).ok(), "removed 1 done record (finished more than 1ms ago)\n");
+    assert_eq!(
+        idem(&path, &["purge", "--older-than", "1ms"]).ok(),
+        "removed 1 done record (finished more than 1ms ago)\n"
+    );
     let line = idem(&path, &["show", done_key.as_str()]).fails(1).to_owned();
     assert!(line.contains("no record"), "a purged key has neither record nor history: {line}");
     let store = open(&path);
@@ -171,7 +177,9 @@ fn a_note_too_long_or_with_control_characters_is_bad_usage_and_changes_nothing()
         ("first line\nsecond line", "U+000A"),
         ("\u{1b}[31mred", "U+001B"),
     ] {
-        let line = idem(&path, &["resolve", key.as_str(), "--release", "--note", note]).fails(2).to_owned();
+        let line = idem(&path, &["resolve", key.as_str(), "--release", "--note", note])
+            .fails(2)
+            .to_owned();
         assert!(line.contains("--note") && line.contains(says), "{line}");
     }
     assert_eq!(show_json(&path, &key), before, "nothing was written");

@@ -215,9 +215,10 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     assert_eq!(json_lines(&in_doubt).len(), 3);
 
     // Settled by the operator while the agent runs; the agent then behaves as after a restart.
-    let out = idem(&path, &["resolve", &released, "--release", "--note", "no charge at the vendor"])
-        .ok()
-        .to_owned();
+    let out =
+        idem(&path, &["resolve", &released, "--release", "--note", "no charge at the vendor"])
+            .ok()
+            .to_owned();
     assert_eq!(out, format!("released {released}: the next call runs the body\n"));
     assert_eq!(agent.ask("call order-2 ch_2"), "ran ch_2", "a released key runs again");
     let out = idem(&path, &["resolve", &settled, "--done", "\"ch_3\""]).ok().to_owned();

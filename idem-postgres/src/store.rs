@@ -360,9 +360,9 @@ impl Store for PgStore {
 
 /// Refuses a change the history would not keep, before anything is sent.
 fn checked(record: &Record, change: &Change<'_>) -> Result<(), StoreError> {
-    change.check().map_err(|why| {
-        StoreError::new(format!("key {}: {why}; nothing was written", record.key))
-    })
+    change
+        .check()
+        .map_err(|why| StoreError::new(format!("key {}: {why}; nothing was written", record.key)))
 }
 
 impl std::fmt::Debug for PgStore {

@@ -420,7 +420,10 @@ impl Shared {
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.history).await?;
         let rows = client.query(&statement, &[&key]).await?;
-        rows.iter().map(|row| sql::decode_entry(key, row)).collect::<Result<_, _>>().map_err(Fault::Store)
+        rows.iter()
+            .map(|row| sql::decode_entry(key, row))
+            .collect::<Result<_, _>>()
+            .map_err(Fault::Store)
     }
 
     pub(crate) async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {

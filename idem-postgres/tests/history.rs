@@ -96,11 +96,8 @@ fn a_history_row_that_cannot_be_written_takes_the_records_change_with_it() {
     let key = charge(&store).key().clone();
     assert_eq!(block_on(store.get(key.as_str())).unwrap(), None, "no record without its row");
 
-    let purged = admin::purge(
-        store.as_ref(),
-        admin::Purge::OlderThan(std::time::Duration::ZERO),
-        "ann@ops",
-    );
+    let purged =
+        admin::purge(store.as_ref(), admin::Purge::OlderThan(std::time::Duration::ZERO), "ann@ops");
     // A purge writes no row: it deletes the record and its rows in one statement.
     assert_eq!(purged.unwrap(), 1);
     assert_eq!(block_on(store.get(done_key.as_str())).unwrap(), None);

@@ -135,9 +135,9 @@ impl Event {
     /// The event spelled `kind` with `answer` (which only `reconciled` takes), as a store reads
     /// them back.
     pub fn from_parts(kind: &str, answer: Option<&str>) -> Option<Event> {
-        Event::ALL.into_iter().find(|event| {
-            event.as_str() == kind && event.answer().map(Answer::as_str) == answer
-        })
+        Event::ALL
+            .into_iter()
+            .find(|event| event.as_str() == kind && event.answer().map(Answer::as_str) == answer)
     }
 }
 

@@ -109,7 +109,10 @@ fn remote_operations_act_on_the_running_process_as_after_a_restart() {
     assert_eq!(remote.show(&done).unwrap().result.as_deref(), Some("\"ch_1\""));
     assert_eq!(remote.stats().unwrap(), admin::stats(store.as_ref()).unwrap());
     assert!(remote.resolve(&released, Resolution::Release, "ann@ops", None).unwrap().is_none());
-    let now_done = remote.resolve(&settled, Resolution::Done(json!("ch_3")), "ann@ops", None).unwrap().unwrap();
+    let now_done = remote
+        .resolve(&settled, Resolution::Done(json!("ch_3")), "ann@ops", None)
+        .unwrap()
+        .unwrap();
     assert_eq!(now_done.result.as_deref(), Some("\"ch_3\""));
     let refused = remote.resolve(&done, Resolution::Release, "ann@ops", None).unwrap_err();
     assert!(matches!(refused, Error::NotResolvable { .. }), "{refused}");

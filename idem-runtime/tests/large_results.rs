@@ -150,7 +150,8 @@ fn an_operator_can_resolve_a_key_with_a_large_result() {
     let key = call(&store, "resolved").key().clone();
     assert_eq!(admin::show(&*store, &key).unwrap().status, Status::InDoubt);
     let big = result_of(200_000);
-    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big)), "ann@ops", None).unwrap();
+    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big)), "ann@ops", None)
+        .unwrap();
     let runs = AtomicUsize::new(0);
     let replayed = call(&store, "resolved").run(|| {
         runs.fetch_add(1, Ordering::SeqCst);

@@ -94,7 +94,8 @@ pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn St
     let long = "x".repeat(MAX_NOTE + 1);
     for bad in [long.as_str(), "two\nlines"] {
         let refused = admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@h", Some(bad));
-        let message = refused.expect_err("a note the history would not keep is refused").to_string();
+        let message =
+            refused.expect_err("a note the history would not keep is refused").to_string();
         assert!(message.contains("the note"), "the error names the input: {message}");
     }
     assert_eq!(status(&store, &key), Some(Status::InDoubt), "a refused resolve changes nothing");
@@ -175,5 +176,8 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
             (Event::Reconciled { answer: Answer::CannotTell }, Some(Status::InDoubt)),
         ]
     );
-    assert_eq!(after[after.len() - 2].note.as_deref(), Some("the vendor has no record of this key yet"));
+    assert_eq!(
+        after[after.len() - 2].note.as_deref(),
+        Some("the vendor has no record of this key yet")
+    );
 }

@@ -25,7 +25,7 @@ use super::{Call, Codec, InDoubtPolicy};
 use crate::error::Error;
 use crate::history::{Change, Event};
 use crate::meter::{self, Outcome};
-use crate::protocol::{assess, Assessment, Owner};
+use crate::protocol::{assess, Assessment, Owner, Status};
 use crate::record::{now_ms, Record};
 use crate::store::{Reserved, Store};
 use crate::time::deadline_after;
@@ -207,7 +207,7 @@ impl Call {
             if let Some(found) = &found {
                 self.check_function(found)?;
             }
-            let (takeover, why) = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
+            let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
                 Assessment::Absent => {
                     let fresh = self.fresh_record(store.as_ref());
                     let mut pending = Reservation::new(store, fresh, None);
@@ -231,7 +231,7 @@ impl Call {
                     let existing = found.as_ref().expect("assessed a found record");
                     return self.replay(existing, codec).map(Acquired::Replay);
                 }
-                Assessment::Expired => (self.fresh_record(store.as_ref()), "its result expired"),
+                Assessment::Expired => self.fresh_record(store.as_ref()),
                 Assessment::Running => {
                     let existing = found.take().expect("assessed a found record");
                     tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
@@ -268,7 +268,7 @@ impl Call {
                             if self.function.is_some() {
                                 takeover.function.clone_from(&self.function);
                             }
-                            (takeover, "in doubt, and the call reruns it (in_doubt = \"rerun\")")
+                            takeover
                         }
                     }
                 }
@@ -279,6 +279,10 @@ impl Call {
             let existing = found.take().expect("assessed a found record");
             let mut pending = Reservation::new(store, takeover, Some(existing));
             let before = pending.before.as_ref().expect("a takeover replaces a record");
+            let why = match before.status {
+                Status::Done => "its result expired",
+                _ => "in doubt, and the call reruns it (in_doubt = \"rerun\")",
+            };
             let change = Change::new(Event::TookOver, pending.record.owner.as_str()).note(why);
             match store.replace(before, Some(&pending.record), change).await {
                 Ok(true) => {

@@ -282,17 +282,24 @@ mod tests {
 
     #[test]
     fn requests_round_trip_with_their_version() {
-        let line = Request::resolve("k", Resolution::Done(Value::Null), "ann@h", Some("n")).to_line();
+        let line =
+            Request::resolve("k", Resolution::Done(Value::Null), "ann@h", Some("n")).to_line();
         assert!(line.contains("\"v\":1"), "{line}");
         match Request::from_line(line.trim_end().as_bytes()).unwrap() {
             Request::Resolve { key, resolution: WireResolution::Done(Value::Null), by, note } => {
-                assert_eq!((key.as_str(), by.as_deref(), note.as_deref()), ("k", Some("ann@h"), Some("n")))
+                assert_eq!(
+                    (key.as_str(), by.as_deref(), note.as_deref()),
+                    ("k", Some("ann@h"), Some("n"))
+                )
             }
             other => panic!("{other:?}"),
         }
         // A request from before histories names no one, and still reads.
         let old = br#"{"v":1,"op":"resolve","key":"k","resolution":"release"}"#;
-        assert!(matches!(Request::from_line(old), Ok(Request::Resolve { by: None, note: None, .. })));
+        assert!(matches!(
+            Request::from_line(old),
+            Ok(Request::Resolve { by: None, note: None, .. })
+        ));
     }
 
     #[test]

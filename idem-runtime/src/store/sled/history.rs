@@ -115,7 +115,9 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
     if bytes.first() != Some(&FORMAT) {
         return Err(damaged());
     }
-    let event = *Event::ALL.get(usize::from(*take(1, 1)?.first().expect("one byte"))).ok_or_else(damaged)?;
+    let event = *Event::ALL
+        .get(usize::from(*take(1, 1)?.first().expect("one byte")))
+        .ok_or_else(damaged)?;
     let status = match take(2, 1)?[0] {
         ABSENT => None,
         byte => Some(status_of(byte).ok_or_else(damaged)?),

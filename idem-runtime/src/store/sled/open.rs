@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::chunks::Chunks;
-use super::history::History;
 use super::encoding::decode;
 use super::files::Files;
+use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
 use crate::history::{Change, Event};
@@ -165,7 +165,9 @@ impl SledStore {
                 .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
         };
         let history = History {
-            tree: db.open_tree(HISTORY).map_err(|e| io_error(&path, "cannot open histories in", e))?,
+            tree: db
+                .open_tree(HISTORY)
+                .map_err(|e| io_error(&path, "cannot open histories in", e))?,
         };
         let index = db
             .open_tree(IN_FLIGHT)
