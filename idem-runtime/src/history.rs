@@ -116,7 +116,8 @@ impl Event {
     }
 
     /// Every kind of event, with each answer of a reconcile: for stores that keep the event as
-    /// a number, and for tests.
+    /// a number (the sled store stores an event as its index here: append new events, never
+    /// reorder), and for tests.
     pub const ALL: [Event; 12] = [
         Event::Reserved,
         Event::TookOver,

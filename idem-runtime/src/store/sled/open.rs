@@ -88,7 +88,7 @@ impl SledStoreBuilder {
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
 /// The note of the in-doubt mark an open makes.
-pub(crate) const DIED: &str = "left in flight by a process that died; marked when the store opened";
+const DIED: &str = "left in flight by a process that died; marked when the store opened";
 
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
