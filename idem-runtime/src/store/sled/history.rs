@@ -253,6 +253,16 @@ mod tests {
     }
 
     #[test]
+    fn event_codes_on_disk_do_not_move() {
+        // Stored entries name their event by these numbers: a reorder would misread them.
+        let code = |event: Event| encode(&Change::new(event, "b"), None, 0)[1];
+        assert_eq!(code(Event::Reserved), 0);
+        assert_eq!(code(Event::Done), 2);
+        assert_eq!(code(Event::Reconciled { answer: Answer::Landed }), 7);
+        assert_eq!(code(Event::Purged), 11);
+    }
+
+    #[test]
     fn an_entry_key_names_only_its_own_record() {
         assert_eq!(seq_of(b"ab", &entry_key(b"ab", 9)), Some(9));
         assert_eq!(seq_of(b"ab", &entry_key(b"ab\0x", 9)), None);
