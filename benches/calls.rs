@@ -295,7 +295,8 @@ fn postgres(c: &mut Criterion) {
     });
     group.finish();
     // Leave the table as it was found.
-    let removed = idem::admin::purge(store.as_ref(), idem::admin::Purge::OlderThan(Duration::ZERO));
+    let removed =
+        idem::admin::purge(store.as_ref(), idem::admin::Purge::OlderThan(Duration::ZERO), "bench");
     if let Err(e) = removed {
         eprintln!("could not purge the benchmark's records: {e}");
     }

@@ -233,8 +233,14 @@ fn story(dir: &Path) -> Result<(), String> {
         let result = serde_json::json!({"id": id, "amount": 4200});
         println!("   the vendor has {id} for o-17: it landed");
         println!("   $ idem --store {shown} resolve {key} --done '{result}'");
-        let settled = idem::admin::resolve(&store, &key, Resolution::Done(result.clone()))
-            .map_err(|e| e.to_string())?;
+        let settled = idem::admin::resolve(
+            &store,
+            &key,
+            Resolution::Done(result.clone()),
+            "operator@example",
+            None,
+        )
+        .map_err(|e| e.to_string())?;
         if settled.map(|record| record.status) != Some(Status::Done) {
             return Err("the record is not done after resolving it".to_owned());
         }

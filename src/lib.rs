@@ -220,7 +220,13 @@
 //! };
 //!
 //! // The mail log shows the reply was sent: record that, and later calls replay it.
-//! idem::admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("sent")))?;
+//! idem::admin::resolve(
+//!     store.as_ref(),
+//!     &key,
+//!     Resolution::Done(serde_json::json!("sent")),
+//!     "ann@ops-1",
+//!     Some("the vendor shows the message as sent"),
+//! )?;
 //! assert_eq!(send_reply(7, "Fixed.").unwrap(), "sent");
 //! # Ok(()) }
 //! ```
@@ -324,7 +330,8 @@
 //! The `idem-cli` crate installs `idem`, the operator's view of a store (sled or `postgres://`):
 //! `idem key` computes a key, `idem ls --status in-doubt` and `idem show KEY` inspect records,
 //! `idem resolve KEY --release | --done JSON` settles one in doubt, `idem purge` removes finished
-//! ones and `idem stats` counts them. [`admin`] holds the same operations as functions.
+//! ones and `idem stats` counts them. [`admin`] holds the same operations as functions. Every
+//! change of a record is kept in its key's [`history`], which `idem show` prints.
 
 /// Runs a side-effecting tool at most once per intent: later calls with the same scope and
 /// arguments replay its recorded result.
@@ -518,11 +525,11 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, may_have_landed,
-    set_default_store, try_current_key, Annotations, Args, Assessment, Backoff, Call, Durability,
-    Error, Fence, InDoubtPolicy, Key, Kind, Owner, Reconciled, Record, Reserved, SledStore,
-    SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport,
-    Swept, ToolInfo,
+    admin, assess, canonical_json, current_key, default_store, default_store_path, history,
+    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
+    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Reconciled, Record, Reserved,
+    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome,
+    SweepReport, Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'

@@ -51,7 +51,7 @@ pub(crate) enum Command {
         json: bool,
     },
 
-    /// Print one record with its result
+    /// Print one record with its result and its history
     Show {
         /// The key, as `idem ls` prints it
         key: String,
@@ -71,9 +71,12 @@ pub(crate) enum Command {
         /// The effect landed with this result (JSON): later calls replay it
         #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         done: Option<String>,
+        /// Why, kept in the key's history with your user@host (one line, at most 1024 bytes)
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        note: Option<String>,
     },
 
-    /// Remove finished records; never in-flight or in-doubt ones
+    /// Remove finished records with their histories; never in-flight or in-doubt ones
     #[command(group(ArgGroup::new("which").required(true).args(["older_than", "expired"])))]
     Purge {
         /// Remove done records finished longer ago than this (30d, 12h, 15m, 90s, 500ms)

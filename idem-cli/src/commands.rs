@@ -5,10 +5,12 @@ use std::io::Write;
 use std::time::Duration;
 
 use idem_runtime::admin::{Filter, Purge, Resolution};
+use idem_runtime::history::{check_note, Entry};
 use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
+use crate::operator::operator;
 use crate::output::{age, cell, size, table, timestamp};
 use crate::remote::Admin;
 use crate::{args, store};
@@ -26,8 +28,11 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             let key = Key::parse(&key)?;
             show(&mut store::open(location)?, &key, json, out)
         }
-        Command::Resolve { key, release, done } => {
+        Command::Resolve { key, release, done, note } => {
             let key = Key::parse(&key)?;
+            if let Some(note) = &note {
+                check_note(note).map_err(|why| Failure::usage(format!("--note: {why}")))?;
+            }
             let resolution = match (release, done) {
                 (true, None) => Resolution::Release,
                 (false, Some(result)) => Resolution::Done(
@@ -36,7 +41,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                 ),
                 _ => return Err(Failure::usage("give exactly one of --release and --done JSON")),
             };
-            resolve(&mut store::open(location)?, &key, resolution, out)
+            resolve(&mut store::open(location)?, &key, resolution, note.as_deref(), out)
         }
         Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
@@ -129,15 +134,65 @@ fn ls_table(records: &[Record], out: Out<'_>) -> Result<(), Failure> {
     out.write_all(text.as_bytes()).map_err(write_failed)
 }
 
+/// The record and its history; a key with no record but a history (released) prints the
+/// history, and one with neither is not found.
 fn show(store: &mut Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let record = store.show(key)?;
+    let record = match store.show(key) {
+        Ok(record) => Some(record),
+        Err(Error::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let history = store.history(key)?;
+    let Some(record) = record else {
+        if history.is_empty() {
+            return Err(Error::NotFound { key: key.to_string() }.into());
+        }
+        return show_absent(key, &history, json, out);
+    };
     if json {
-        let line = serde_json::to_string(&record).map_err(|e| Failure::failed(e.to_string()))?;
-        return writeln!(out, "{line}").map_err(write_failed);
+        let mut value =
+            serde_json::to_value(&record).map_err(|e| Failure::failed(e.to_string()))?;
+        value["history"] = serde_json::to_value(&history).expect("an entry is plain JSON");
+        return writeln!(out, "{value}").map_err(write_failed);
     }
     let now = now_ms();
     let assessment = assess(Some(&record), now, |r| store.owner_alive(r));
-    out.write_all(describe(&record, assessment, now).as_bytes()).map_err(write_failed)
+    let mut text = describe(&record, assessment, now);
+    text.push_str(&describe_history(&history, now));
+    out.write_all(text.as_bytes()).map_err(write_failed)
+}
+
+/// A key whose record is gone (released) but whose history is kept.
+fn show_absent(key: &Key, history: &[Entry], json: bool, out: Out<'_>) -> Result<(), Failure> {
+    if json {
+        let line = serde_json::json!({ "key": key.as_str(), "status": null, "history": history });
+        return writeln!(out, "{line}").map_err(write_failed);
+    }
+    let text = format!(
+        "key     {key}\nstatus  absent (no record: the next call runs the body)\n{}",
+        describe_history(history, now_ms())
+    );
+    out.write_all(text.as_bytes()).map_err(write_failed)
+}
+
+/// The history for people: one change per line, oldest first.
+fn describe_history(history: &[Entry], now: u64) -> String {
+    let rows: Vec<Vec<String>> = history
+        .iter()
+        .map(|entry| {
+            vec![
+                format!("{} ({} ago)", timestamp(entry.at), age(now, entry.at)),
+                entry.event.to_string(),
+                entry.state().to_owned(),
+                cell(&entry.by),
+                entry.note.as_deref().map_or_else(|| "-".to_owned(), cell),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return "\nhistory: none kept (written before histories were kept)\n".to_owned();
+    }
+    format!("\nhistory\n{}", table(&["WHEN", "EVENT", "STATE", "BY", "NOTE"], &rows))
 }
 
 /// A record for people: one field per line, times with their age.
@@ -194,9 +249,10 @@ fn resolve(
     store: &mut Admin,
     key: &Key,
     resolution: Resolution,
+    note: Option<&str>,
     out: Out<'_>,
 ) -> Result<(), Failure> {
-    match store.resolve(key, resolution)? {
+    match store.resolve(key, resolution, &operator(), note)? {
         None => writeln!(out, "released {key}: the next call runs the body"),
         Some(record) => {
             let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
@@ -207,7 +263,7 @@ fn resolve(
 }
 
 fn purge(store: &mut Admin, which: Purge, out: Out<'_>) -> Result<(), Failure> {
-    let removed = store.purge(which)?;
+    let removed = store.purge(which, &operator())?;
     let noun = if removed == 1 { "record" } else { "records" };
     let why = match which {
         Purge::Expired => "expired".to_owned(),

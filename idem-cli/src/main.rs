@@ -9,6 +9,7 @@ mod cli;
 mod commands;
 mod duration;
 mod failure;
+mod operator;
 mod output;
 mod remote;
 mod store;

@@ -3,6 +3,7 @@
 //! errors, so every subcommand prints the same either way.
 
 use idem_runtime::admin::{self, Filter, Listing, Purge, Resolution, Stats};
+use idem_runtime::history::Entry;
 #[cfg(unix)]
 use idem_runtime::remote::Remote;
 use idem_runtime::{Error, Key, Record, Store};
@@ -43,23 +44,33 @@ impl Admin {
         }
     }
 
+    pub(crate) fn history(&mut self, key: &Key) -> Result<Vec<Entry>, Error> {
+        match self {
+            Admin::Local(store) => admin::history(store.as_ref(), key),
+            #[cfg(unix)]
+            Admin::Remote(remote) => remote.history(key),
+        }
+    }
+
     pub(crate) fn resolve(
         &mut self,
         key: &Key,
         resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
     ) -> Result<Option<Record>, Error> {
         match self {
-            Admin::Local(store) => admin::resolve(store.as_ref(), key, resolution),
+            Admin::Local(store) => admin::resolve(store.as_ref(), key, resolution, by, note),
             #[cfg(unix)]
-            Admin::Remote(remote) => remote.resolve(key, resolution),
+            Admin::Remote(remote) => remote.resolve(key, resolution, by, note),
         }
     }
 
-    pub(crate) fn purge(&mut self, which: Purge) -> Result<usize, Error> {
+    pub(crate) fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
         match self {
-            Admin::Local(store) => admin::purge(store.as_ref(), which),
+            Admin::Local(store) => admin::purge(store.as_ref(), which, by),
             #[cfg(unix)]
-            Admin::Remote(remote) => remote.purge(which),
+            Admin::Remote(remote) => remote.purge(which, by),
         }
     }
 

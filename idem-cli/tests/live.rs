@@ -215,7 +215,10 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     assert_eq!(json_lines(&in_doubt).len(), 3);
 
     // Settled by the operator while the agent runs; the agent then behaves as after a restart.
-    let out = idem(&path, &["resolve", &released, "--release"]).ok().to_owned();
+    let out =
+        idem(&path, &["resolve", &released, "--release", "--note", "no charge at the vendor"])
+            .ok()
+            .to_owned();
     assert_eq!(out, format!("released {released}: the next call runs the body\n"));
     assert_eq!(agent.ask("call order-2 ch_2"), "ran ch_2", "a released key runs again");
     let out = idem(&path, &["resolve", &settled, "--done", "\"ch_3\""]).ok().to_owned();
@@ -229,14 +232,22 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     assert!(refused.contains("is done and cannot be resolved"), "{refused}");
 
     // Every subcommand prints the same through the socket as on the store opened directly.
-    let commands: [&[&str]; 5] = [
+    let commands: [&[&str]; 8] = [
         &["ls", "--json"],
         &["show", &settled],
         &["show", &finished, "--json"],
+        &["show", &settled, "--json"],
+        &["show", &released],
+        &["show", &released, "--json"],
         &["resolve", &settled, "--release"],
         &["show", "0123456789abcdef0123456789abcdef"],
     ];
     let live: Vec<Run> = commands.iter().map(|args| idem(&path, args)).collect();
+    // The socket carried the operator's note into the history.
+    let released_history = json_lines(&live[5].stdout)[0]["history"].clone();
+    assert_eq!(released_history[2]["event"], "resolved", "{released_history}");
+    assert_eq!(released_history[2]["note"], "no charge at the vendor");
+    assert_eq!(released_history[3]["event"], "reserved", "the next call continues the history");
     let live_stats = json_lines(idem(&path, &["stats", "--json"]).ok())[0].clone();
     agent.stop();
     for (args, live) in commands.iter().zip(&live) {

@@ -1,6 +1,7 @@
 //! The table, its triggers, the statements the store runs, and the mapping between rows and
 //! records.
 
+use idem_runtime::history::{Change, Entry, Event};
 use idem_runtime::{Record, Status, StoreError};
 use tokio_postgres::Row;
 
@@ -49,6 +50,11 @@ impl Names {
         format!("idem_{hex}")
     }
 
+    /// The table of every key's history, schema-qualified and quoted: `<table>_history`.
+    pub(crate) fn history(&self) -> String {
+        format!("\"{}\".\"{}_history\"", self.schema, self.table)
+    }
+
     /// The notify function of an earlier release's triggers, schema-qualified and quoted, which
     /// the migration drops with them.
     pub(crate) fn notify_function(&self) -> String {
@@ -60,9 +66,11 @@ impl Names {
     ///
     /// Tables of the first release spelled two statuses `in_flight` and `in_doubt`; the
     /// migration rewrites those rows and their check into the one spelling
-    /// ([`Status::as_str`]), once, in the same transaction.
+    /// ([`Status::as_str`]), once, in the same transaction. The history table is created for
+    /// a table of an earlier release too, empty: its records' earlier changes were not kept.
     pub(crate) fn migration(&self) -> String {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
+        let h = self.history();
         let function = self.notify_function();
         let (in_flight, done, in_doubt) =
             (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
@@ -86,6 +94,19 @@ CREATE TABLE IF NOT EXISTS {t} (
     args_fingerprint text NOT NULL,
     result           text,
     function         text
+);
+-- One row per change of a record, written by the statement that makes the change. `seq` orders
+-- a key's rows; a purge deletes them with the record, a release keeps them.
+CREATE TABLE IF NOT EXISTS {h} (
+    key              text NOT NULL,
+    seq              bigint GENERATED ALWAYS AS IDENTITY,
+    at               bigint NOT NULL,
+    event            text NOT NULL,
+    answer           text,
+    status           text,
+    by               text NOT NULL,
+    note             text,
+    PRIMARY KEY (key, seq)
 );
 DO $migrate$
 DECLARE
@@ -137,6 +158,8 @@ pub(crate) struct Statements {
     pub(crate) scan: String,
     pub(crate) update: String,
     pub(crate) delete: String,
+    pub(crate) purge: String,
+    pub(crate) history: String,
     pub(crate) renew: String,
     pub(crate) size: String,
     /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
@@ -162,28 +185,59 @@ fn fence(in_flight: &str) -> String {
 impl Statements {
     pub(crate) fn new(names: &Names) -> Statements {
         let t = names.qualified();
+        let h = names.history();
+        // Each write is one statement: the record's change and its history row commit together,
+        // in the round trip the change took before histories were kept. The row is written only
+        // when the change happened (the CTE returns the changed row, or nothing).
+        let entry = |event: u8, status: &str| {
+            format!(
+                "INSERT INTO {h} (key, at, event, answer, status, by, note) \
+                 SELECT key, {NOW_MS}, ${event}, ${}, {status}, ${}, ${} FROM r",
+                event + 1,
+                event + 2,
+                event + 3
+            )
+        };
         let in_flight = Status::InFlight.as_str();
         let fence = fence(in_flight);
         Statements {
             now: format!("SELECT {NOW_MS}"),
-            exists: "SELECT to_regclass($1) IS NOT NULL".to_owned(),
+            exists: "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
             // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
             // function.
+            // $15.. the change: event, answer, by, note.
             insert: format!(
-                "INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                 {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING"
+                "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                 $9, $10, {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
+                 RETURNING key, status) {}",
+                entry(15, "status")
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
             scan: format!("SELECT {COLUMNS} FROM {t}"),
-            // $6.. are the new record; $17 the lease for an in-flight one, $18 the function.
+            // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
+            // $19.. the change.
             update: format!(
-                "UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, attempts = $10, \
-                 created_at = $11, updated_at = $12, completed_at = $13, expires_at = $14, \
-                 args_fingerprint = $15, result = $16, function = $18, \
+                "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
+                 attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
+                 expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
                  lease_until = CASE WHEN $6 = '{in_flight}' THEN {NOW_MS} + $17 END \
-                 WHERE {fence}"
+                 WHERE {fence} RETURNING key, status) {}",
+                entry(19, "status")
             ),
-            delete: format!("DELETE FROM {t} WHERE {fence}"),
+            // $6.. the change; the record is gone, so the row's state is absent.
+            delete: format!(
+                "WITH r AS (DELETE FROM {t} WHERE {fence} RETURNING key) {}",
+                entry(6, "NULL")
+            ),
+            // A purge removes the history with the record, in the same statement.
+            purge: format!(
+                "WITH r AS (DELETE FROM {t} WHERE {fence} RETURNING key), \
+                 gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
+                 SELECT count(*) FROM r"
+            ),
+            history: format!(
+                "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
+            ),
             // Renews every lease in one statement; a lease that has already lapsed is never
             // revived, so a peer that saw it lapse may take the record over safely.
             renew: format!(
@@ -274,6 +328,51 @@ impl Values {
             &self.result,
         ]
     }
+}
+
+/// A [`Change`] as the statements take it, owned so that it can go to the store's runtime.
+pub(crate) struct ChangeValues {
+    event: &'static str,
+    answer: Option<&'static str>,
+    by: String,
+    note: Option<String>,
+    pub(crate) ends_history: bool,
+}
+
+impl ChangeValues {
+    pub(crate) fn of(change: &Change<'_>) -> ChangeValues {
+        ChangeValues {
+            event: change.event.as_str(),
+            answer: change.event.answer().map(|answer| answer.as_str()),
+            by: change.by.to_owned(),
+            note: change.note.map(str::to_owned),
+            ends_history: change.event.ends_history(),
+        }
+    }
+
+    /// The parameters after the record's: event, answer, by, note.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 4] {
+        [&self.event, &self.answer, &self.by, &self.note]
+    }
+}
+
+/// A history row back into an entry; one that does not decode is reported.
+pub(crate) fn decode_entry(key: &str, row: &Row) -> Result<Entry, StoreError> {
+    let damaged = |what: &str| {
+        StoreError::new(format!(
+            "a history row of key {key} is damaged ({what}); the record itself is not affected: \
+             fix the row in PostgreSQL"
+        ))
+    };
+    let event: String = row.get(1);
+    let answer: Option<String> = row.get(2);
+    let event: Event =
+        Event::from_parts(&event, answer.as_deref()).ok_or_else(|| damaged("unknown event"))?;
+    let status = match row.get::<_, Option<String>>(3) {
+        Some(status) => Some(status.parse::<Status>().map_err(|_| damaged("unknown status"))?),
+        None => None,
+    };
+    Ok(Entry { at: to_u64(row.get(0)), event, status, by: row.get(4), note: row.get(5) })
 }
 
 /// A row back into a record; a row that does not decode is reported, never guessed at.

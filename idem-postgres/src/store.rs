@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::for_stores::deadline_after;
+use idem_runtime::history::{Change, Entry};
 use idem_runtime::{Record, Reserved, Store, StoreError, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -15,7 +16,7 @@ use crate::builder::PgStoreBuilder;
 use crate::lease::{self, Holder, Leases};
 use crate::listen::{self, Fanout};
 use crate::runtime::{Detached, OwnRuntime, Writes};
-use crate::sql::{self, Names, Statements};
+use crate::sql::{self, ChangeValues, Names, Statements};
 use crate::table::Shared;
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
@@ -44,7 +45,12 @@ use crate::table::Shared;
 ///   owner whose last write fails stops renewing its lease, so its key turns in doubt for others
 ///   as after a crash, rather than looking busy for as long as the store lives.
 ///
-/// To remove a store, drop its table: `DROP TABLE idem.records;`.
+/// To remove a store, drop its table and its history table: `DROP TABLE idem.records,
+/// idem.records_history;`.
+///
+/// Every change of a record appends a row to `<table>_history` (`idem.records_history`) in the
+/// statement that makes the change, so the two commit together in one round trip; a purge
+/// deletes the key's rows in its statement.
 ///
 /// The store runs its I/O on a small tokio runtime of its own, so its futures work from plain
 /// threads (sync tools) and from inside any async runtime alike. It needs a direct session to
@@ -248,12 +254,16 @@ impl Store for PgStore {
         &self.shared.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
+    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
+        if let Err(e) = checked(record, &change) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
+        let change = ChangeValues::of(&change);
         let writing = self.shared.writes.start(record.owner.as_str());
         self.runtime.spawn_write(async move {
             let _writing = writing;
-            shared.reserve(&record).await
+            shared.reserve(&record, &change).await
         })
     }
 
@@ -269,17 +279,27 @@ impl Store for PgStore {
         &'a self,
         current: &'a Record,
         new: Option<&'a Record>,
+        change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
+        if let Err(e) = checked(current, &change) {
+            return Box::pin(std::future::ready(Err(e)));
+        }
         let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
+        let change = ChangeValues::of(&change);
         let writing =
             self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
         self.runtime.spawn_write(async move {
             let _writing = writing;
-            shared.replace(&current, new.as_ref()).await
+            shared.replace(&current, new.as_ref(), &change).await
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>) {
+    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
+        if let Err(e) = checked(current, &change) {
+            tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
+            return;
+        }
+        let change = ChangeValues::of(&change);
         let (shared, current) = (Arc::clone(&self.shared), current.clone());
         let pending = self.shared.detached.start();
         let earlier = self.shared.writes.settled(current.owner.as_str());
@@ -288,7 +308,7 @@ impl Store for PgStore {
         self.runtime.handle().spawn(async move {
             let _pending = pending;
             earlier.await;
-            if let Err(e) = shared.replace(&current, new.as_ref()).await {
+            if let Err(e) = shared.replace(&current, new.as_ref(), &change).await {
                 // The lease is no longer renewed and lapses: the record turns in doubt, the same
                 // outcome as a crash.
                 tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
@@ -304,6 +324,14 @@ impl Store for PgStore {
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
         self.runtime.spawn_store(async move { shared.changed(&key, &seen, deadline).await })
+    }
+
+    fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
+        self.runtime.spawn_store(async move {
+            let deadline = deadline_after(Instant::now(), shared.lease);
+            shared.history(&key, deadline).await
+        })
     }
 
     fn owner_alive(&self, record: &Record) -> bool {
@@ -330,6 +358,13 @@ impl Store for PgStore {
     fn waiters(&self, key: &str) -> Option<usize> {
         Some(self.shared.fanout.subscribers(key))
     }
+}
+
+/// Refuses a change the history would not keep, before anything is sent.
+fn checked(record: &Record, change: &Change<'_>) -> Result<(), StoreError> {
+    change
+        .check()
+        .map_err(|why| StoreError::new(format!("key {}: {why}; nothing was written", record.key)))
 }
 
 impl std::fmt::Debug for PgStore {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use idem_runtime::for_stores::deadline_after;
+use idem_runtime::history::Entry;
 use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Status, StoreError};
 use tokio_postgres::types::ToSql;
 
@@ -19,7 +20,7 @@ use crate::fault::{Fault, Retry};
 use crate::lease::{Holder, Leases};
 use crate::listen::{Fanout, DEGRADED_RECHECK};
 use crate::runtime::{Detached, Writes};
-use crate::sql::{self, Names, Statements, Values};
+use crate::sql::{self, ChangeValues, Names, Statements, Values};
 
 /// What the store's tasks share with it.
 pub(crate) struct Shared {
@@ -81,19 +82,36 @@ impl Shared {
 
     pub(crate) async fn check_table(&self, deadline: Instant) -> Result<(), StoreError> {
         let table = self.names.qualified();
-        let exists: bool = retrying!(
+        let history = self.names.history();
+        let (records, histories): (bool, bool) = retrying!(
             deadline,
             "cannot look for the records table",
-            self.query_value(&self.statements.exists, &[&table])
+            self.query_pair(&self.statements.exists, &[&table, &history])
         )?;
-        if exists {
-            Ok(())
-        } else {
-            Err(StoreError::new(format!(
+        if !records {
+            return Err(StoreError::new(format!(
                 "no idem records table {table} in this database: check the URL (name another \
                  table with ?idem_table=schema.table); the first idempotent call creates it"
-            )))
+            )));
         }
+        if !histories {
+            return Err(StoreError::new(format!(
+                "the idem records table {table} has no history table {history}: it was created \
+                 by an earlier idem; migrate it by connecting an agent of this version (or call \
+                 PgStore::migrate), then run the command again"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn query_pair(
+        &self,
+        statement: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(bool, bool), Fault> {
+        let client = self.pool.get().await?;
+        let row = client.query_one(statement, params).await?;
+        Ok((row.try_get(0)?, row.try_get(1)?))
     }
 
     async fn query_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
@@ -155,14 +173,18 @@ impl Shared {
         row.as_ref().map(sql::decode).transpose().map_err(Fault::Store)
     }
 
-    pub(crate) async fn reserve(&self, record: &Record) -> Result<Reserved, StoreError> {
+    pub(crate) async fn reserve(
+        &self,
+        record: &Record,
+        change: &ChangeValues,
+    ) -> Result<Reserved, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
         loop {
             let inserted: bool = retrying!(
                 deadline,
                 format!("cannot reserve key {}", record.key),
-                self.try_insert(&values)
+                self.try_insert(&values, change)
             )?;
             if !inserted {
                 // Read in a fresh statement: the insert's snapshot may not show a row committed
@@ -181,13 +203,15 @@ impl Shared {
         }
     }
 
-    async fn try_insert(&self, values: &Values) -> Result<bool, Fault> {
+    async fn try_insert(&self, values: &Values, change: &ChangeValues) -> Result<bool, Fault> {
         let lease = self.lease_ms();
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.insert).await?;
         let mut params = values.insert_params();
         params.push(&lease);
         params.push(values.function());
+        params.extend_from_slice(&change.params());
+        // One history row, written only when the record was.
         Ok(client.execute(&statement, &params).await? == 1)
     }
 
@@ -195,9 +219,10 @@ impl Shared {
         &self,
         current: &Record,
         new: Option<&Record>,
+        change: &ChangeValues,
     ) -> Result<bool, StoreError> {
         let own = self.writes_as_owner(current, new);
-        let outcome = self.replace_fenced(current, new, own).await;
+        let outcome = self.replace_fenced(current, new, own, change).await;
         match outcome {
             Ok(true) => {
                 self.leases.drop_if(&current.key, &Holder::of(current));
@@ -220,12 +245,15 @@ impl Shared {
         current: &Record,
         new: Option<&Record>,
         own: bool,
+        change: &ChangeValues,
     ) -> Result<bool, StoreError> {
         let deadline = self.deadline();
         let mut retry = Retry::until(deadline);
         let mut repeated = false;
         loop {
-            match self.try_replace(current, new, own).await {
+            // A repeat whose first attempt landed is refused by the fence: its history row was
+            // committed with that attempt, once.
+            match self.try_replace(current, new, own, change).await {
                 Ok(true) => return Ok(true),
                 Ok(false) if !repeated => return Ok(false),
                 Ok(false) => {
@@ -250,6 +278,7 @@ impl Shared {
         current: &Record,
         new: Option<&Record>,
         own: bool,
+        change: &ChangeValues,
     ) -> Result<bool, Fault> {
         let client = self.pool.get().await?;
         let seen = current.fence();
@@ -274,11 +303,19 @@ impl Shared {
                 params.extend_from_slice(&values.update_params());
                 params.push(&lease);
                 params.push(values.function());
+                params.extend_from_slice(&change.params());
                 tokio::try_join!(client.execute(&statement, &params), announce)?.0
+            }
+            None if change.ends_history => {
+                let statement = client.prepare_cached(&self.statements.purge).await?;
+                let removed: i64 = client.query_one(&statement, &fence).await?.try_get(0)?;
+                u64::try_from(removed).unwrap_or(0)
             }
             None => {
                 let statement = client.prepare_cached(&self.statements.delete).await?;
-                tokio::try_join!(client.execute(&statement, &fence), announce)?.0
+                let mut params = fence.to_vec();
+                params.extend_from_slice(&change.params());
+                tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
         };
         Ok(changed == 1)
@@ -380,6 +417,24 @@ impl Shared {
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
+    }
+
+    pub(crate) async fn history(
+        &self,
+        key: &str,
+        deadline: Instant,
+    ) -> Result<Vec<Entry>, StoreError> {
+        retrying!(deadline, format!("cannot read the history of key {key}"), self.try_history(key))
+    }
+
+    async fn try_history(&self, key: &str) -> Result<Vec<Entry>, Fault> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.history).await?;
+        let rows = client.query(&statement, &[&key]).await?;
+        rows.iter()
+            .map(|row| sql::decode_entry(key, row))
+            .collect::<Result<_, _>>()
+            .map_err(Fault::Store)
     }
 
     pub(crate) async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {

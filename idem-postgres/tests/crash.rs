@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
 use idem_runtime::for_stores::block_on;
+use idem_runtime::history::{Change, Event};
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 
 const LEASE: Duration = Duration::from_secs(1);
@@ -122,8 +123,14 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
 
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
     let late = stale.done(serde_json::json!("from the dead owner"), idem_runtime::now_ms(), None);
-    assert!(!block_on(store.replace(&stale, Some(&late))).unwrap(), "a stale write is refused");
-    assert!(!block_on(store.replace(&stale, None)).unwrap(), "a stale release is refused");
+    assert!(
+        !block_on(store.replace(&stale, Some(&late), Change::new(Event::Done, "test"))).unwrap(),
+        "a stale write is refused"
+    );
+    assert!(
+        !block_on(store.replace(&stale, None, Change::new(Event::Released, "test"))).unwrap(),
+        "a stale release is refused"
+    );
     assert!(!block_on(pg.renew(&stale)).unwrap(), "a stale heartbeat is refused");
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!((record.status, record.attempts), (Status::Done, 2));

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use idem_postgres::PgStore;
 use idem_runtime::for_stores::block_on;
+use idem_runtime::history::{Change, Event};
 use idem_runtime::{now_ms, Call, Error, Record, Reserved, Store};
 
 fn store(url: &str, schema: &str, lease: Duration) -> Arc<dyn Store> {
@@ -210,13 +211,17 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
     let owner = format!("{}#1", store.owner_id());
     let mine = Record::reserve("k", "sibling", "s", &owner, now_ms());
-    assert_eq!(block_on(store.reserve(&mine)).unwrap(), Reserved::Mine, "the first call reserves");
+    assert_eq!(
+        block_on(store.reserve(&mine, Change::new(Event::Reserved, "test"))).unwrap(),
+        Reserved::Mine,
+        "the first call reserves"
+    );
     let held = block_on(store.get("k")).unwrap().expect("the record is there");
 
     // A sibling of the same store instance, believing the lease lapsed, tries to take over.
     let sibling = held.taken_over(format!("{}#2", store.owner_id()), now_ms());
     assert!(
-        !block_on(store.replace(&held, Some(&sibling))).unwrap(),
+        !block_on(store.replace(&held, Some(&sibling), Change::new(Event::Done, "test"))).unwrap(),
         "a live lease is not taken over, by a sibling either"
     );
     let now = block_on(store.get("k")).unwrap().unwrap();
@@ -230,10 +235,19 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     .unwrap();
     let lapsed = block_on(store.get("k")).unwrap().unwrap();
     let sibling = lapsed.taken_over(format!("{}#2", store.owner_id()), now_ms());
-    assert!(block_on(store.replace(&lapsed, Some(&sibling))).unwrap(), "a lapsed lease is");
+    assert!(
+        block_on(store.replace(&lapsed, Some(&sibling), Change::new(Event::Done, "test"))).unwrap(),
+        "a lapsed lease is"
+    );
     // And the owner's own settling write is still accepted while its lease lives.
     let other = Record::reserve("k2", "sibling", "s", &owner, now_ms());
-    assert_eq!(block_on(store.reserve(&other)).unwrap(), Reserved::Mine);
+    assert_eq!(
+        block_on(store.reserve(&other, Change::new(Event::Reserved, "test"))).unwrap(),
+        Reserved::Mine
+    );
     let done = other.done(serde_json::json!(1), now_ms(), None);
-    assert!(block_on(store.replace(&other, Some(&done))).unwrap(), "the owner settles its own");
+    assert!(
+        block_on(store.replace(&other, Some(&done), Change::new(Event::Done, "test"))).unwrap(),
+        "the owner settles its own"
+    );
 }

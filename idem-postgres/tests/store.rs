@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use idem_postgres::PgStore;
 use idem_runtime::for_stores::block_on;
+use idem_runtime::history::{Change, Event};
 use idem_runtime::{now_ms, Call, Error, Record, Reserved, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
@@ -22,21 +23,31 @@ fn a_live_lease_cannot_be_taken_over() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
     let mine = Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
-    assert_eq!(block_on(a.reserve(&mine)).unwrap(), Reserved::Mine, "a reserves");
+    assert_eq!(
+        block_on(a.reserve(&mine, Change::new(Event::Reserved, "test"))).unwrap(),
+        Reserved::Mine,
+        "a reserves"
+    );
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(b.owner_alive(&held), "the lease is live");
     assert!(held.lease_until.is_some());
 
     let takeover = held.taken_over(format!("{}#1", b.owner_id()), now_ms());
     assert!(
-        !block_on(b.replace(&held, Some(&takeover))).unwrap(),
+        !block_on(b.replace(&held, Some(&takeover), Change::new(Event::Done, "test"))).unwrap(),
         "a live owner's record is not taken over"
     );
-    assert!(!block_on(b.replace(&held, None)).unwrap(), "nor released by another");
+    assert!(
+        !block_on(b.replace(&held, None, Change::new(Event::Released, "test"))).unwrap(),
+        "nor released by another"
+    );
     assert!(block_on(a.renew(&held)).unwrap(), "the owner renews its lease");
 
     let done = held.done(serde_json::json!(1), now_ms(), None);
-    assert!(block_on(a.replace(&held, Some(&done))).unwrap(), "the owner finishes");
+    assert!(
+        block_on(a.replace(&held, Some(&done), Change::new(Event::Done, "test"))).unwrap(),
+        "the owner finishes"
+    );
     let finished = block_on(b.get("k1")).unwrap().unwrap();
     assert_eq!((finished.status, finished.lease_until), (Status::Done, None));
     assert!(!block_on(a.renew(&held)).unwrap(), "a finished record has no lease to renew");

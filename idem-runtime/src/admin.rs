@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::exec::block_on;
+use crate::history::{Change, Entry, Event};
 use crate::key::Key;
 use crate::protocol::{assess, Assessment, Status};
 use crate::record::{now_ms, Record};
@@ -106,14 +107,26 @@ pub fn show(store: &dyn Store, key: &Key) -> Result<Record, Error> {
         .ok_or_else(|| Error::NotFound { key: key.to_string() })
 }
 
+/// The history of `key`, oldest first (see [`Store::history`]); empty when it has none.
+pub fn history(store: &dyn Store, key: &Key) -> Result<Vec<Entry>, Error> {
+    block_on(store.history(key.as_str())).map_err(|e| store_error(Some(key.as_str()), e))
+}
+
 /// Settles an in-doubt record (or an in-flight one whose owner is gone); anything else is
 /// refused with [`Error::NotResolvable`]. Returns the record as it now stands (`None` when
-/// released).
+/// released). The key's history records it as resolved `by` (an operator: `user@host`, see
+/// [`crate::history::operator`]) with `note`; a `by` or note the history would not keep
+/// ([`Change::check`]) is refused before anything is read.
 pub fn resolve(
     store: &dyn Store,
     key: &Key,
     resolution: Resolution,
+    by: &str,
+    note: Option<&str>,
 ) -> Result<Option<Record>, Error> {
+    let mut change = Change::new(Event::Resolved, by);
+    change.note = note;
+    change.check().map_err(|why| store_error(Some(key.as_str()), crate::StoreError::new(why)))?;
     let current = show(store, key)?;
     if assess(Some(&current), now_ms(), |r| store.owner_alive(r)) != Assessment::InDoubt {
         return Err(Error::NotResolvable {
@@ -126,7 +139,7 @@ pub fn resolve(
         Resolution::Release => None,
         Resolution::Done(result) => Some(current.done(result, now_ms(), None)),
     };
-    let swapped = block_on(store.replace(&current, new.as_ref()))
+    let swapped = block_on(store.replace(&current, new.as_ref(), change))
         .map_err(|e| store_error(Some(key.as_str()), e))?;
     if !swapped {
         return Err(Error::store(
@@ -141,9 +154,11 @@ pub fn resolve(
     Ok(new)
 }
 
-/// Removes finished records as `which` says; never an in-flight or in-doubt one. Returns how
-/// many were removed.
-pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
+/// Removes finished records as `which` says, with their histories; never an in-flight or
+/// in-doubt one. `by` is who purges (an operator's `user@host`). Returns how many were removed.
+pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<usize, Error> {
+    let change = Change::new(Event::Purged, by);
+    change.check().map_err(|why| store_error(None, crate::StoreError::new(why)))?;
     let now = now_ms();
     // A record that cannot be read is not known to be finished: it is kept, and logged.
     let (records, unreadable) = read_all(store)?;
@@ -160,7 +175,7 @@ pub fn purge(store: &dyn Store, which: Purge) -> Result<usize, Error> {
             }
         };
         if remove
-            && block_on(store.replace(record, None))
+            && block_on(store.replace(record, None, change))
                 .map_err(|e| store_error(Some(&record.key), e))?
         {
             removed += 1;

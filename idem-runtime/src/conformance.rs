@@ -19,12 +19,20 @@ use crate::exec::block_on;
 use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
 
 mod around;
+mod history;
 mod reconcile;
 
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
     error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
     stale_owner_cannot_write, takeover_dropped_before_its_body_is_undone,
+};
+pub use self::history::{
+    history_follows_a_key_through_a_reconcile,
+    history_follows_a_key_through_doubt_takeover_and_replay,
+    only_changes_that_land_are_in_the_history,
+    operator_resolve_is_in_the_history_and_purge_removes_it,
+    release_keeps_the_history_and_the_next_call_continues_it,
 };
 pub use self::reconcile::{
     cancelled_reconciliation_leaves_it_in_doubt, reconciler_that_cannot_tell_leaves_it_in_doubt,
@@ -74,7 +82,12 @@ macro_rules! conformance_suite {
             reconciler_that_errs_or_panics_leaves_it_in_doubt,
             two_callers_on_a_key_in_doubt_reconcile_once,
             cancelled_reconciliation_leaves_it_in_doubt,
-            sweep_settles_every_key_in_doubt_of_its_tools);
+            sweep_settles_every_key_in_doubt_of_its_tools,
+            history_follows_a_key_through_doubt_takeover_and_replay,
+            history_follows_a_key_through_a_reconcile,
+            release_keeps_the_history_and_the_next_call_continues_it,
+            operator_resolve_is_in_the_history_and_purge_removes_it,
+            only_changes_that_land_are_in_the_history);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

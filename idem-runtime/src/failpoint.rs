@@ -3,12 +3,23 @@
 //! can SIGKILL it at an exact point. Without the feature this compiles to nothing.
 
 #[cfg(feature = "failpoints")]
-pub(crate) fn failpoint(name: &str) {
-    use std::io::Write;
+fn wanted() -> Option<&'static str> {
     use std::sync::OnceLock;
     static WANTED: OnceLock<Option<String>> = OnceLock::new();
-    let wanted = WANTED.get_or_init(|| std::env::var("IDEM_FAILPOINT").ok());
-    if wanted.as_deref() == Some(name) {
+    WANTED.get_or_init(|| std::env::var("IDEM_FAILPOINT").ok()).as_deref()
+}
+
+/// Whether the process stops at `name`: a caller that must make something durable first (so
+/// that the crash finds it on disk) does so only then.
+#[cfg(feature = "failpoints")]
+pub(crate) fn armed(name: &str) -> bool {
+    wanted() == Some(name)
+}
+
+#[cfg(feature = "failpoints")]
+pub(crate) fn failpoint(name: &str) {
+    use std::io::Write;
+    if wanted() == Some(name) {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "IDEM_FAILPOINT_REACHED {name}");
         let _ = out.flush();

@@ -18,6 +18,7 @@ mod engine;
 mod error;
 mod exec;
 mod failpoint;
+pub mod history;
 mod key;
 mod loom;
 #[cfg(feature = "rmcp")]

@@ -83,12 +83,17 @@ pub(crate) fn takeover(tool: &str) {
     let _ = tool;
 }
 
-/// A reconciler of `tool` answered `answer` (`landed`, `not-landed`, `cannot-tell`, `failed`:
-/// it erred or panicked), for a call or a sweep.
-pub(crate) fn reconciliation(tool: &str, answer: &'static str) {
+/// A reconciler of `tool` answered `answer`, spelled as the history spells it (`landed`,
+/// `not-landed`, `cannot-tell`, `erred`: it returned an error or panicked, or its answer cannot
+/// be recorded), for a call or a sweep.
+pub(crate) fn reconciliation(tool: &str, answer: crate::history::Answer) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!("idem_reconciliations_total", "tool" => tool.to_owned(), "answer" => answer)
-        .increment(1);
+    ::metrics::counter!(
+        "idem_reconciliations_total",
+        "tool" => tool.to_owned(),
+        "answer" => answer.as_str()
+    )
+    .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (tool, answer);
 }

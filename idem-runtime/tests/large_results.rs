@@ -115,7 +115,7 @@ fn purging_a_record_removes_its_results_chunks() {
     {
         let store = open(dir.path());
         call(&store, "purged").run(|| Ok::<_, Error>(result_of(100_000))).unwrap();
-        while admin::purge(&*store, Purge::OlderThan(Duration::ZERO)).unwrap() == 0 {
+        while admin::purge(&*store, Purge::OlderThan(Duration::ZERO), "ann@ops").unwrap() == 0 {
             std::thread::yield_now(); // until a millisecond has passed since it finished
         }
     }
@@ -150,7 +150,8 @@ fn an_operator_can_resolve_a_key_with_a_large_result() {
     let key = call(&store, "resolved").key().clone();
     assert_eq!(admin::show(&*store, &key).unwrap().status, Status::InDoubt);
     let big = result_of(200_000);
-    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big))).unwrap();
+    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big)), "ann@ops", None)
+        .unwrap();
     let runs = AtomicUsize::new(0);
     let replayed = call(&store, "resolved").run(|| {
         runs.fetch_add(1, Ordering::SeqCst);

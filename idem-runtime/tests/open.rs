@@ -161,7 +161,10 @@ fn a_damaged_record_is_reported_and_the_listing_goes_on() {
     assert_eq!(admin::list(store.as_ref(), &admin::Filter::default()).unwrap().len(), 2);
     let stats = admin::stats(store.as_ref()).unwrap();
     assert_eq!((stats.by_status.get("done"), stats.unreadable), (Some(&2), 1));
-    assert_eq!(admin::purge(store.as_ref(), admin::Purge::OlderThan(Duration::ZERO)).unwrap(), 2);
+    assert_eq!(
+        admin::purge(store.as_ref(), admin::Purge::OlderThan(Duration::ZERO), "ann@ops").unwrap(),
+        2
+    );
     let kept = admin::show(store.as_ref(), bad.key()).unwrap_err();
     assert!(kept.to_string().contains("damaged"), "kept for inspection, not purged: {kept}");
 }

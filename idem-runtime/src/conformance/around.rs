@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::{call, eventually_status, scope, status, ToolError};
 use crate::admin::{self, Filter, Purge, Resolution};
 use crate::exec::block_on;
+use crate::history::{Change, Event};
 use crate::{Call, Error, InDoubtPolicy, Status, Store};
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
@@ -24,11 +25,16 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
         .run(|| Ok::<_, Error>("sent".into()))
         .unwrap();
     let stale_done = doubtful.done(serde_json::json!("late"), crate::now_ms(), None);
+    let by = doubtful.owner.as_str();
     assert!(
-        !block_on(store.replace(&doubtful, Some(&stale_done))).unwrap(),
+        !block_on(store.replace(&doubtful, Some(&stale_done), Change::new(Event::Done, by)))
+            .unwrap(),
         "a stale write is refused"
     );
-    assert!(!block_on(store.replace(&doubtful, None)).unwrap(), "a stale release is refused");
+    assert!(
+        !block_on(store.replace(&doubtful, None, Change::new(Event::Released, by))).unwrap(),
+        "a stale release is refused"
+    );
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!(record.result.as_deref(), Some(r#""sent""#), "the new owner's result stands");
 }
@@ -44,14 +50,21 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
         admin::list(store.as_ref(), &Filter { status: Some(Status::InDoubt), tool: None }).unwrap();
     assert!(doubtful.iter().any(|r| r.key == key.as_str()), "ls --status in-doubt lists it");
 
-    admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO)).expect("purge runs");
+    admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO), "ann@ops").expect("purge runs");
     assert_eq!(
         status(&store, &key),
         Some(Status::InDoubt),
         "purge never removes an in-doubt record"
     );
 
-    admin::resolve(store.as_ref(), &key, Resolution::Done(serde_json::json!("ch_manual"))).unwrap();
+    admin::resolve(
+        store.as_ref(),
+        &key,
+        Resolution::Done(serde_json::json!("ch_manual")),
+        "ann@ops",
+        None,
+    )
+    .unwrap();
     let runs = AtomicUsize::new(0);
     let got: String = call(&store, "charge_card", &scope)
         .run(|| {
@@ -65,12 +78,14 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
         "the resolved result replays"
     );
 
-    match admin::resolve(store.as_ref(), &key, Resolution::Release) {
+    match admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@ops", None) {
         Err(Error::NotResolvable { status: Status::Done, .. }) => {}
         other => panic!("resolving a done record must be refused, got {other:?}"),
     }
     std::thread::sleep(Duration::from_millis(5));
-    let removed = admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1))).unwrap();
+    let removed =
+        admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1)), "ann@ops")
+            .unwrap();
     assert!(removed >= 1, "the finished record is purged");
     assert_eq!(status(&store, &key), None);
 }

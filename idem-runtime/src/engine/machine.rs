@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use super::reconcile::{ask, Reconciled};
 use super::{Call, Codec, InDoubtPolicy};
 use crate::error::{Error, StoreError};
+use crate::history::{Answer, Change, Event};
 use crate::key::Key;
 use crate::meter::{self, Outcome};
-use crate::protocol::{assess, Assessment, Owner};
+use crate::protocol::{assess, Assessment, Owner, Status};
 use crate::record::{now_ms, Record};
 use crate::store::{Reserved, Store};
 use crate::time::deadline_after;
@@ -85,11 +86,17 @@ impl Reservation {
         self.started = true;
     }
 
+    /// The description of a change this call makes to its record, for the key's history.
+    fn change(&self, event: Event) -> Change<'_> {
+        Change::new(event, self.record.owner.as_str())
+    }
+
     /// in-flight → done: records `json`, the body's result. Returns whether it was stored
     /// (`false`: the record changed hands while the body ran, and that write stands).
     async fn complete(&mut self, json: String, ttl: Option<Duration>) -> Result<bool, Error> {
         let done = self.record.done_json(json, now_ms(), ttl);
-        let stored = self.store.replace(&self.record, Some(&done)).await.map_err(|e| {
+        let change = self.change(Event::Done);
+        let stored = self.store.replace(&self.record, Some(&done), change).await.map_err(|e| {
             // Unsettled, the reservation leaves the key in doubt as it drops.
             Error::store(Some(&self.record.key), Some(&self.record.tool), e)
         })?;
@@ -103,7 +110,7 @@ impl Reservation {
         // as it drops, rather than marking the key in doubt.
         self.started = false;
         meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
-        match self.store.replace(&self.record, None).await {
+        match self.store.replace(&self.record, None, self.change(Event::Released)).await {
             Ok(_) => {
                 self.settled = true;
                 tracing::debug!(key = %self.record.key, tool = %self.record.tool, "idem: released after an error")
@@ -115,10 +122,11 @@ impl Reservation {
     }
 
     /// in-flight → in-doubt: the effect may have landed, and only an operator or the
-    /// `in_doubt` policy may decide.
-    async fn leave_in_doubt(&mut self) {
+    /// `in_doubt` policy may decide; `why` goes into the key's history.
+    async fn leave_in_doubt(&mut self, why: &str) {
         let doubt = self.record.in_doubt(now_ms());
-        match self.store.replace(&self.record, Some(&doubt)).await {
+        let change = self.change(Event::InDoubt).note(why);
+        match self.store.replace(&self.record, Some(&doubt), change).await {
             Ok(_) => {
                 self.settled = true;
                 meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
@@ -151,7 +159,9 @@ impl Reservation {
         // store with leases takes it as the owner's own settling write.
         let doubt = record.in_doubt(now);
         let mut pending = Box::new(Reservation::new(store, record, Some(doubt)));
-        if store.replace(existing, Some(&pending.record)).await? {
+        let change = Change::new(Event::TookOver, pending.record.owner.as_str())
+            .note("to ask the tool's reconciler whether the effect landed");
+        if store.replace(existing, Some(&pending.record), change).await? {
             tracing::info!(key = %existing.key, tool = %existing.tool, "idem: took over to reconcile");
             Ok(Some(pending))
         } else {
@@ -169,9 +179,10 @@ impl Reservation {
         ttl: Option<Duration>,
     ) -> Result<bool, StoreError> {
         let done = self.record.done_json(json, now_ms(), ttl);
-        let stored = self.store.replace(&self.record, Some(&done)).await?;
+        let change = self.change(Event::Reconciled { answer: Answer::Landed });
+        let stored = self.store.replace(&self.record, Some(&done), change).await?;
         self.settled = true;
-        meter::reconciliation(&self.record.tool, "landed");
+        meter::reconciliation(&self.record.tool, Answer::Landed);
         tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect landed; its result is recorded");
         Ok(stored)
     }
@@ -179,9 +190,10 @@ impl Reservation {
     /// in-flight (reconciling) → absent: the reconciler found the effect did not land, so the
     /// key is released and the next reservation runs the body.
     pub(super) async fn settle_not_landed(&mut self) -> Result<bool, StoreError> {
-        let released = self.store.replace(&self.record, None).await?;
+        let change = self.change(Event::Reconciled { answer: Answer::NotLanded });
+        let released = self.store.replace(&self.record, None, change).await?;
         self.settled = true;
-        meter::reconciliation(&self.record.tool, "not-landed");
+        meter::reconciliation(&self.record.tool, Answer::NotLanded);
         tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect did not land; the key is released");
         Ok(released)
     }
@@ -190,11 +202,12 @@ impl Reservation {
     /// (`reason` says which), or its answer cannot be stored. Returns the record as written.
     pub(super) async fn settle_cannot_tell(
         &mut self,
-        answer: &'static str,
+        answer: Answer,
         reason: &str,
     ) -> Result<Record, StoreError> {
         let doubt = self.record.in_doubt(now_ms());
-        self.store.replace(&self.record, Some(&doubt)).await?;
+        let change = self.change(Event::Reconciled { answer }).note(reason);
+        self.store.replace(&self.record, Some(&doubt), change).await?;
         self.settled = true;
         // Only the answer is counted here: a call that then returns `Error::InDoubt` is counted
         // as it returns, and a sweep is no call.
@@ -215,7 +228,9 @@ impl Reservation {
         // as the store lives). The owner of a record that is not in flight means nothing else.
         let back =
             self.before.take().map(|before| Record { owner: self.record.owner.clone(), ..before });
-        self.store.replace_detached(&self.record, back);
+        let change = Change::new(Event::Undone, self.record.owner.as_str())
+            .note("the call ended before its body started");
+        self.store.replace_detached(&self.record, back, change);
     }
 
     /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
@@ -223,7 +238,10 @@ impl Reservation {
         self.settled = true;
         meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
         tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
-        self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())));
+        let change = self
+            .change(Event::InDoubt)
+            .note("the body panicked, its future was dropped, or its result could not be stored");
+        self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())), change);
     }
 }
 
@@ -310,7 +328,8 @@ impl Call {
                 Assessment::Absent => {
                     let fresh = self.fresh_record(store.as_ref());
                     let mut pending = Reservation::new(store, fresh, None);
-                    match store.reserve(&pending.record).await {
+                    let change = Change::new(Event::Reserved, pending.record.owner.as_str());
+                    match store.reserve(&pending.record, change).await {
                         Ok(Reserved::Mine) => {
                             tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
                             return Ok(Acquired::Owned(Box::new(pending)));
@@ -392,7 +411,12 @@ impl Call {
             let existing = found.take().expect("assessed a found record");
             let mut pending = Reservation::new(store, takeover, Some(existing));
             let before = pending.before.as_ref().expect("a takeover replaces a record");
-            match store.replace(before, Some(&pending.record)).await {
+            let why = match before.status {
+                Status::Done => "its result expired",
+                _ => "in doubt, and the call reruns it (in_doubt = \"rerun\")",
+            };
+            let change = Change::new(Event::TookOver, pending.record.owner.as_str()).note(why);
+            match store.replace(before, Some(&pending.record), change).await {
                 Ok(true) => {
                     meter::takeover(&self.tool);
                     tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
@@ -419,7 +443,7 @@ impl Call {
         let json = match encode_for_replay(codec, value) {
             Ok(json) => json,
             Err(reason) => {
-                owned.leave_in_doubt().await;
+                owned.leave_in_doubt("its result could not be stored").await;
                 return Err(Error::Result {
                     key: self.key.to_string(),
                     tool: self.tool.clone(),
@@ -468,14 +492,14 @@ impl Call {
                     }
                     return Ok(Reconciliation::Landed(value));
                 }
-                Err(reason) => ("failed", format!("its answer cannot be recorded: {reason}")),
+                Err(reason) => (Answer::Erred, format!("its answer cannot be recorded: {reason}")),
             },
             Ok(Reconciled::NotLanded) => {
                 pending.settle_not_landed().await.map_err(failed)?;
                 return Ok(Reconciliation::Released);
             }
-            Ok(Reconciled::CannotTell) => ("cannot-tell", "it could not tell".to_owned()),
-            Err(reason) => ("failed", reason),
+            Ok(Reconciled::CannotTell) => (Answer::CannotTell, "it could not tell".to_owned()),
+            Err(reason) => (Answer::Erred, reason),
         };
         let record = pending.settle_cannot_tell(answer, &reason).await.map_err(failed)?;
         Ok(Reconciliation::InDoubt { record: Box::new(record), reason })
@@ -485,7 +509,7 @@ impl Call {
     /// effect may have landed, in which case it is left in doubt.
     pub(super) async fn after_error(&self, mut owned: Box<Reservation>, may_have_landed: bool) {
         if may_have_landed {
-            owned.leave_in_doubt().await
+            owned.leave_in_doubt("the body failed after it said its effect may have landed").await
         } else {
             owned.release().await
         }

@@ -18,6 +18,7 @@ use super::machine::{encode_for_replay, Reservation};
 use super::Codec;
 use crate::error::Error;
 use crate::exec::block_on;
+use crate::history::Answer;
 use crate::key::Key;
 use crate::protocol::{assess, Assessment};
 use crate::record::{now_ms, Record};
@@ -281,8 +282,8 @@ async fn sweep_one(
                 Err(e) => store_failed(e),
             }
         }
-        Ok(Reconciled::CannotTell) => ("cannot-tell", "it could not tell".to_owned()),
-        Err(reason) => ("failed", reason),
+        Ok(Reconciled::CannotTell) => (Answer::CannotTell, "it could not tell".to_owned()),
+        Err(reason) => (Answer::Erred, reason),
     };
     match pending.settle_cannot_tell(answer, &reason).await {
         Ok(_) => in_doubt(reason),

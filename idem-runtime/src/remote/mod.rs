@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::admin::{Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
+use crate::history::Entry;
 use crate::key::Key;
 use crate::record::Record;
 
@@ -105,18 +106,30 @@ impl Remote {
         record(self.call(&Request::Show { key: key.as_str().to_owned() })?)
     }
 
+    /// The history of `key`, oldest first, as [`crate::admin::history`].
+    pub fn history(&mut self, key: &Key) -> Result<Vec<Entry>, Error> {
+        let value = self.call(&Request::History { key: key.as_str().to_owned() })?;
+        serde_json::from_value(value.clone()).map_err(|_| unexpected(&value))
+    }
+
     /// Settles an in-doubt record, as [`crate::admin::resolve`]: the running process applies it
     /// with the same fence, so a record its owner is still running is refused.
-    pub fn resolve(&mut self, key: &Key, resolution: Resolution) -> Result<Option<Record>, Error> {
-        match self.call(&Request::resolve(key.as_str(), resolution))? {
+    pub fn resolve(
+        &mut self,
+        key: &Key,
+        resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Option<Record>, Error> {
+        match self.call(&Request::resolve(key.as_str(), resolution, by, note))? {
             Value::Null => Ok(None),
             value => record(value).map(Some),
         }
     }
 
-    /// Removes finished records, as [`crate::admin::purge`].
-    pub fn purge(&mut self, which: Purge) -> Result<usize, Error> {
-        let value = self.call(&Request::purge(which))?;
+    /// Removes finished records with their histories, as [`crate::admin::purge`].
+    pub fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
+        let value = self.call(&Request::purge(which, by))?;
         value.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| unexpected(&value))
     }
 

@@ -5,9 +5,11 @@
 //! ```text
 //! {"v":1,"op":"ls","status":"in-doubt","tool":null}    {"v":1,"ok":[{…record…}]}
 //! {"v":1,"op":"show","key":"…"}                         {"v":1,"ok":{…record…}}
-//! {"v":1,"op":"resolve","key":"…","resolution":"release"}
-//! {"v":1,"op":"resolve","key":"…","resolution":{"done":{"id":"ch_1"}}}
-//! {"v":1,"op":"purge","which":"expired"}    {"v":1,"op":"purge","which":{"older-than-ms":9}}
+//! {"v":1,"op":"history","key":"…"}                      {"v":1,"ok":[{…entry…}]}
+//! {"v":1,"op":"resolve","key":"…","resolution":"release","by":"ann@host"}
+//! {"v":1,"op":"resolve","key":"…","resolution":{"done":{"id":"ch_1"}},"by":"ann@host","note":"…"}
+//! {"v":1,"op":"purge","which":"expired","by":"ann@host"}
+//! {"v":1,"op":"purge","which":{"older-than-ms":9},"by":"ann@host"}
 //! {"v":1,"op":"stats"}                                  {"v":1,"error":{"kind":"not-found",…}}
 //! ```
 
@@ -16,8 +18,13 @@ use serde_json::Value;
 
 use crate::admin::{Filter, Purge, Resolution};
 use crate::error::{Error, StoreError};
+use crate::history::Entry;
 use crate::protocol::Status;
 use crate::record::Record;
+
+/// Who a history records for a resolve or purge whose request names no one (a client from
+/// before histories).
+pub(crate) const UNNAMED: &str = "an operator (unnamed)";
 
 /// The version this build speaks; a request with another is refused, not guessed at.
 pub(crate) const VERSION: u64 = 1;
@@ -50,12 +57,23 @@ pub(crate) enum Request {
     Show {
         key: String,
     },
+    History {
+        key: String,
+    },
+    /// `by` and `note` go into the key's history. Optional, so that a request of a client
+    /// from before histories still reads: it is recorded as by [`UNNAMED`].
     Resolve {
         key: String,
         resolution: WireResolution,
+        #[serde(default)]
+        by: Option<String>,
+        #[serde(default)]
+        note: Option<String>,
     },
     Purge {
         which: WirePurge,
+        #[serde(default)]
+        by: Option<String>,
     },
     Stats,
 }
@@ -84,22 +102,32 @@ impl Request {
         Request::Scan { status: filter.status, tool: filter.tool.clone() }
     }
 
-    pub(crate) fn resolve(key: &str, resolution: Resolution) -> Request {
+    pub(crate) fn resolve(
+        key: &str,
+        resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
+    ) -> Request {
         let resolution = match resolution {
             Resolution::Release => WireResolution::Release,
             Resolution::Done(value) => WireResolution::Done(value),
         };
-        Request::Resolve { key: key.to_owned(), resolution }
+        Request::Resolve {
+            key: key.to_owned(),
+            resolution,
+            by: Some(by.to_owned()),
+            note: note.map(str::to_owned),
+        }
     }
 
-    pub(crate) fn purge(which: Purge) -> Request {
+    pub(crate) fn purge(which: Purge, by: &str) -> Request {
         let which = match which {
             Purge::Expired => WirePurge::Expired,
             Purge::OlderThan(age) => {
                 WirePurge::OlderThanMs(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
             }
         };
-        Request::Purge { which }
+        Request::Purge { which, by: Some(by.to_owned()) }
     }
 
     /// The line a client sends, newline included.
@@ -228,6 +256,11 @@ pub(crate) fn record_from_value(mut value: Value) -> Result<Record, String> {
     Ok(record)
 }
 
+/// A history as it travels: the entries as they serialize.
+pub(crate) fn entries_to_value(entries: &[Entry]) -> Value {
+    serde_json::to_value(entries).expect("an entry is plain JSON")
+}
+
 /// One response line, newline included.
 pub(crate) fn ok_line(value: Value) -> String {
     let mut line = serde_json::json!({ "v": VERSION, "ok": value }).to_string();
@@ -249,14 +282,24 @@ mod tests {
 
     #[test]
     fn requests_round_trip_with_their_version() {
-        let line = Request::resolve("k", Resolution::Done(Value::Null)).to_line();
+        let line =
+            Request::resolve("k", Resolution::Done(Value::Null), "ann@h", Some("n")).to_line();
         assert!(line.contains("\"v\":1"), "{line}");
         match Request::from_line(line.trim_end().as_bytes()).unwrap() {
-            Request::Resolve { key, resolution: WireResolution::Done(Value::Null) } => {
-                assert_eq!(key, "k")
+            Request::Resolve { key, resolution: WireResolution::Done(Value::Null), by, note } => {
+                assert_eq!(
+                    (key.as_str(), by.as_deref(), note.as_deref()),
+                    ("k", Some("ann@h"), Some("n"))
+                )
             }
             other => panic!("{other:?}"),
         }
+        // A request from before histories names no one, and still reads.
+        let old = br#"{"v":1,"op":"resolve","key":"k","resolution":"release"}"#;
+        assert!(matches!(
+            Request::from_line(old),
+            Ok(Request::Resolve { by: None, note: None, .. })
+        ));
     }
 
     #[test]

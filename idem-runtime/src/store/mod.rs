@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
+use crate::history::{Change, Entry};
 use crate::record::Record;
 
 mod notify;
@@ -33,13 +34,21 @@ pub enum Durability {
 ///
 /// Every method that changes a record returns only once the change is as durable as the store's
 /// [`Durability`] says. Implementations must be linearizable per key.
+///
+/// Every change carries a [`Change`] saying what it is, and the store appends its
+/// [`Entry`](crate::history::Entry) to the key's history in the same atomic step as the change
+/// itself, with no durable point of its own: a change that landed is in the history, and one
+/// that did not is not. A change whose event [ends the
+/// history](crate::history::Event::ends_history) (a purge) removes the history with the record
+/// instead. A store refuses a change that [`Change::check`] refuses, before writing anything.
 pub trait Store: Send + Sync + 'static {
     /// The identity this store instance writes into the records it reserves or takes over.
     fn owner_id(&self) -> &str;
 
     /// Inserts `record` under `record.key` if no record is there, durably: [`Reserved::Mine`]
     /// when the insert happened, [`Reserved::Taken`] with the record already there otherwise.
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved>;
+    /// The history gets `change` only when the insert happened.
+    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved>;
 
     /// The record under `key`, if any.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
@@ -47,13 +56,23 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces `current` by `new` (or deletes it when `new` is `None`) only if the stored
     /// record is still in the state `current` was ([`Record::fence`], and
     /// [`Fence::admits`](crate::Fence::admits)), durably. Returns whether the swap happened. This
-    /// is the fence: a caller that lost its record cannot write.
-    fn replace<'a>(&'a self, current: &'a Record, new: Option<&'a Record>)
-        -> StoreFuture<'a, bool>;
+    /// is the fence: a caller that lost its record cannot write. The history gets `change`
+    /// only when the swap happened.
+    fn replace<'a>(
+        &'a self,
+        current: &'a Record,
+        new: Option<&'a Record>,
+        change: Change<'a>,
+    ) -> StoreFuture<'a, bool>;
 
     /// Like [`Store::replace`], but does not wait: it is called from `Drop` (a panic or a
     /// dropped future), where nothing can be awaited. Failures are logged.
-    fn replace_detached(&self, current: &Record, new: Option<Record>);
+    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>);
+
+    /// The history of `key`, oldest first: one entry per change that landed, including those
+    /// before a release deleted the record (a later reservation continues it), none from before
+    /// a purge. Empty when the key has none. What it returns is durable, as from [`Store::get`].
+    fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
     /// Resolves once the record under `key` differs from `seen` (returning it, or `None` when
     /// it is gone), or at `deadline` (returning it unchanged). Must not poll in a loop.

@@ -3,24 +3,27 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use self::chunks::{Chunks, MAX_RESULT, MAX_VALUE};
-use self::encoding::{decode, encode, encoded_len, Spilled};
+use self::chunks::{Chunks, MAX_RESULT};
+use self::encoding::decode;
+use self::history::History;
 use super::notify::Hub;
 use super::sync::{Syncer, Ticket};
 use super::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
+use crate::history::{Change, Entry};
 use crate::loom::Arc;
-use crate::protocol::Status;
 use crate::record::Record;
 
 mod chunks;
 mod encoding;
 mod files;
+mod history;
 mod open;
 #[cfg(unix)]
 mod peer;
 #[cfg(unix)]
 mod serve;
+mod write;
 
 pub use self::open::SledStoreBuilder;
 
@@ -28,9 +31,13 @@ const TREE: &str = "idem.records";
 const CHUNKS: &str = "idem.chunks";
 
 /// The keys a crash may have left needing attention (a superset of them, at any point a crash can
-/// stop at): records in flight, and records whose result's chunks are being written or removed.
+/// stop at): records in flight, records whose result's chunks are being written or removed, and
+/// keys whose history a purge is removing.
 /// Opening a store reads only these, not the whole store.
 const IN_FLIGHT: &str = "idem.in-flight";
+
+/// Every key's history, one entry per change (see `sled/history.rs`).
+const HISTORY: &str = "idem.history";
 
 /// Written (in sled's default tree) once a store's in-flight index is complete. A store without
 /// it was written before the index existed: its first open scans every record, once.
@@ -68,6 +75,7 @@ pub struct SledStore {
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,
+    history: History,
     db: sled::Db,
     path: PathBuf,
     owner: String,
@@ -77,7 +85,7 @@ pub struct SledStore {
     /// commit.
     syncer: Option<std::sync::Arc<Syncer>>,
     hub: Arc<Hub>,
-    /// Serialise the writes of one key that touch the in-flight index (see `swap_indexed`);
+    /// Serialise the writes of one key (see `cas`), and a history's read against them;
     /// striped, since contention on a key is rare.
     key_locks: std::sync::Arc<[std::sync::Mutex<()>]>,
 }
@@ -137,145 +145,6 @@ impl SledStore {
         self.tree.get(key.as_bytes()).map_err(|e| io_error(&self.path, "cannot read", e))
     }
 
-    /// sled's compare-and-swap. `Ok(Ok(ticket))` when it happened (the ticket, if any,
-    /// completes once it is durable), `Ok(Err(current))` with the stored bytes when they were
-    /// not `old`.
-    fn cas(
-        &self,
-        key: &[u8],
-        old: Option<&[u8]>,
-        new: Option<&Record>,
-    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
-        let old_view = old.and_then(|old| decode(key, old).ok());
-        let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
-        let old_spilled = old_view.and_then(|view| view.spilled);
-        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        // Everything that could refuse the record is checked before anything is written.
-        let (bytes, spilled) = match new {
-            Some(record) => {
-                let (bytes, spilled) = self.lay_out(record)?;
-                (Some(bytes), spilled)
-            }
-            None => (None, None),
-        };
-        // A write that leaves or enters flight, or writes or drops a result's chunks, is
-        // indexed: a crash part-way leaves the key in the index for the next open to settle.
-        let indexed = was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some();
-        if let Some(syncer) = &self.syncer {
-            syncer.begin_write()?;
-        }
-        let _key_lock = indexed.then(|| self.lock_key(key));
-        let swapped = (|| {
-            if indexed {
-                self.index.insert(key, &[][..])?;
-            }
-            if let (Some(spilled), Some(text)) =
-                (spilled, new.and_then(|record| record.result.as_deref()))
-            {
-                // The chunks go first: the sync that makes the record durable covers them.
-                self.chunks.write(key, spilled.id, text)?;
-                #[cfg(feature = "failpoints")]
-                {
-                    // A crash test stops here with the chunks on disk and no record pointing
-                    // to them.
-                    let _ = self.db.flush();
-                    crate::failpoint::failpoint("after_chunks");
-                }
-            }
-            self.tree.compare_and_swap(key, old, bytes).map(|swap| swap.map_err(|c| c.current))
-        })();
-        let won = matches!(swapped, Ok(Ok(())));
-        if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
-            syncer.poison(format!("a write failed: {e}"));
-        }
-        let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
-        if let Ok(outcome) = &swapped {
-            self.settle_indexed(key, outcome, if won { old_spilled } else { spilled }, in_flight);
-        }
-        match swapped {
-            Ok(Ok(())) => {
-                self.hub.notify(&String::from_utf8_lossy(key));
-                Ok(Ok(ticket))
-            }
-            Ok(Err(current)) => Ok(Err(current)),
-            Err(e) => Err(io_error(&self.path, "cannot write to", e)),
-        }
-    }
-
-    /// Serialises the indexed writes of `key` (striped: contention on one key is rare), so that
-    /// one writer's index removal never drops the entry of another's newer write. A sled
-    /// transaction would tie the writes too, but it takes sled's global write lock, which waits
-    /// for every flush: it made fresh calls on a large store ten times slower.
-    fn lock_key(&self, key: &[u8]) -> std::sync::MutexGuard<'_, ()> {
-        let stripe = key.iter().fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
-        self.key_locks[stripe % self.key_locks.len()]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// After an indexed swap (`outcome`, under the key's lock): removes the chunks no record
-    /// points to any more (`unused`), then the key's index entry unless the stored record is in
-    /// flight. sled recovers a prefix of its writes, so at any point a crash stops at, the index
-    /// holds every key that is in flight or may have chunks no record points to; a failure here
-    /// leaves the entry, and the next open finishes the job.
-    fn settle_indexed(
-        &self,
-        key: &[u8],
-        outcome: &Result<(), Option<sled::IVec>>,
-        unused: Option<Spilled>,
-        in_flight: bool,
-    ) {
-        let settled = (|| {
-            if let Some(unused) = unused {
-                self.chunks.remove(key, unused.id)?;
-            }
-            let still_needed = match outcome {
-                Ok(()) => in_flight,
-                Err(current) => current.as_deref().is_some_and(|bytes| {
-                    decode(key, bytes).is_ok_and(|view| view.status == Status::InFlight)
-                }),
-            };
-            if !still_needed {
-                self.index.remove(key)?;
-            }
-            Ok::<(), sled::Error>(())
-        })();
-        if let Err(e) = settled {
-            tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks or an index entry; the next open removes them");
-        }
-    }
-
-    /// How `record` is written: its bytes, and where its result's chunks go when it does not
-    /// fit in the record. Refuses what the store cannot keep, before anything is written.
-    fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
-        let result_len = record.result.as_ref().map_or(0, String::len);
-        if result_len > MAX_RESULT {
-            return Err(StoreError::new(format!(
-                "key {}: the result of tool `{}` is {result_len} bytes of JSON, more than the \
-                 {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
-                 less (for example where the data is kept, not the data)",
-                record.key, record.tool
-            )));
-        }
-        if encoded_len(record, false) <= MAX_VALUE {
-            return Ok((encode(record, None), None));
-        }
-        if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
-            let id =
-                self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
-            // Bounded by MAX_RESULT above.
-            let spilled = Spilled { id, len: result_len as u32 };
-            return Ok((encode(record, Some(spilled)), Some(spilled)));
-        }
-        Err(StoreError::new(format!(
-            "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
-             sled record holds; nothing was recorded for it: use a shorter scope or tool name",
-            record.key,
-            record.tool,
-            encoded_len(record, true)
-        )))
-    }
-
     /// The record under `key`, with its result read back from its chunks when it has them.
     fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
         loop {
@@ -311,11 +180,12 @@ impl SledStore {
         &self,
         current: &Record,
         new: Option<&Record>,
+        change: Change<'_>,
     ) -> Result<Option<Option<Ticket>>, StoreError> {
         let key = current.key.as_bytes();
         match self.read(&current.key)? {
             Some(bytes) if current.fence().admits(decode(key, &bytes)?.fence()) => {
-                Ok(self.cas(key, Some(&bytes), new)?.ok())
+                Ok(self.cas(key, Some(&bytes), new, change)?.ok())
             }
             _ => Ok(None),
         }
@@ -334,7 +204,7 @@ impl Store for SledStore {
         &self.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record) -> StoreFuture<'a, Reserved> {
+    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
         Box::pin(async move {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
@@ -343,7 +213,7 @@ impl Store for SledStore {
                 self.durable().await?;
                 return Ok(Reserved::Taken(existing));
             }
-            match self.cas(key, None, Some(record))? {
+            match self.cas(key, None, Some(record), change)? {
                 Ok(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -384,9 +254,10 @@ impl Store for SledStore {
         &'a self,
         current: &'a Record,
         new: Option<&'a Record>,
+        change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            match self.replace_now(current, new)? {
+            match self.replace_now(current, new, change)? {
                 Some(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -398,8 +269,8 @@ impl Store for SledStore {
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>) {
-        match self.replace_now(current, new.as_ref()) {
+    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
+        match self.replace_now(current, new.as_ref(), change) {
             // The sync is asked for but not awaited: a crash before it lands leaves the record
             // in flight, which the next open marks in doubt, the same outcome.
             Ok(_) => {}
@@ -425,6 +296,26 @@ impl Store for SledStore {
             }
             let _ = crate::exec::until(watch, deadline).await;
             self.read_durable(key).await
+        })
+    }
+
+    fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        Box::pin(async move {
+            let entries = {
+                // Under the key's lock, the record and its entries are read as one state.
+                let _key_lock = self.lock_key(key.as_bytes());
+                let bytes = self.read(key)?;
+                let record = match &bytes {
+                    Some(bytes) => Some(decode(key.as_bytes(), bytes)?.history),
+                    None => None,
+                };
+                let read_error = |e| io_error(&self.path, "cannot read", e);
+                let confirmed =
+                    self.history.confirmed(key.as_bytes(), record).map_err(read_error)?;
+                self.history.read(key.as_bytes(), confirmed)?
+            };
+            self.durable().await?;
+            Ok(entries)
         })
     }
 

@@ -7,7 +7,7 @@
 //! 0      format (1)            JSON records of the first format begin with `{`, and still read
 //! 1      status                0 in flight, 1 done, 2 in doubt
 //! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
-//!                              16 function, 32 result kept in chunks
+//!                              16 function, 32 result kept in chunks, 64 history
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
@@ -17,6 +17,8 @@
 //! then   the result's JSON text, a u32 length and its bytes, when present (option 8)
 //! or     where its chunks are: a u64 chunk id and the u32 length of the text (option 32)
 //! then   the function that wrote the record, a u32 length and its bytes, when present
+//! then   the sequence number of the key's last history entry, a u64 (option 64: always
+//!        written now, and last, so that a writer sets it once it holds the key's lock)
 //! ```
 //!
 //! A result too large to sit in the record is kept in chunks (see `chunks.rs`), so that no
@@ -37,6 +39,32 @@ const LEASE: u8 = 4;
 const RESULT: u8 = 8;
 const FUNCTION: u8 = 16;
 const CHUNKED: u8 = 32;
+const HISTORY: u8 = 64;
+
+/// The byte a status is stored as, in a record and in a history entry.
+pub(crate) const fn status_byte(status: Status) -> u8 {
+    match status {
+        Status::InFlight => 0,
+        Status::Done => 1,
+        Status::InDoubt => 2,
+    }
+}
+
+/// The status stored as `byte`, if it is one.
+pub(crate) const fn status_of(byte: u8) -> Option<Status> {
+    match byte {
+        0 => Some(Status::InFlight),
+        1 => Some(Status::Done),
+        2 => Some(Status::InDoubt),
+        _ => None,
+    }
+}
+
+/// Sets the history sequence number of a record [`encode`] wrote (its last 8 bytes).
+pub(crate) fn set_history(bytes: &mut [u8], seq: u64) {
+    let at = bytes.len() - 8;
+    bytes[at..].copy_from_slice(&seq.to_le_bytes());
+}
 
 /// Where a result kept in chunks is: its chunk id and the length of its JSON text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +91,9 @@ pub(crate) struct View<'a> {
     pub(crate) result: Option<Cow<'a, str>>,
     /// The result, when it is kept in chunks rather than in `result`.
     pub(crate) spilled: Option<Spilled>,
+    /// The sequence number of the key's last history entry this record confirms (`None` for a
+    /// record written before histories were kept).
+    pub(crate) history: Option<u64>,
 }
 
 impl View<'_> {
@@ -104,6 +135,7 @@ pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
     let function = record.function.as_ref().map_or(0, |text| 4 + text.len());
     let times = [record.completed_at, record.expires_at, record.lease_until];
     23 + 8 * times.iter().flatten().count()
+        + 8
         + strings.iter().map(|s| 4 + s.len()).sum::<usize>()
         + result
         + function
@@ -125,17 +157,14 @@ pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
         (result.is_some(), RESULT),
         (function.is_some(), FUNCTION),
         (spilled.is_some(), CHUNKED),
+        (true, HISTORY),
     ] {
         if present {
             options |= bit;
         }
     }
     out.push(FORMAT);
-    out.push(match record.status {
-        Status::InFlight => 0,
-        Status::Done => 1,
-        Status::InDoubt => 2,
-    });
+    out.push(status_byte(record.status));
     out.push(options);
     out.extend_from_slice(&record.attempts.to_le_bytes());
     out.extend_from_slice(&record.created_at.to_le_bytes());
@@ -160,6 +189,8 @@ pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
+    // Set by the writer under the key's lock (`set_history`).
+    out.extend_from_slice(&0u64.to_le_bytes());
     out
 }
 
@@ -206,6 +237,7 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 owner: Cow::Owned(record.owner.as_str().to_owned()),
                 result: record.result.map(Cow::Owned),
                 spilled: None,
+                history: None,
             })
         }
     }
@@ -253,12 +285,7 @@ impl<'a> Reader<'a> {
 
 fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let mut r = Reader { bytes: &bytes[1..] };
-    let status = match r.u8()? {
-        0 => Status::InFlight,
-        1 => Status::Done,
-        2 => Status::InDoubt,
-        _ => return Err(Truncated("unknown status")),
-    };
+    let status = status_of(r.u8()?).ok_or(Truncated("unknown status"))?;
     let options = r.u8()?;
     let attempts = r.u32()?;
     let created_at = r.u64()?;
@@ -275,6 +302,7 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let spilled =
         if options & CHUNKED != 0 { Some(Spilled { id: r.u64()?, len: r.u32()? }) } else { None };
     let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
+    let history = if options & HISTORY != 0 { Some(r.u64()?) } else { None };
     if !r.bytes.is_empty() {
         return Err(Truncated("bytes after the record"));
     }
@@ -292,6 +320,7 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         owner,
         result,
         spilled,
+        history,
     })
 }
 
@@ -319,6 +348,16 @@ mod tests {
             assert_eq!(bytes.len(), encoded_len(&record, false));
             assert_eq!(decode(b"k", &bytes).unwrap().to_record("k"), record);
         }
+    }
+
+    #[test]
+    fn a_record_points_to_its_last_history_entry() {
+        let mut bytes = encode(&done(), None);
+        assert_eq!(decode(b"k", &bytes).unwrap().history, Some(0));
+        set_history(&mut bytes, 0x0102_0304_0506_0708);
+        let view = decode(b"k", &bytes).unwrap();
+        assert_eq!(view.history, Some(0x0102_0304_0506_0708));
+        assert_eq!(view.to_record("k"), done());
     }
 
     #[test]

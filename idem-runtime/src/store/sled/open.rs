@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use super::chunks::Chunks;
 use super::encoding::decode;
 use super::files::Files;
-use super::{io_error, SledStore, CHUNKS, INDEXED, IN_FLIGHT, TREE};
+use super::history::History;
+use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
+use crate::history::{Change, Event};
 use crate::loom::Arc;
 use crate::protocol::Status;
 use crate::record::now_ms;
@@ -84,6 +86,9 @@ impl SledStoreBuilder {
 }
 
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+/// The note of the in-doubt mark an open makes.
+const DIED: &str = "left in flight by a process that died; marked when the store opened";
 
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
@@ -159,6 +164,11 @@ impl SledStore {
                 .open_tree(CHUNKS)
                 .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
         };
+        let history = History {
+            tree: db
+                .open_tree(HISTORY)
+                .map_err(|e| io_error(&path, "cannot open histories in", e))?,
+        };
         let index = db
             .open_tree(IN_FLIGHT)
             .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
@@ -199,6 +209,7 @@ impl SledStore {
             tree,
             index,
             chunks,
+            history,
             db,
             path,
             owner,
@@ -226,6 +237,7 @@ impl SledStore {
             tree: self.tree.clone(),
             index: self.index.clone(),
             chunks: self.chunks.clone(),
+            history: self.history.clone(),
             db: self.db.clone(),
             path: self.path.clone(),
             owner: self.owner.clone(),
@@ -262,6 +274,11 @@ impl SledStore {
                 if bytes.is_none() || view.is_some() {
                     let keep = view.as_ref().and_then(|view| view.spilled).map(|s| s.id);
                     self.chunks.remove_orphans_of(&key, keep).map_err(write_error)?;
+                }
+                // A purge that stopped after deleting its record left some of the history it
+                // ends.
+                if bytes.is_none() {
+                    self.history.finish_purge(&key).map_err(write_error)?;
                 }
                 let in_flight = match &bytes {
                     Some(bytes) => self.mark_if_in_flight(&key, bytes)?,
@@ -303,6 +320,7 @@ impl SledStore {
         let record = view.to_record(&String::from_utf8_lossy(key));
         let doubt = record.in_doubt(now_ms());
         tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-        Ok(self.cas(key, Some(bytes), Some(&doubt))?.is_ok())
+        let change = Change::new(Event::InDoubt, &self.owner).note(DIED);
+        Ok(self.cas(key, Some(bytes), Some(&doubt), change)?.is_ok())
     }
 }

@@ -233,22 +233,26 @@ fn perform(store: &dyn Store, request: Request) -> Result<Value, Error> {
             serde_json::json!({"records": records(&listing.records), "unreadable": Value::Array(unreadable)})
         }
         Request::Show { key } => wire::record_to_value(&admin::show(store, &Key::parse(&key)?)?),
-        Request::Resolve { key, resolution } => {
+        Request::History { key } => {
+            wire::entries_to_value(&admin::history(store, &Key::parse(&key)?)?)
+        }
+        Request::Resolve { key, resolution, by, note } => {
             let resolution = match resolution {
                 WireResolution::Release => Resolution::Release,
                 WireResolution::Done(value) => Resolution::Done(value),
             };
-            match admin::resolve(store, &Key::parse(&key)?, resolution)? {
+            let by = by.as_deref().unwrap_or(wire::UNNAMED);
+            match admin::resolve(store, &Key::parse(&key)?, resolution, by, note.as_deref())? {
                 Some(record) => wire::record_to_value(&record),
                 None => Value::Null,
             }
         }
-        Request::Purge { which } => {
+        Request::Purge { which, by } => {
             let which = match which {
                 WirePurge::Expired => Purge::Expired,
                 WirePurge::OlderThanMs(ms) => Purge::OlderThan(Duration::from_millis(ms)),
             };
-            admin::purge(store, which)?.into()
+            admin::purge(store, which, by.as_deref().unwrap_or(wire::UNNAMED))?.into()
         }
         Request::Stats => serde_json::to_value(admin::stats(store)?).expect("stats are plain JSON"),
     })

@@ -1,0 +1,255 @@
+//! The checks of a key's history: every change that landed is in it, in order, with who made
+//! it; a release keeps it, a purge removes it, a refused write adds nothing.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{call, eventually_status, scope, status, ToolError};
+use crate::admin::{self, Purge, Resolution};
+use crate::exec::block_on;
+use crate::history::{Answer, Change, Entry, Event, MAX_NOTE};
+use crate::{Error, InDoubtPolicy, Key, Status, Store};
+
+fn history(store: &Arc<dyn Store>, key: &Key) -> Vec<Entry> {
+    block_on(store.history(key.as_str())).expect("the store answers history")
+}
+
+/// The history as (event, state) pairs, which is what most checks compare.
+fn steps(entries: &[Entry]) -> Vec<(Event, Option<Status>)> {
+    entries.iter().map(|entry| (entry.event, entry.status)).collect()
+}
+
+pub fn history_follows_a_key_through_doubt_takeover_and_replay(store: Arc<dyn Store>) {
+    let scope = scope("history");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let first = block_on(store.get(key.as_str())).unwrap().unwrap().owner;
+    let got: String = call(&store, "charge_card", &scope)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok::<_, Error>("ch_1".into()))
+        .unwrap();
+    let second = block_on(store.get(key.as_str())).unwrap().unwrap().owner;
+    let replayed: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_2".into())).unwrap();
+    assert_eq!((got.as_str(), replayed.as_str()), ("ch_1", "ch_1"));
+
+    let entries = history(&store, &key);
+    assert_eq!(
+        steps(&entries),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Done, Some(Status::Done)),
+        ],
+        "one entry per change, a replay adds none: {entries:?}"
+    );
+    let by: Vec<&str> = entries.iter().map(|e| e.by.as_str()).collect();
+    assert_eq!(by, [first.as_str(), first.as_str(), second.as_str(), second.as_str()]);
+    assert!(entries[1].note.as_deref().is_some_and(|n| n.contains("panicked")), "{entries:?}");
+    assert!(entries[2].note.as_deref().is_some_and(|n| n.contains("rerun")), "{entries:?}");
+    assert!(entries.windows(2).all(|w| w[0].at <= w[1].at), "oldest first: {entries:?}");
+    let none = call(&store, "charge_card", &super::scope("history-none")).key().clone();
+    assert!(history(&store, &none).is_empty(), "a key never called has no history");
+}
+
+pub fn release_keeps_the_history_and_the_next_call_continues_it(store: Arc<dyn Store>) {
+    let scope = scope("history-release");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let failed: Result<String, ToolError> =
+        call(&store, "charge_card", &scope).run(|| Err(ToolError::Declined));
+    assert!(failed.is_err());
+    assert_eq!(status(&store, &key), None, "released");
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [(Event::Reserved, Some(Status::InFlight)), (Event::Released, None)],
+        "a released key keeps its history"
+    );
+    let _: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::Released, None),
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::Done, Some(Status::Done)),
+        ]
+    );
+}
+
+pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn Store>) {
+    let scope = scope("history-operator");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let before = history(&store, &key);
+
+    let long = "x".repeat(MAX_NOTE + 1);
+    for bad in [long.as_str(), "two\nlines"] {
+        let refused = admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@h", Some(bad));
+        let message =
+            refused.expect_err("a note the history would not keep is refused").to_string();
+        assert!(message.contains("the note"), "the error names the input: {message}");
+    }
+    assert_eq!(status(&store, &key), Some(Status::InDoubt), "a refused resolve changes nothing");
+    assert_eq!(history(&store, &key), before, "nor the history");
+
+    let note = "vendor dashboard shows ch_9 — «paid» ✓";
+    admin::resolve(
+        store.as_ref(),
+        &key,
+        Resolution::Done(serde_json::json!("ch_9")),
+        "ann@ops-1",
+        Some(note),
+    )
+    .unwrap();
+    let entries = history(&store, &key);
+    let last = entries.last().expect("an entry for the resolve");
+    assert_eq!(
+        (last.event, last.status, last.by.as_str(), last.note.as_deref()),
+        (Event::Resolved, Some(Status::Done), "ann@ops-1", Some(note)),
+        "{entries:?}"
+    );
+    assert_eq!(entries.len(), before.len() + 1);
+
+    std::thread::sleep(Duration::from_millis(5));
+    let removed =
+        admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1)), "ann@ops-1")
+            .unwrap();
+    assert!(removed >= 1);
+    assert_eq!(status(&store, &key), None);
+    assert!(history(&store, &key).is_empty(), "a purge removes the history with the record");
+    let _: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_10".into())).unwrap();
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [(Event::Reserved, Some(Status::InFlight)), (Event::Done, Some(Status::Done))],
+        "after a purge a key starts a new history"
+    );
+}
+
+pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
+    let scope = scope("history-fence");
+    let key = call(&store, "send_email", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<(), Error> = call(&store, "send_email", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let doubtful = block_on(store.get(key.as_str())).unwrap().unwrap();
+    let owner = doubtful.owner.as_str();
+
+    // A reconciler's write, which the store must spell back with its answer.
+    let asked = Change::new(Event::Reconciled { answer: Answer::CannotTell }, owner)
+        .note("the vendor has no record of this key yet");
+    let still = doubtful.in_doubt(crate::now_ms());
+    assert!(block_on(store.replace(&doubtful, Some(&still), asked)).unwrap());
+    let landed = Change::new(Event::Reconciled { answer: Answer::Landed }, owner);
+    let done = still.done(serde_json::json!("sent"), crate::now_ms(), None);
+    assert!(block_on(store.replace(&still, Some(&done), landed)).unwrap());
+    let before = history(&store, &key);
+
+    // Stale writes are refused by the fence, and leave no entry.
+    let stale = Change::new(Event::Done, owner);
+    assert!(!block_on(store.replace(&doubtful, Some(&done), stale)).unwrap());
+    assert!(!block_on(store.replace(&still, None, Change::new(Event::Released, owner))).unwrap());
+    let taken = block_on(store.reserve(&doubtful, Change::new(Event::Reserved, owner))).unwrap();
+    assert!(matches!(taken, crate::Reserved::Taken(_)), "{taken:?}");
+    // A change the history would not keep is refused before anything is written.
+    let odd = Change::new(Event::Purged, owner).note("\u{1b}[2J");
+    assert!(block_on(store.replace(&done, None, odd)).is_err(), "an odd note is refused");
+    assert_eq!(status(&store, &key), Some(Status::Done), "and the record stays");
+
+    let after = history(&store, &key);
+    assert_eq!(after, before, "refused writes add nothing to the history");
+    let tail: Vec<_> = steps(&after).into_iter().rev().take(2).collect();
+    assert_eq!(
+        tail,
+        [
+            (Event::Reconciled { answer: Answer::Landed }, Some(Status::Done)),
+            (Event::Reconciled { answer: Answer::CannotTell }, Some(Status::InDoubt)),
+        ]
+    );
+    assert_eq!(
+        after[after.len() - 2].note.as_deref(),
+        Some("the vendor has no record of this key yet")
+    );
+}
+
+/// A key through reserve → in doubt → reconcile (landed) → replay, and a second key whose
+/// reconciler finds the effect did not land and whose body then runs: each answer is an entry,
+/// with the reconciling call as its author, and the replay adds none.
+pub fn history_follows_a_key_through_a_reconcile(store: Arc<dyn Store>) {
+    use crate::Reconciled;
+
+    let lose_answer = |scope: &str| {
+        let lost: Result<String, ToolError> = call(&store, "charge_card", scope).run(|| {
+            crate::may_have_landed();
+            Err(ToolError::Declined)
+        });
+        assert!(lost.is_err());
+        call(&store, "charge_card", scope).key().clone()
+    };
+    let scope = scope("history-reconcile");
+    let key = lose_answer(&scope);
+    let got: Result<String, Error> = call(&store, "charge_card", &scope).run_reconciled(
+        |_| Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string())),
+        || -> Result<String, Error> { panic!("the vendor has the charge: the body must not run") },
+    );
+    assert_eq!(got.unwrap(), "ch_vendor");
+    let reconciler = block_on(store.get(key.as_str())).unwrap().unwrap().owner;
+    let replayed: String = call(&store, "charge_card", &scope)
+        .run(|| -> Result<String, Error> { panic!("a replay runs no body") })
+        .unwrap();
+    assert_eq!(replayed, "ch_vendor");
+    let entries = history(&store, &key);
+    assert_eq!(
+        steps(&entries),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Reconciled { answer: Answer::Landed }, Some(Status::Done)),
+        ],
+        "{entries:?}"
+    );
+    assert_eq!(entries[3].by, reconciler.as_str(), "the reconciling call settled it");
+    assert!(entries[2].note.as_deref().is_some_and(|n| n.contains("reconciler")), "{entries:?}");
+
+    let scope = super::scope("history-not-landed");
+    let key = lose_answer(&scope);
+    let ran: Result<String, Error> = call(&store, "charge_card", &scope)
+        .run_reconciled(|_| Ok::<_, String>(Reconciled::NotLanded), || Ok("ch_2".to_string()));
+    assert_eq!(ran.unwrap(), "ch_2");
+    let cannot = super::scope("history-cannot-tell");
+    let unsure = lose_answer(&cannot);
+    let still: Result<String, Error> = call(&store, "charge_card", &cannot).run_reconciled(
+        |_| Err::<Reconciled<String>, _>("the vendor is down".to_string()),
+        || Ok("ch_3".to_string()),
+    );
+    assert!(matches!(still, Err(Error::InDoubt { .. })), "{still:?}");
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Reconciled { answer: Answer::NotLanded }, None),
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::Done, Some(Status::Done)),
+        ]
+    );
+    let unsure = history(&store, &unsure);
+    let last = unsure.last().expect("entries");
+    assert_eq!(
+        (last.event, last.status),
+        (Event::Reconciled { answer: Answer::Erred }, Some(Status::InDoubt))
+    );
+    assert!(last.note.as_deref().is_some_and(|n| n.contains("the vendor is down")), "{unsure:?}");
+}

@@ -1,0 +1,229 @@
+//! How the sled store writes a record: every write of a key under the key's lock, its history
+//! entry before the swap that confirms it, the in-flight index around writes a crash could leave
+//! half done, a result's chunks before the record that points to them, then the
+//! compare-and-swap, and the settling after it. See `history.rs` for why the history needs no
+//! transaction, and the in-flight index in `sled.rs` for what the open does with what a crash
+//! leaves.
+
+use super::chunks::{MAX_RESULT, MAX_VALUE};
+use super::encoding::{decode, encode, encoded_len, set_history, Spilled};
+use super::history;
+use super::{io_error, SledStore};
+use crate::error::StoreError;
+use crate::history::Change;
+use crate::protocol::Status;
+use crate::record::{now_ms, Record};
+use crate::store::sync::Ticket;
+
+/// What a swap wrote that its settling must know: its history entry's number, whether it
+/// purged the history, and whether it entered the key in the in-flight index.
+#[derive(Clone, Copy)]
+struct Settled {
+    seq: u64,
+    purge: bool,
+    indexed: bool,
+}
+
+impl SledStore {
+    /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
+    /// `sled/history.rs`). `Ok(Ok(ticket))` when it happened (the ticket, if any, completes
+    /// once it is durable), `Ok(Err(current))` with the stored bytes when they were not `old`.
+    pub(super) fn cas(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&Record>,
+        change: Change<'_>,
+    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+        let old_view = old.and_then(|old| decode(key, old).ok());
+        let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
+        let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
+        let old_history = old_view.as_ref().map(|view| view.history);
+        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
+        // Everything that could refuse the write is checked before anything is written.
+        change.check().map_err(|why| {
+            StoreError::new(format!(
+                "key {}: {why}; nothing was written",
+                String::from_utf8_lossy(key)
+            ))
+        })?;
+        let (mut bytes, spilled) = match new {
+            Some(record) => {
+                let (bytes, spilled) = self.lay_out(record)?;
+                (Some(bytes), spilled)
+            }
+            None => (None, None),
+        };
+        let entry = history::encode(&change, new.map(|record| record.status), now_ms());
+        let purge = change.event.ends_history();
+        // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
+        // a history, is indexed: a crash part-way leaves the key in the index for the next open
+        // to settle.
+        let indexed =
+            was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
+        if let Some(syncer) = &self.syncer {
+            syncer.begin_write()?;
+        }
+        // Every write of a key holds its lock: the entry and the swap are one step to every
+        // other writer and reader of the key.
+        let _key_lock = self.lock_key(key);
+        let mut written = None;
+        let swapped = (|| {
+            // Under the lock no other write of the key can come between this read and the
+            // swap, so a write that would be refused writes nothing, not even its entry.
+            let current = self.tree.get(key)?;
+            if current.as_deref() != old {
+                return Ok(Err(current));
+            }
+            if indexed {
+                self.index.insert(key, &[][..])?;
+            }
+            let seq = self.history.confirmed(key, old_history)? + 1;
+            self.history.write(key, seq, entry)?;
+            written = Some(seq);
+            #[cfg(feature = "failpoints")]
+            {
+                // A crash test stops here with the entry on disk and the change not made.
+                let point = format!("after_entry_{}", change.event.as_str());
+                if crate::failpoint::armed(&point) {
+                    let _ = self.db.flush();
+                    crate::failpoint::failpoint(&point);
+                }
+            }
+            if let Some(bytes) = &mut bytes {
+                set_history(bytes, seq);
+            }
+            if let (Some(spilled), Some(text)) =
+                (spilled, new.and_then(|record| record.result.as_deref()))
+            {
+                // The chunks go first: the sync that makes the record durable covers them.
+                self.chunks.write(key, spilled.id, text)?;
+                #[cfg(feature = "failpoints")]
+                {
+                    // A crash test stops here with the chunks on disk and no record pointing
+                    // to them.
+                    let _ = self.db.flush();
+                    crate::failpoint::failpoint("after_chunks");
+                }
+            }
+            self.tree.compare_and_swap(key, old, bytes).map(|swap| swap.map_err(|c| c.current))
+        })();
+        let won = matches!(swapped, Ok(Ok(())));
+        if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
+            syncer.poison(format!("a write failed: {e}"));
+        }
+        let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
+        if let (Ok(outcome), Some(seq)) = (&swapped, written) {
+            self.settle_indexed(
+                key,
+                outcome,
+                if won { old_spilled } else { spilled },
+                in_flight,
+                Settled { seq, purge, indexed },
+            );
+        }
+        match swapped {
+            Ok(Ok(())) => {
+                self.hub.notify(&String::from_utf8_lossy(key));
+                Ok(Ok(ticket))
+            }
+            Ok(Err(current)) => Ok(Err(current)),
+            Err(e) => Err(io_error(&self.path, "cannot write to", e)),
+        }
+    }
+
+    /// Serialises the writes of `key` (striped: contention on one key is rare), so that one
+    /// writer's index removal never drops the entry of another's newer write, and a history
+    /// entry and the record's change that confirms it are one step to everyone else. A sled
+    /// transaction would tie the writes too, but it takes sled's global write lock, which waits
+    /// for every flush: it made fresh calls on a large store ten times slower.
+    pub(super) fn lock_key(&self, key: &[u8]) -> std::sync::MutexGuard<'_, ()> {
+        let stripe = key.iter().fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b.into()));
+        self.key_locks[stripe % self.key_locks.len()]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// After a swap that wrote its history entry (`outcome`, under the key's lock): removes
+    /// the entry if the swap was refused after all, the history a purge ended, the chunks no
+    /// record points to any more (`unused`), then the key's index entry unless the stored
+    /// record is in flight. sled recovers a prefix of its writes, so at any point a crash stops
+    /// at, the index holds every key that is in flight or may have chunks no record points to
+    /// or a purged history; a failure here leaves the entry, and the next open finishes the job.
+    fn settle_indexed(
+        &self,
+        key: &[u8],
+        outcome: &Result<(), Option<sled::IVec>>,
+        unused: Option<Spilled>,
+        in_flight: bool,
+        written: Settled,
+    ) {
+        let settled = (|| {
+            match outcome {
+                // Only a write made without the key's lock can change the record under it; the
+                // entry of a change that did not happen goes.
+                Err(_) => self.history.remove(key, written.seq)?,
+                Ok(()) if written.purge => {
+                    #[cfg(feature = "failpoints")]
+                    if crate::failpoint::armed("after_purge_swap") {
+                        // A crash test stops here with the record gone and its history not.
+                        let _ = self.db.flush();
+                        crate::failpoint::failpoint("after_purge_swap");
+                    }
+                    self.history.remove_through(key, written.seq)?
+                }
+                Ok(()) => {}
+            }
+            if !written.indexed {
+                return Ok(());
+            }
+            if let Some(unused) = unused {
+                self.chunks.remove(key, unused.id)?;
+            }
+            let still_needed = match outcome {
+                Ok(()) => in_flight,
+                Err(current) => current.as_deref().is_some_and(|bytes| {
+                    decode(key, bytes).is_ok_and(|view| view.status == Status::InFlight)
+                }),
+            };
+            if !still_needed {
+                self.index.remove(key)?;
+            }
+            Ok::<(), sled::Error>(())
+        })();
+        if let Err(e) = settled {
+            tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks, a purged history or an index entry; the next open removes them");
+        }
+    }
+
+    /// How `record` is written: its bytes, and where its result's chunks go when it does not
+    /// fit in the record. Refuses what the store cannot keep, before anything is written.
+    fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
+        let result_len = record.result.as_ref().map_or(0, String::len);
+        if result_len > MAX_RESULT {
+            return Err(StoreError::new(format!(
+                "key {}: the result of tool `{}` is {result_len} bytes of JSON, more than the \
+                 {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
+                 less (for example where the data is kept, not the data)",
+                record.key, record.tool
+            )));
+        }
+        if encoded_len(record, false) <= MAX_VALUE {
+            return Ok((encode(record, None), None));
+        }
+        if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
+            let id =
+                self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
+            // Bounded by MAX_RESULT above.
+            let spilled = Spilled { id, len: result_len as u32 };
+            return Ok((encode(record, Some(spilled)), Some(spilled)));
+        }
+        Err(StoreError::new(format!(
+            "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
+             sled record holds; nothing was recorded for it: use a shorter scope or tool name",
+            record.key,
+            record.tool,
+            encoded_len(record, true)
+        )))
+    }
+}
