@@ -264,7 +264,7 @@ fn to_u64(n: i64) -> u64 {
 
 /// The values of a record in column order, less the lease (which the database's clock sets).
 pub(crate) struct Values {
-    key: String,
+    pub(crate) key: String,
     status: &'static str,
     tool: String,
     scope: String,

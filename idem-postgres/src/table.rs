@@ -181,15 +181,13 @@ impl Shared {
         let values = Values::of(record);
         let deadline = self.deadline();
         loop {
-            let inserted: bool = retrying!(
+            let (inserted, found) = retrying!(
                 deadline,
                 format!("cannot reserve key {}", record.key),
                 self.try_insert(&values, change)
             )?;
             if !inserted {
-                // Read in a fresh statement: the insert's snapshot may not show a row committed
-                // while it ran.
-                match self.get(&record.key, deadline).await? {
+                match found {
                     // Our own insert, committed by an attempt whose connection broke before the
                     // answer came.
                     Some(existing) if existing.fence() == record.fence() => {}
@@ -203,16 +201,31 @@ impl Shared {
         }
     }
 
-    async fn try_insert(&self, values: &Values, change: &ChangeValues) -> Result<bool, Fault> {
+    /// Inserts the record if the key is absent, and reads what the key holds, in one round
+    /// trip: the read is pipelined behind the insert on the same connection, so the server runs
+    /// it as a statement of its own once the insert is done, whose snapshot shows a row that
+    /// was committed while the insert ran (the insert's own would not). A replay, the common
+    /// case of a key that is there, is that one round trip; a fresh call pays one index lookup
+    /// more on the server and no round trip.
+    async fn try_insert(
+        &self,
+        values: &Values,
+        change: &ChangeValues,
+    ) -> Result<(bool, Option<Record>), Fault> {
         let lease = self.lease_ms();
         let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.insert).await?;
+        let insert = client.prepare_cached(&self.statements.insert).await?;
+        let get = client.prepare_cached(&self.statements.get).await?;
         let mut params = values.insert_params();
         params.push(&lease);
         params.push(values.function());
         params.extend_from_slice(&change.params());
+        let key: [&(dyn ToSql + Sync); 1] = [&values.key];
         // One history row, written only when the record was.
-        Ok(client.execute(&statement, &params).await? == 1)
+        let (inserted, found) =
+            tokio::try_join!(client.execute(&insert, &params), client.query_opt(&get, &key))?;
+        let found = found.as_ref().map(sql::decode).transpose().map_err(Fault::Store)?;
+        Ok((inserted == 1, found))
     }
 
     pub(crate) async fn replace(
