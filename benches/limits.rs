@@ -13,11 +13,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::{Call, Durability, Error, SledStore, Store};
+
+use self::common::{dir_bytes, fresh_call, proc_status_kib, temp_store, throughput};
+
+#[path = "common.rs"]
+mod common;
 
 const WAITERS: usize = 8;
 const WAIT_ROUNDS: usize = 12;
@@ -26,56 +30,6 @@ const THROUGHPUT_FOR: Duration = Duration::from_secs(4);
 /// How many times the memory child reopens the store it filled, and an empty one, timing each
 /// open, through idem and through sled alone.
 const OPENS: usize = 7;
-
-fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
-    let dir = tempfile::Builder::new().prefix("idem-limits").tempdir().expect("temp dir");
-    let store = SledStore::builder(dir.path().join("idem.sled"))
-        .durability(durability)
-        .open()
-        .expect("open the sled store");
-    (dir, Arc::new(store))
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-fn fresh_call(store: &Arc<dyn Store>) {
-    let n = SEQ.fetch_add(1, Ordering::Relaxed);
-    let out: Result<u64, Error> = Call::new("charge_card", n, &("cus_123", 4200))
-        .expect("a key")
-        .store(store.clone())
-        .run(|| Ok(n));
-    out.expect("a fresh call");
-}
-
-/// Fresh calls per second with `callers` threads on distinct keys.
-fn throughput(callers: usize) -> f64 {
-    let (_dir, store) = temp_store(Durability::Fsync);
-    let start = Arc::new(Barrier::new(callers + 1));
-    let threads: Vec<_> = (0..callers)
-        .map(|_| {
-            let store = store.clone();
-            let start = start.clone();
-            std::thread::spawn(move || {
-                start.wait();
-                let began = Instant::now();
-                let mut calls = 0u64;
-                while began.elapsed() < THROUGHPUT_FOR {
-                    fresh_call(&store);
-                    calls += 1;
-                }
-                (calls, began.elapsed())
-            })
-        })
-        .collect();
-    start.wait();
-    threads
-        .into_iter()
-        .map(|t| {
-            let (calls, took) = t.join().expect("a caller");
-            calls as f64 / took.as_secs_f64()
-        })
-        .sum()
-}
 
 /// Waiter latencies in µs, measured from the end of the owner's body and from the return of its
 /// call (once its result is durable); negative when the waiter returned first.
@@ -128,30 +82,6 @@ fn waiters() -> (Vec<f64>, Vec<f64>) {
     (from_body, from_return)
 }
 
-fn rss_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-fn dir_bytes(path: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
 /// The child process: `records` finished records through the engine, in a store opened with
 /// the default cache (64 MiB). Filled with `Durability::None`: the syncs change the time taken,
 /// not what is kept in memory or on disk.
@@ -160,7 +90,7 @@ fn memory_child(records: u64) {
     fill(&store, records);
     // Let sled's flusher write what it holds before measuring.
     std::thread::sleep(Duration::from_secs(1));
-    let (rss, peak) = rss_kib();
+    let (rss, peak) = (proc_status_kib("VmRSS:"), proc_status_kib("VmHWM:"));
     let sled_size = store.size_on_disk().unwrap_or(0);
     let files = dir_bytes(dir.path());
     println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
@@ -500,7 +430,7 @@ fn main() {
 
     let mut rates = Vec::new();
     for callers in [1, 2, 8, 32] {
-        let rate = throughput(callers);
+        let rate = throughput(callers, THROUGHPUT_FOR).0;
         row(&format!("fresh `Fsync` calls/s, {callers} concurrent callers"), format!("{rate:.0}"));
         rates.push((callers, rate));
     }

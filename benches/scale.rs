@@ -16,11 +16,15 @@
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use idem::{Call, Durability, Error, SledStore, Store};
+
+use self::common::{dir_bytes, proc_status_kib, process_cpu, temp_store, throughput};
+
+#[path = "common.rs"]
+mod common;
 
 /// How long each throughput point runs.
 const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
@@ -49,7 +53,7 @@ fn main() {
         ),
         // One point of the group-commit curve alone, for a profiler.
         ["callers", callers] => {
-            let (rate, cpu) = throughput(callers.parse().expect("a caller count"));
+            let (rate, cpu) = throughput(callers.parse().expect("a caller count"), THROUGHPUT_FOR);
             println!("{rate:.0} calls/s, {} of CPU a call", us(cpu));
         }
         ["fleet", url, callers, seconds, mode, prefix] => fleet_child(
@@ -144,7 +148,7 @@ fn run(million: bool) {
     println!("| --- | --- | --- | --- | --- |");
     let mut sled_curve = Vec::new();
     for callers in CALLERS {
-        let (rate, cpu) = throughput(callers);
+        let (rate, cpu) = throughput(callers, THROUGHPUT_FOR);
         let limit = callers as f64 / (2.0 * raw);
         println!(
             "| {callers} | {rate:.0} | {limit:.0} | {:.0} % | {} |",
@@ -245,15 +249,6 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn sorted(mut values: Vec<f64>) -> Vec<f64> {
     values.sort_by(f64::total_cmp);
     values
-}
-
-fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
-    let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
-    let store = SledStore::builder(dir.path().join("idem.sled"))
-        .durability(durability)
-        .open()
-        .expect("open the sled store");
-    (dir, Arc::new(store))
 }
 
 /// The call every measurement makes: the same tool and arguments, the scope telling keys apart.
@@ -368,39 +363,6 @@ fn grow_child(records: u64, cache_mib: u64) {
     );
 }
 
-fn proc_status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn dir_bytes(path: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
-            Ok(m) => m.len(),
-            Err(_) => 0,
-        })
-        .sum()
-}
-
-/// CPU time this process has used, all threads (user and system), from `/proc/self/stat`.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name and state;
-    // the kernel counts them in USER_HZ, 100 a second on Linux.
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
-}
-
 /// The CPU time a fresh call takes with one caller under `durability`.
 fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
     let (_dir, store) = temp_store(durability);
@@ -412,38 +374,6 @@ fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
         charge(&store, &format!("c{n}"));
     }
     (process_cpu() - before).as_secs_f64() / calls as f64
-}
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Fresh `Fsync` calls per second with `callers` threads on distinct keys, and the CPU time of
-/// the whole process per call meanwhile.
-fn throughput(callers: usize) -> (f64, f64) {
-    let (_dir, store) = temp_store(Durability::Fsync);
-    let start = Arc::new(Barrier::new(callers + 1));
-    let threads: Vec<_> = (0..callers)
-        .map(|_| {
-            let store = store.clone();
-            let start = start.clone();
-            std::thread::spawn(move || {
-                start.wait();
-                let began = Instant::now();
-                let mut calls = 0u64;
-                while began.elapsed() < THROUGHPUT_FOR {
-                    charge(&store, &format!("t{}", SEQ.fetch_add(1, Ordering::Relaxed)));
-                    calls += 1;
-                }
-                (calls, began.elapsed())
-            })
-        })
-        .collect();
-    let cpu_before = process_cpu();
-    start.wait();
-    let results: Vec<_> = threads.into_iter().map(|t| t.join().expect("a caller")).collect();
-    let cpu = (process_cpu() - cpu_before).as_secs_f64();
-    let calls: u64 = results.iter().map(|(calls, _)| calls).sum();
-    let rate = results.iter().map(|(calls, took)| *calls as f64 / took.as_secs_f64()).sum();
-    (rate, cpu / calls as f64)
 }
 
 /// The disk's own limit on sled: one compare-and-swap, sled's flush and a data sync of its file,

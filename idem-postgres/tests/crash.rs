@@ -12,7 +12,9 @@ use idem_runtime::for_stores::block_on;
 use idem_runtime::history::{Change, Event};
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 
-const LEASE: Duration = Duration::from_secs(1);
+// Long beside the heartbeat (250 ms), so that a child starved of CPU on a loaded machine still
+// renews in time and the live owner is not taken for dead.
+const LEASE: Duration = Duration::from_secs(3);
 
 fn send_email(store: &Arc<dyn Store>, scope: &str) -> Call {
     Call::new("send_email", scope, &serde_json::json!({ "to": "ada@example.com" }))
@@ -68,8 +70,18 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
         "in-body"
     );
 
-    // Alive past its first lease: the heartbeat renews it, so a caller waits and times out.
-    std::thread::sleep(LEASE + LEASE / 2);
+    // Alive and renewing: the heartbeat pushes the lease on (seen in the record, not assumed
+    // from a sleep), so a caller waits and times out.
+    let first = block_on(store.get(key.as_str())).unwrap().and_then(|r| r.lease_until).unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            block_on(store.get(key.as_str()))
+                .unwrap()
+                .and_then(|r| r.lease_until)
+                .is_some_and(|lease| lease >= first + 1000)
+        }),
+        "the heartbeat renews the owner's lease"
+    );
     let runs = AtomicUsize::new(0);
     let waited: Result<String, Error> =
         send_email(&store, "crash").wait(Duration::from_millis(200)).run(|| {
