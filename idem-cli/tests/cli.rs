@@ -2,7 +2,6 @@
 //! filled in temporary directories.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -11,68 +10,9 @@ use idem_runtime::{Call, Error, Key, SledStore, Store};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-/// What one run of the binary gave.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+mod common;
 
-impl Run {
-    /// Asserts success and returns stdout.
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "idem failed: {self:?}");
-        assert!(self.stderr.is_empty(), "idem wrote to stderr on success: {self:?}");
-        &self.stdout
-    }
-
-    /// Asserts a failure with `code` and one line on stderr, and returns that line.
-    fn fails(&self, code: i32) -> &str {
-        assert_eq!(self.code, code, "wrong exit status: {self:?}");
-        assert!(self.stdout.is_empty(), "idem wrote to stdout on failure: {self:?}");
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "an error must be one line on stderr: {self:?}");
-        assert!(lines[0].starts_with("idem: "), "an error must start with `idem: `: {self:?}");
-        lines[0]
-    }
-}
-
-fn idem_in(dir: &Path, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("IDEM_STORE")
-        .output()
-        .expect("the idem binary runs");
-    Run {
-        code: output.status.code().expect("idem exited, not killed by a signal"),
-        stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
-    }
-}
-
-/// Runs `idem --store <store> args…`.
-fn idem(store: &Path, args: &[&str]) -> Run {
-    let mut all = vec!["--store", store.to_str().expect("temp paths are UTF-8")];
-    all.extend_from_slice(args);
-    idem_in(store.parent().expect("a store has a parent directory"), &all)
-}
-
-/// A temporary directory and the path of a store in it (not yet created).
-fn place() -> (TempDir, std::path::PathBuf) {
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let path = dir.path().join("idem.sled");
-    (dir, path)
-}
-
-/// Opens the store in this process. sled lets go of its lock a moment after a store is dropped,
-/// so reopening waits for it as the `idem` command does.
-fn open(path: &Path) -> Arc<dyn Store> {
-    Arc::new(
-        SledStore::builder(path).lock_wait(Duration::from_secs(5)).open().expect("the store opens"),
-    )
-}
+use self::common::{idem, idem_in, open, place};
 
 /// A call that finished with `result`; returns its key.
 fn finish(store: &Arc<dyn Store>, tool: &str, scope: &str, args: Value, result: &str) -> Key {

@@ -2,62 +2,20 @@
 //! operator's resolve is in it with the operator's name and note, `purge` removes it, and a note
 //! the history would not keep is refused as bad usage. Real sled stores in temporary directories.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::{Call, Error, Key, SledStore, Store};
+use idem_runtime::{Call, Error, Key, Store};
 use serde_json::{json, Value};
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+mod common;
 
-impl Run {
-    fn ok(&self) -> &str {
-        assert_eq!(self.code, 0, "idem failed: {self:?}");
-        assert!(self.stderr.is_empty(), "idem wrote to stderr on success: {self:?}");
-        &self.stdout
-    }
-
-    fn fails(&self, code: i32) -> &str {
-        assert_eq!(self.code, code, "wrong exit status: {self:?}");
-        assert!(self.stdout.is_empty(), "idem wrote to stdout on failure: {self:?}");
-        let lines: Vec<&str> = self.stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "an error must be one line on stderr: {self:?}");
-        lines[0]
-    }
-}
+use self::common::{idem_with, open, place, Run};
 
 /// Runs `idem --store <store> args…` as the user `ann` (on whatever host this is).
 fn idem(store: &Path, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_idem"))
-        .arg("--store")
-        .arg(store)
-        .args(args)
-        .env_remove("IDEM_STORE")
-        .env("USER", "ann")
-        .output()
-        .expect("the idem binary runs");
-    Run {
-        code: output.status.code().expect("idem exited"),
-        stdout: String::from_utf8(output.stdout).unwrap(),
-        stderr: String::from_utf8(output.stderr).unwrap(),
-    }
-}
-
-fn place() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("idem.sled");
-    (dir, path)
-}
-
-fn open(path: &Path) -> Arc<dyn Store> {
-    Arc::new(SledStore::builder(path).lock_wait(Duration::from_secs(5)).open().unwrap())
+    idem_with(store, args, &[("USER", "ann")])
 }
 
 fn charge(store: &Arc<dyn Store>, scope: &str) -> Call {

@@ -23,14 +23,7 @@ fn send_email(store: &Arc<dyn Store>, scope: &str) -> Call {
 }
 
 fn short_lease_store(url: &str, schema: &str) -> Arc<dyn Store> {
-    Arc::new(
-        PgStore::builder(url)
-            .schema(schema)
-            .lease(LEASE)
-            .heartbeat(Duration::from_millis(250))
-            .connect()
-            .expect("the store connects"),
-    )
+    common::short_lease_store(url, schema, LEASE)
 }
 
 /// In a child: start the body, say so, and never finish (the parent kills this process).

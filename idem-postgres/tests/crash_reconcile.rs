@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_postgres::PgStore;
 use idem_runtime::for_stores::block_on;
 use idem_runtime::{Call, Error, Key, Reconciled, Status, Store};
 
@@ -23,14 +22,7 @@ fn charge_card(store: &Arc<dyn Store>) -> Call {
 }
 
 fn short_lease_store(url: &str, schema: &str) -> Arc<dyn Store> {
-    Arc::new(
-        PgStore::builder(url)
-            .schema(schema)
-            .lease(LEASE)
-            .heartbeat(Duration::from_millis(250))
-            .connect()
-            .expect("the store connects"),
-    )
+    common::short_lease_store(url, schema, LEASE)
 }
 
 /// The vendor: an append-only ledger file of `key charge` lines, synced before a charge is

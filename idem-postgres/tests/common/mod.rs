@@ -140,3 +140,20 @@ pub fn eventually(at_most: Duration, mut done: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A store on `schema` whose leases last `lease`, renewed every 250 ms: for tests that wait for
+/// a killed owner's lease to lapse.
+pub fn short_lease_store(
+    url: &str,
+    schema: &str,
+    lease: Duration,
+) -> std::sync::Arc<dyn idem_runtime::Store> {
+    std::sync::Arc::new(
+        idem_postgres::PgStore::builder(url)
+            .schema(schema)
+            .lease(lease)
+            .heartbeat(Duration::from_millis(250))
+            .connect()
+            .expect("the store connects"),
+    )
+}
