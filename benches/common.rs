@@ -7,13 +7,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use idem::{Call, Durability, Error, SledStore, Store};
+use idem::{Call, Durability, Error, SledStore, SledStoreBuilder, Store};
 
 /// A new sled store under `durability`, in a temporary directory dropped with it.
 pub fn temp_store(durability: Durability) -> (tempfile::TempDir, Arc<dyn Store>) {
+    temp_store_with(|builder| builder.durability(durability))
+}
+
+/// A new sled store with the options `options` sets, in a temporary directory dropped with it.
+pub fn temp_store_with(
+    options: impl FnOnce(SledStoreBuilder) -> SledStoreBuilder,
+) -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::Builder::new().prefix("idem-bench").tempdir().expect("temp dir");
-    let store = SledStore::builder(dir.path().join("idem.sled"))
-        .durability(durability)
+    let store = options(SledStore::builder(dir.path().join("idem.sled")))
         .open()
         .expect("open the sled store");
     (dir, Arc::new(store))
@@ -32,10 +38,34 @@ pub fn fresh_call(store: &Arc<dyn Store>) {
     out.expect("a fresh call");
 }
 
+/// What a throughput run measured.
+pub struct Throughput {
+    /// Fresh calls a second, all callers together.
+    pub rate: f64,
+    /// CPU time of the whole process per call, in seconds.
+    pub cpu: f64,
+    /// Writes answered by each durable point, on average (the store's `idem_syncs_total`).
+    pub writes_per_sync: f64,
+    /// How long a durable point took, on average, in seconds.
+    pub sync: f64,
+}
+
 /// Fresh `Fsync` calls per second with `callers` threads on distinct keys for `run_for`, and
-/// the CPU time of the whole process per call meanwhile.
-pub fn throughput(callers: usize, run_for: Duration) -> (f64, f64) {
-    let (_dir, store) = temp_store(Durability::Fsync);
+/// the CPU time of the whole process per call meanwhile; `group_commit_wait` as the store's
+/// option of that name, or its default when `None`.
+pub fn throughput(
+    callers: usize,
+    run_for: Duration,
+    group_commit_wait: Option<Duration>,
+) -> Throughput {
+    let syncs = syncs::install();
+    let (_dir, store) = temp_store_with(|builder| {
+        let builder = builder.durability(Durability::Fsync);
+        match group_commit_wait {
+            Some(wait) => builder.group_commit_wait(wait),
+            None => builder,
+        }
+    });
     let start = Arc::new(Barrier::new(callers + 1));
     let threads: Vec<_> = (0..callers)
         .map(|_| {
@@ -54,12 +84,99 @@ pub fn throughput(callers: usize, run_for: Duration) -> (f64, f64) {
         })
         .collect();
     let cpu_before = process_cpu();
+    let syncs_before = syncs.read();
     start.wait();
     let results: Vec<_> = threads.into_iter().map(|t| t.join().expect("a caller")).collect();
+    let (count, nanos) = syncs.read();
+    let (count, nanos) = (count - syncs_before.0, nanos - syncs_before.1);
     let cpu = (process_cpu() - cpu_before).as_secs_f64();
     let calls: u64 = results.iter().map(|(calls, _)| calls).sum();
-    let rate = results.iter().map(|(calls, took)| *calls as f64 / took.as_secs_f64()).sum();
-    (rate, cpu / calls.max(1) as f64)
+    Throughput {
+        rate: results.iter().map(|(calls, took)| *calls as f64 / took.as_secs_f64()).sum(),
+        cpu: cpu / calls.max(1) as f64,
+        // Two durable writes a fresh call: the reservation and the result.
+        writes_per_sync: 2.0 * calls as f64 / count.max(1) as f64,
+        sync: nanos as f64 / 1e9 / count.max(1) as f64,
+    }
+}
+
+/// A `metrics` recorder that keeps only the store's durable points (`idem_syncs_total` and
+/// `idem_sync_duration_seconds`): how many writes each one answered, and how long it took. Every
+/// other metric is dropped.
+mod syncs {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    use metrics::{
+        Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+        SharedString, Unit,
+    };
+
+    #[derive(Default)]
+    pub struct Syncs {
+        count: AtomicU64,
+        nanos: AtomicU64,
+    }
+
+    impl Syncs {
+        /// Durable points so far, and their time in nanoseconds.
+        pub fn read(&self) -> (u64, u64) {
+            (self.count.load(Ordering::Relaxed), self.nanos.load(Ordering::Relaxed))
+        }
+    }
+
+    impl CounterFn for Syncs {
+        fn increment(&self, value: u64) {
+            self.count.fetch_add(value, Ordering::Relaxed);
+        }
+
+        fn absolute(&self, value: u64) {
+            self.count.fetch_max(value, Ordering::Relaxed);
+        }
+    }
+
+    impl HistogramFn for Syncs {
+        fn record(&self, seconds: f64) {
+            self.nanos.fetch_add((seconds * 1e9) as u64, Ordering::Relaxed);
+        }
+    }
+
+    struct Only(Arc<Syncs>);
+
+    impl Recorder for Only {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            match key.name() {
+                "idem_syncs_total" => Counter::from_arc(Arc::clone(&self.0)),
+                _ => Counter::noop(),
+            }
+        }
+
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            match key.name() {
+                "idem_sync_duration_seconds" => Histogram::from_arc(Arc::clone(&self.0)),
+                _ => Histogram::noop(),
+            }
+        }
+    }
+
+    /// The process's recorder, installed by the first call.
+    pub fn install() -> Arc<Syncs> {
+        static SYNCS: OnceLock<Arc<Syncs>> = OnceLock::new();
+        Arc::clone(SYNCS.get_or_init(|| {
+            let syncs = Arc::new(Syncs::default());
+            metrics::set_global_recorder(Only(Arc::clone(&syncs)))
+                .expect("no other metrics recorder in the bench");
+            syncs
+        }))
+    }
 }
 
 /// A field of `/proc/self/status` in KiB (`VmRSS:`, `VmHWM:`), 0 when it cannot be read.

@@ -117,6 +117,7 @@ impl SledStore {
             create: true,
             lock_wait: Duration::ZERO,
             admin_socket: true,
+            gather: super::sync::Gather::Adaptive,
         }
     }
 

@@ -2,6 +2,10 @@
 //! started is answered by that one sync. Concurrent calls share their fsyncs; no caller is told
 //! a write is durable before a sync that began after the write has finished.
 //!
+//! A sync about to start for fewer asks than the last one answered waits a little for the rest
+//! (see [`Gather`]): callers answered together come back together, a few microseconds apart,
+//! and a sync that starts on the first of them makes the others wait for a whole second sync.
+//!
 //! A failed sync poisons the syncer, as a failed fsync makes PostgreSQL stop: the kernel may
 //! have dropped the dirty pages it could not write and reports the error once, so a later sync
 //! that succeeds proves nothing about them. From then on every write is refused, every ticket
@@ -11,6 +15,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
 use crate::loom::thread::{self, JoinHandle};
@@ -31,7 +36,41 @@ struct State {
     shutdown: bool,
     /// Writes applied (or being applied) whose durable point is not yet asked for.
     writing: u64,
+    /// How many asks the last sync answered: as many are expected for the next one.
+    last_batch: u64,
+    /// The sync thread wants waking once `requested` reaches this (`u64::MAX` while it syncs,
+    /// so that an ask then costs no wake-up).
+    wake_at: u64,
 }
+
+/// How long a sync waits for the asks it expects before it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gather {
+    /// Never: a sync starts on the first ask.
+    Off,
+    /// Up to a quarter of the time the last sync took (at most [`MAX_ADAPTIVE_GATHER`]): long
+    /// enough for callers answered together to come back (tens of microseconds), short beside
+    /// the whole sync that the wait saves them, and what a lone ask pays at most when the
+    /// callers it expects do not come (after which it expects fewer).
+    Adaptive,
+    /// Up to this long.
+    UpTo(Duration),
+}
+
+impl Gather {
+    /// The longest a sync waits, given how long the last one took.
+    fn cap(self, last_sync: Duration) -> Duration {
+        match self {
+            Gather::Off => Duration::ZERO,
+            Gather::Adaptive => (last_sync / 4).min(MAX_ADAPTIVE_GATHER),
+            Gather::UpTo(cap) => cap,
+        }
+    }
+}
+
+/// The most [`Gather::Adaptive`] waits: a slow or networked disk's sync of many milliseconds is
+/// not matched by a wait a caller would feel as latency of its own.
+const MAX_ADAPTIVE_GATHER: Duration = Duration::from_millis(1);
 
 struct Shared {
     state: Mutex<State>,
@@ -42,6 +81,29 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// With at least one ask pending, waits up to `cap` until as many are pending as the last
+    /// sync answered (or the store closes).
+    fn gather<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, State>,
+        cap: Duration,
+    ) -> MutexGuard<'a, State> {
+        if cap.is_zero() {
+            return state;
+        }
+        state.wake_at = state.finished + state.last_batch;
+        let deadline = Instant::now() + cap;
+        while state.requested < state.wake_at && !state.shutdown {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let wait = self.wanted.wait_timeout(state, deadline - now);
+            state = wait.unwrap_or_else(|e| e.into_inner()).0;
+        }
+        state
+    }
 }
 
 pub(crate) struct Syncer {
@@ -50,24 +112,29 @@ pub(crate) struct Syncer {
 }
 
 impl Syncer {
-    pub(crate) fn start(name: &str, mut sync: SyncFn) -> std::io::Result<Syncer> {
+    pub(crate) fn start(name: &str, gather: Gather, mut sync: SyncFn) -> std::io::Result<Syncer> {
         let shared =
             Arc::new(Shared { state: Mutex::new(State::default()), wanted: Condvar::new() });
         let worker = Arc::clone(&shared);
+        let mut last_sync = Duration::ZERO;
         let thread = thread::Builder::new().name(name.to_owned()).spawn(move || loop {
-            let target = {
+            let (target, answered) = {
                 let mut state = worker.lock();
-                while state.requested == state.finished && !state.shutdown {
+                state.wake_at = state.finished + 1;
+                while state.requested < state.wake_at && !state.shutdown {
                     state = worker.wanted.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
                 if state.requested == state.finished {
                     return;
                 }
-                state.requested
+                state = worker.gather(state, gather.cap(last_sync));
+                state.wake_at = u64::MAX;
+                (state.requested, state.finished)
             };
-            let began = std::time::Instant::now();
+            let began = Instant::now();
             let outcome = sync();
-            crate::meter::sync(began.elapsed());
+            last_sync = began.elapsed();
+            crate::meter::sync(last_sync);
             let wakers = {
                 let mut state = worker.lock();
                 if let Err(reason) = outcome {
@@ -76,6 +143,7 @@ impl Syncer {
                     }
                 }
                 state.finished = target;
+                state.last_batch = target - answered;
                 std::mem::take(&mut state.wakers)
             };
             wakers.into_iter().for_each(Waker::wake);
@@ -87,7 +155,9 @@ impl Syncer {
     fn ask(&self, state: &mut MutexGuard<'_, State>) -> Ticket {
         state.requested += 1;
         let generation = state.requested;
-        self.shared.wanted.notify_one();
+        if state.requested >= state.wake_at {
+            self.shared.wanted.notify_one();
+        }
         Ticket { shared: Arc::clone(&self.shared), generation }
     }
 
@@ -191,12 +261,17 @@ mod tests {
 
     /// A syncer whose every sync waits for a go from the test, and counts itself.
     fn gated() -> (Syncer, mpsc::Sender<Result<(), String>>, Arc<AtomicUsize>) {
+        gated_with(Gather::Off)
+    }
+
+    fn gated_with(gather: Gather) -> (Syncer, mpsc::Sender<Result<(), String>>, Arc<AtomicUsize>) {
         let (go, gate) = mpsc::channel::<Result<(), String>>();
         let gate = Mutex::new(gate);
         let syncs = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&syncs);
         let syncer = Syncer::start(
             "test-sync",
+            gather,
             Box::new(move || {
                 counted.fetch_add(1, Ordering::SeqCst);
                 gate.lock().unwrap().recv().unwrap()
@@ -261,6 +336,67 @@ mod tests {
             block_on(ticket).unwrap();
         }
         assert_eq!(syncs.load(Ordering::SeqCst), 2, "ten waiting writes share one sync");
+    }
+
+    fn write(syncer: &Syncer) -> Ticket {
+        syncer.begin_write().unwrap();
+        syncer.end_write(true).unwrap()
+    }
+
+    /// Makes the syncer's last sync answer three asks: one sync for a first write, blocked on
+    /// the gate while three more ask, then one for those three.
+    fn answer_three(syncer: &Syncer, go: &mpsc::Sender<Result<(), String>>, syncs: &AtomicUsize) {
+        let first = write(syncer);
+        while syncs.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let three: Vec<Ticket> = (0..3).map(|_| write(syncer)).collect();
+        go.send(Ok(())).unwrap();
+        go.send(Ok(())).unwrap();
+        block_on(first).unwrap();
+        three.into_iter().for_each(|ticket| block_on(ticket).unwrap());
+        assert_eq!(syncs.load(Ordering::SeqCst), 2);
+        assert_eq!(syncer.shared.lock().last_batch, 3);
+    }
+
+    #[test]
+    fn a_sync_waits_for_as_many_writes_as_the_last_one_answered() {
+        // A cap far longer than the test: only the asks end the wait.
+        let (syncer, go, syncs) = gated_with(Gather::UpTo(std::time::Duration::from_secs(600)));
+        answer_three(&syncer, &go, &syncs);
+        let a = write(&syncer);
+        // The sync thread sees the ask and waits for two more instead of syncing.
+        loop {
+            assert_eq!(
+                syncs.load(Ordering::SeqCst),
+                2,
+                "the sync thread started a sync for one write of three expected"
+            );
+            let state = syncer.shared.lock();
+            if state.wake_at == state.finished + 3 {
+                break;
+            }
+            drop(state);
+            std::thread::yield_now();
+        }
+        let (b, c) = (write(&syncer), write(&syncer));
+        go.send(Ok(())).unwrap();
+        for ticket in [a, b, c] {
+            block_on(ticket).unwrap();
+        }
+        assert_eq!(syncs.load(Ordering::SeqCst), 3, "the three writes share one sync");
+    }
+
+    #[test]
+    fn a_sync_waits_no_longer_than_its_cap() {
+        let (syncer, go, syncs) = gated_with(Gather::UpTo(std::time::Duration::from_millis(20)));
+        answer_three(&syncer, &go, &syncs);
+        // One write of the three expected: the sync starts once the cap has passed.
+        let alone = write(&syncer);
+        go.send(Ok(())).unwrap();
+        block_on(alone).unwrap();
+        assert_eq!(syncs.load(Ordering::SeqCst), 3);
+        assert_eq!(syncer.shared.lock().last_batch, 1, "the next sync expects one write");
     }
 
     #[test]
@@ -337,7 +473,7 @@ mod loom_models {
             disk.durable.fetch_max(seen, SeqCst);
             Ok(())
         });
-        Syncer::start("model-sync", sync).unwrap()
+        Syncer::start("model-sync", Gather::Off, sync).unwrap()
     }
 
     /// One write through the syncer: refused, or its ticket's answer. A ticket that says

@@ -17,7 +17,7 @@ use crate::loom::Arc;
 use crate::protocol::Status;
 use crate::record::now_ms;
 use crate::store::notify::Hub;
-use crate::store::sync::Syncer;
+use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
 
 /// Options for [`SledStore`]: durability, cache size and the default wait.
@@ -30,6 +30,7 @@ pub struct SledStoreBuilder {
     pub(super) create: bool,
     pub(super) lock_wait: Duration,
     pub(super) admin_socket: bool,
+    pub(super) gather: Gather,
 }
 
 impl SledStoreBuilder {
@@ -76,6 +77,19 @@ impl SledStoreBuilder {
     /// opens without it and logs a warning.
     pub fn admin_socket(mut self, serve: bool) -> Self {
         self.admin_socket = serve;
+        self
+    }
+
+    /// The longest a durable point waits, before it starts, for the writes of callers it
+    /// expects to share it; `Duration::ZERO` starts every durable point on the first write that
+    /// asks for one. By default it adapts: a durable point about to start for fewer writes than
+    /// the last one answered waits for the rest, for up to a quarter of the time the last one
+    /// took (at most 1 ms), and one caller writing alone never waits. Callers answered by one
+    /// durable point come back together, microseconds apart; one that starts on the first of
+    /// them makes the others wait for a whole second one. See BENCHMARKS.md, "Group commit
+    /// against its limit", for what it gains and where it stops.
+    pub fn group_commit_wait(mut self, wait: Duration) -> Self {
+        self.gather = if wait.is_zero() { Gather::Off } else { Gather::UpTo(wait) };
         self
     }
 
@@ -197,7 +211,7 @@ impl SledStore {
                     Ok(())
                 });
                 Some(std::sync::Arc::new(
-                    Syncer::start("idem-sled-sync", sync)
+                    Syncer::start("idem-sled-sync", options.gather, sync)
                         .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
                 ))
             }
