@@ -30,8 +30,12 @@ mod common;
 const THROUGHPUT_FOR: Duration = Duration::from_secs(3);
 /// Fresh `Fsync` calls timed one by one at each store size.
 const FRESH_SAMPLES: usize = 400;
-/// Replays timed one by one at each store size, of keys drawn at random from the whole store.
+/// Replays timed one by one at each store size and for each kind of key.
 const REPLAY_SAMPLES: usize = 40_000;
+/// The recent keys: a retry comes soon after its call, so the keys a running agent replays are
+/// among the last it wrote. As many as the smallest store holds, so that every size replays a
+/// working set of the same size.
+const RECENT: u64 = 10_000;
 /// Raw durable points timed for the limit.
 const RAW_SAMPLES: usize = 400;
 /// The sled store's default cache, and one that holds a million records.
@@ -85,57 +89,72 @@ fn run(million: bool) {
 
     println!("## How the cost grows (sled, `Durability::Fsync`)\n");
     println!(
-        "| finished records | fresh call p50 | fresh p99 | replay p50 | replay p99 | open | RSS | \
-         disk bytes / record |"
+        "Replays of recent keys: drawn from the last {RECENT} written, each replayed once \
+         before the timing. Replays of any key: drawn from the whole store, right after, so \
+         that at a size past the recent keys most of them read a page sled has not loaded \
+         since the open.\n"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| finished records | fresh call p50 | fresh p99 | replay p50, recent keys | p99 | replay \
+         p50, any key | p99 | open | RSS | disk bytes / record |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut grown = Vec::new();
     for &records in &sizes {
         match grow(records, DEFAULT_CACHE_MIB) {
             Some(g) => {
                 println!(
-                    "| {records} | {} | {} | {} | {} | {:.1} ms | {:.1} MiB | {:.0} |",
-                    us(g.fresh_p50),
-                    us(g.fresh_p99),
-                    us(g.replay_p50),
-                    us(g.replay_p99),
+                    "| {records} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.1} MiB | {:.0} |",
+                    us(g.fresh.0),
+                    us(g.fresh.1),
+                    us(g.recent.0),
+                    us(g.recent.1),
+                    us(g.any.0),
+                    us(g.any.1),
                     g.open_ms,
                     g.rss_mib,
                     g.bytes_per_record
                 );
                 grown.push((records, g));
             }
-            None => println!("| {records} | the child process failed | | | | | | |"),
+            None => println!("| {records} | the child process failed | | | | | | | | |"),
         }
     }
     if let (Some((small, first)), Some((large, last))) = (grown.first(), grown.last()) {
         let doublings = (*large as f64 / *small as f64).log2();
-        let per_doubling = |a: f64, b: f64| (b / a).powf(1.0 / doublings);
+        let slope = |what: &str, a: f64, b: f64| {
+            format!("{what} {:.2} (×{:.3} a doubling)", b / a, (b / a).powf(1.0 / doublings))
+        };
         println!(
-            "\nFrom {small} to {large} records ({doublings:.1} doublings), {large} ÷ {small}: fresh \
-             p50 {:.2} (×{:.3} a doubling), replay p50 {:.2} (×{:.3} a doubling), open {:.2}, RSS \
-             {:.2}, bytes per record {:.2}. Goal: fresh and replay within 1.3.",
-            last.fresh_p50 / first.fresh_p50,
-            per_doubling(first.fresh_p50, last.fresh_p50),
-            last.replay_p50 / first.replay_p50,
-            per_doubling(first.replay_p50, last.replay_p50),
+            "\nFrom {small} to {large} records ({doublings:.1} doublings), {large} ÷ {small}: {}, \
+             {}, {}, open {:.2}, RSS {:.2}, bytes per record {:.2}. Goal: fresh and replay \
+             within 1.3.",
+            slope("fresh p50", first.fresh.0, last.fresh.0),
+            slope("replay p50 of recent keys", first.recent.0, last.recent.0),
+            slope("replay p50 of any key", first.any.0, last.any.0),
             last.open_ms / first.open_ms,
             last.rss_mib / first.rss_mib,
             last.bytes_per_record / first.bytes_per_record,
         );
-        // The same largest store with a cache that holds it: whether what grows is the share
-        // of replays that miss sled's cache.
+        // The same largest store with a cache that holds it, every key replayed once first:
+        // what a replay of any key costs once sled has every page in memory.
         if let Some(big) = grow(*large, BIG_CACHE_MIB) {
+            let warm = big.warm.unwrap_or((f64::NAN, f64::NAN));
             println!(
                 "\nThe {large} records again with `cache_capacity` {BIG_CACHE_MIB} MiB (the default \
-                 is {DEFAULT_CACHE_MIB} MiB): fresh p50 {} (p99 {}), replay p50 {} (p99 {}), RSS \
-                 {:.1} MiB; replay p50 ÷ the {small}-record store's: {:.2}.",
-                us(big.fresh_p50),
-                us(big.fresh_p99),
-                us(big.replay_p50),
-                us(big.replay_p99),
+                 is {DEFAULT_CACHE_MIB} MiB): fresh p50 {} (p99 {}), replay of recent keys p50 {} \
+                 (p99 {}), of any key p50 {} (p99 {}); then, every key replayed once, of any key \
+                 p50 {} (p99 {}), ÷ the {small}-record store's any-key p50: {:.2}; RSS {:.1} MiB.",
+                us(big.fresh.0),
+                us(big.fresh.1),
+                us(big.recent.0),
+                us(big.recent.1),
+                us(big.any.0),
+                us(big.any.1),
+                us(warm.0),
+                us(warm.1),
+                warm.0 / first.any.0,
                 big.rss_mib,
-                big.replay_p50 / first.replay_p50,
             );
         }
     }
@@ -228,6 +247,19 @@ fn run(million: bool) {
             }
             if let (Some(one), Some((_, all, _))) = (one_caller, pg_curve.last()) {
                 println!("\n32 callers ÷ 1 caller, fresh calls: {:.2} (goal ≥ 8).", all / one);
+                // What the server itself sustains on this machine: a fresh call needs two
+                // commits that wait for their WAL flush, so half its commit rate bounds them.
+                let ceiling = pg_commit_ceiling(&url, 32);
+                println!(
+                    "\nThe server alone, 32 connections each committing single-row INSERTs \
+                     (autocommit, as pgbench's simplest script) for {} s: {ceiling:.0} commits/s, \
+                     so at most {:.0} fresh calls/s (two commits each), {:.2}× one caller's rate; \
+                     the fleet's 32 callers reached {:.0}% of that bound.",
+                    THROUGHPUT_FOR.as_secs(),
+                    ceiling / 2.0,
+                    ceiling / 2.0 / one,
+                    100.0 * all / (ceiling / 2.0)
+                );
             }
             println!(
                 "\nBefore and after announcing changes after the commit: fresh calls/s with the \
@@ -291,12 +323,16 @@ fn charge(store: &Arc<dyn Store>, scope: &str) -> u64 {
     out.expect("a call")
 }
 
-/// What one store size measured.
+/// What one store size measured; latencies as (p50, p99) in seconds.
 struct Grown {
-    fresh_p50: f64,
-    fresh_p99: f64,
-    replay_p50: f64,
-    replay_p99: f64,
+    fresh: (f64, f64),
+    /// Replays of keys among the last [`RECENT`] written.
+    recent: (f64, f64),
+    /// Replays of keys drawn from the whole store.
+    any: (f64, f64),
+    /// Replays of keys drawn from the whole store after every key was replayed once (only with
+    /// the cache that holds the store).
+    warm: Option<(f64, f64)>,
     open_ms: f64,
     rss_mib: f64,
     bytes_per_record: f64,
@@ -313,11 +349,12 @@ fn grow(records: u64, cache_mib: u64) -> Option<Grown> {
     let field = |name: &str| -> Option<f64> {
         line.split(' ').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))?.parse().ok()
     };
+    let pair = |name: &str| Some((field(&format!("{name}_p50"))?, field(&format!("{name}_p99"))?));
     Some(Grown {
-        fresh_p50: field("fresh_p50")?,
-        fresh_p99: field("fresh_p99")?,
-        replay_p50: field("replay_p50")?,
-        replay_p99: field("replay_p99")?,
+        fresh: pair("fresh")?,
+        recent: pair("recent")?,
+        any: pair("any")?,
+        warm: pair("warm"),
         open_ms: field("open_ms")?,
         rss_mib: field("rss_mib")?,
         bytes_per_record: field("bytes_per_record")?,
@@ -326,7 +363,8 @@ fn grow(records: u64, cache_mib: u64) -> Option<Grown> {
 
 /// The child of one store size: fill it with `records` finished records (without syncs, which
 /// change the time taken, not what is stored), reopen it with `Fsync` (the median of three opens,
-/// page cache warm), then time fresh calls and replays of keys drawn from the whole store.
+/// page cache warm), then time fresh calls, replays of recent keys and replays of any key; with
+/// a cache of [`BIG_CACHE_MIB`], also replays of any key once every key was replayed.
 fn grow_child(records: u64, cache_mib: u64) {
     let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
     let path = dir.path().join("idem.sled");
@@ -363,34 +401,50 @@ fn grow_child(records: u64, cache_mib: u64) {
         charge(&store, &scope);
         fresh.push(began.elapsed().as_secs_f64());
     }
-    // xorshift: keys spread over the whole store, so the replays do not sit in one warm leaf.
+    // xorshift: keys spread over their range, so the replays do not sit in one warm leaf.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut draw = || {
+    let mut draw = move |below: u64| {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        state % records
+        state % below
     };
-    for _ in 0..REPLAY_SAMPLES / 10 {
-        charge(&store, &format!("g{}", draw()));
+    let replays = |draw: &mut dyn FnMut() -> u64| {
+        let mut times = Vec::with_capacity(REPLAY_SAMPLES);
+        for _ in 0..REPLAY_SAMPLES {
+            let scope = format!("g{}", draw());
+            let began = Instant::now();
+            charge(&store, &scope);
+            times.push(began.elapsed().as_secs_f64());
+        }
+        let times = sorted(times);
+        (percentile(&times, 0.5), percentile(&times, 0.99))
+    };
+    let recent_from = records.saturating_sub(RECENT);
+    for n in recent_from..records {
+        charge(&store, &format!("g{n}"));
     }
-    let mut replay = Vec::with_capacity(REPLAY_SAMPLES);
-    for _ in 0..REPLAY_SAMPLES {
-        let scope = format!("g{}", draw());
-        let began = Instant::now();
-        charge(&store, &scope);
-        replay.push(began.elapsed().as_secs_f64());
-    }
+    let recent = replays(&mut || recent_from + draw(records - recent_from));
+    let any = replays(&mut || draw(records));
+    let warm = (cache_mib >= BIG_CACHE_MIB).then(|| {
+        for n in 0..records {
+            charge(&store, &format!("g{n}"));
+        }
+        replays(&mut || draw(records))
+    });
     let rss_mib = proc_status_kib("VmRSS:") as f64 / 1024.0;
     let bytes = dir_bytes(&path) as f64 / records as f64;
-    let (fresh, replay) = (sorted(fresh), sorted(replay));
+    let fresh = sorted(fresh);
+    let warm = warm.map_or(String::new(), |(p50, p99)| format!(" warm_p50={p50} warm_p99={p99}"));
     println!(
-        "grown records={records} fresh_p50={} fresh_p99={} replay_p50={} replay_p99={} \
-         open_ms={open_ms} rss_mib={rss_mib} bytes_per_record={bytes}",
+        "grown records={records} fresh_p50={} fresh_p99={} recent_p50={} recent_p99={} \
+         any_p50={} any_p99={}{warm} open_ms={open_ms} rss_mib={rss_mib} bytes_per_record={bytes}",
         percentile(&fresh, 0.5),
         percentile(&fresh, 0.99),
-        percentile(&replay, 0.5),
-        percentile(&replay, 0.99),
+        recent.0,
+        recent.1,
+        any.0,
+        any.1,
     );
 }
 
@@ -473,6 +527,62 @@ fn raw_pg_durable_point(url: &str) -> f64 {
         }
         client.batch_execute("DROP TABLE idem_fleet.raw").await.expect("drop the scratch table");
         percentile(&sorted(times), 0.5)
+    })
+}
+
+/// Commits per second that `connections` connections reach together, each committing
+/// single-row INSERTs one after another for [`THROUGHPUT_FOR`]: the server's own ceiling on
+/// this machine, with nothing of idem's in the way.
+fn pg_commit_ceiling(url: &str, connections: usize) -> f64 {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let setup = pg_client(url).await;
+        setup
+            .batch_execute(
+                "CREATE SCHEMA IF NOT EXISTS idem_fleet; \
+                 DROP TABLE IF EXISTS idem_fleet.ceiling; \
+                 CREATE TABLE idem_fleet.ceiling (key text PRIMARY KEY, value text)",
+            )
+            .await
+            .expect("the scratch table");
+        let mut clients = Vec::new();
+        for _ in 0..connections {
+            clients.push(pg_client(url).await);
+        }
+        let start = Arc::new(tokio::sync::Barrier::new(connections));
+        let tasks: Vec<_> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(c, client)| {
+                let start = Arc::clone(&start);
+                tokio::spawn(async move {
+                    let insert = client
+                        .prepare("INSERT INTO idem_fleet.ceiling VALUES ($1, $2)")
+                        .await
+                        .expect("prepare");
+                    let value = "x".repeat(330);
+                    start.wait().await;
+                    let began = Instant::now();
+                    let mut n = 0u64;
+                    while began.elapsed() < THROUGHPUT_FOR {
+                        let key = format!("{c}-{n}");
+                        client.execute(&insert, &[&key, &value]).await.expect("an insert");
+                        n += 1;
+                    }
+                    n as f64 / began.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        let mut rate = 0.0;
+        for task in tasks {
+            rate += task.await.expect("a connection's task");
+        }
+        setup.batch_execute("DROP TABLE idem_fleet.ceiling").await.expect("drop the scratch table");
+        rate
     })
 }
 

@@ -204,6 +204,11 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     let (_dir, path) = place();
     let mut agent = Agent::start(&path);
     assert_eq!(agent.ask("call order-1 ch_1"), "ran ch_1");
+    assert_eq!(agent.ask("call order-1 ch_again"), "replayed ch_1");
+    // Removed through the socket: the agent, which holds its recent records in memory too,
+    // must not replay it from there.
+    idem(&path, &["purge", "--older-than", "0ms"]).ok();
+    assert_eq!(agent.ask("call order-1 ch_again"), "ran ch_again", "a purged record replayed");
     let released = agent.key("doubt order-2", "in-doubt ");
     let settled = agent.key("doubt order-3", "in-doubt ");
     let finished = agent.key("doubt order-4", "in-doubt ");

@@ -21,6 +21,7 @@ mod history;
 mod open;
 #[cfg(unix)]
 mod peer;
+mod recent;
 #[cfg(unix)]
 mod serve;
 mod write;
@@ -88,6 +89,9 @@ pub struct SledStore {
     /// Serialise the writes of one key (see `cas`), and a history's read against them;
     /// striped, since contention on a key is rare.
     key_locks: std::sync::Arc<[std::sync::Mutex<()>]>,
+    /// Finished records written or read lately (see `sled/recent.rs`); shared with the admin
+    /// socket's handle, whose writes keep it true too.
+    recent: std::sync::Arc<recent::Recent>,
 }
 
 fn io_error(
@@ -118,6 +122,7 @@ impl SledStore {
             lock_wait: Duration::ZERO,
             admin_socket: true,
             gather: super::sync::Gather::Adaptive,
+            recent_bytes: 16 * 1024 * 1024,
         }
     }
 
@@ -146,8 +151,20 @@ impl SledStore {
         self.tree.get(key.as_bytes()).map_err(|e| io_error(&self.path, "cannot read", e))
     }
 
-    /// The record under `key`, with its result read back from its chunks when it has them.
+    /// The record under `key`, with its result read back from its chunks when it has them: from
+    /// the cache of recent records when it has it, else from sled, under the key's lock so that
+    /// what the cache then keeps is what sled holds.
     fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        if let Some(record) = self.recent.get(key.as_bytes()) {
+            return Ok(Some(record));
+        }
+        let _key_lock = self.lock_key(key.as_bytes());
+        let record = self.load_from_sled(key)?;
+        self.recent.set(key.as_bytes(), record.as_ref());
+        Ok(record)
+    }
+
+    fn load_from_sled(&self, key: &str) -> Result<Option<Record>, StoreError> {
         loop {
             let Some(bytes) = self.read(key)? else { return Ok(None) };
             let view = decode(key.as_bytes(), &bytes)?;

@@ -31,6 +31,7 @@ pub struct SledStoreBuilder {
     pub(super) lock_wait: Duration,
     pub(super) admin_socket: bool,
     pub(super) gather: Gather,
+    pub(super) recent_bytes: u64,
 }
 
 impl SledStoreBuilder {
@@ -77,6 +78,16 @@ impl SledStoreBuilder {
     /// opens without it and logs a warning.
     pub fn admin_socket(mut self, serve: bool) -> Self {
         self.admin_socket = serve;
+        self
+    }
+
+    /// Memory for the finished records this process wrote or read lately, so that replaying
+    /// one (a retry soon after its call, the commonest replay) costs the same in a store of a
+    /// million records as in a small one; 16 MiB by default, 0 for none. The cache holds only
+    /// what sled holds (every write of a key updates it under the key's lock) and gives up
+    /// nothing of durability: a replay from it still waits for the store's durable point.
+    pub fn recent_records(mut self, bytes: u64) -> Self {
+        self.recent_bytes = bytes;
         self
     }
 
@@ -232,6 +243,7 @@ impl SledStore {
             syncer,
             hub: Arc::new(Hub::default()),
             key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
+            recent: std::sync::Arc::new(super::recent::Recent::new(options.recent_bytes)),
         };
         store.settle_orphans()?;
         #[cfg(unix)]
@@ -260,6 +272,7 @@ impl SledStore {
             syncer: self.syncer.clone(),
             hub: Arc::clone(&self.hub),
             key_locks: std::sync::Arc::clone(&self.key_locks),
+            recent: std::sync::Arc::clone(&self.recent),
         };
         match super::serve::Server::start(&self.path, std::sync::Arc::new(handle)) {
             Ok(server) => Some(server),

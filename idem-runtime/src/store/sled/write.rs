@@ -109,6 +109,9 @@ impl SledStore {
             self.tree.compare_and_swap(key, old, bytes).map(|swap| swap.map_err(|c| c.current))
         })();
         let won = matches!(swapped, Ok(Ok(())));
+        // Still under the key's lock: the cache of recent records follows what sled now holds
+        // (after a refused or failed swap, which it does not know, it forgets the key).
+        self.recent.set(key, if won { new } else { None });
         if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
             syncer.poison(format!("a write failed: {e}"));
         }
