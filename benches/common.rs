@@ -103,7 +103,7 @@ pub fn throughput(
 /// A `metrics` recorder that keeps only the store's durable points (`idem_syncs_total` and
 /// `idem_sync_duration_seconds`): how many writes each one answered, and how long it took. Every
 /// other metric is dropped.
-mod syncs {
+pub mod syncs {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, OnceLock};
 

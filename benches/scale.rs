@@ -92,32 +92,43 @@ fn run(million: bool) {
         "Replays of recent keys: drawn from the last {RECENT} written, each replayed once \
          before the timing. Replays of any key: drawn from the whole store, right after, so \
          that at a size past the recent keys most of them read a page sled has not loaded \
-         since the open.\n"
+         since the open. Each replay is timed with the cache of recent records (the default) \
+         and, on an earlier open of the same store, without it (`recent_records(0)`).\n"
     );
     println!(
-        "| finished records | fresh call p50 | fresh p99 | replay p50, recent keys | p99 | replay \
-         p50, any key | p99 | open | RSS | disk bytes / record |"
+        "| finished records | fresh call p50 | fresh p99 | durable point | replay p50, recent keys \
+         | p99 | \
+         without the cache: p50 | p99 | replay p50, any key | p99 | without the cache: p50 | \
+         p99 | open | RSS | disk bytes / record |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!(
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
     let mut grown = Vec::new();
     for &records in &sizes {
         match grow(records, DEFAULT_CACHE_MIB) {
             Some(g) => {
                 println!(
-                    "| {records} | {} | {} | {} | {} | {} | {} | {:.1} ms | {:.1} MiB | {:.0} |",
+                    "| {records} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} ms \
+                     | {:.1} MiB | {:.0} |",
                     us(g.fresh.0),
                     us(g.fresh.1),
+                    us(g.durable_point),
                     us(g.recent.0),
                     us(g.recent.1),
+                    us(g.uncached_recent.0),
+                    us(g.uncached_recent.1),
                     us(g.any.0),
                     us(g.any.1),
+                    us(g.uncached_any.0),
+                    us(g.uncached_any.1),
                     g.open_ms,
                     g.rss_mib,
                     g.bytes_per_record
                 );
                 grown.push((records, g));
             }
-            None => println!("| {records} | the child process failed | | | | | | | | |"),
+            None => println!("| {records} | the child process failed | | | | | | | | | | | | | |"),
         }
     }
     if let (Some((small, first)), Some((large, last))) = (grown.first(), grown.last()) {
@@ -126,11 +137,13 @@ fn run(million: bool) {
             format!("{what} {:.2} (×{:.3} a doubling)", b / a, (b / a).powf(1.0 / doublings))
         };
         println!(
-            "\nFrom {small} to {large} records ({doublings:.1} doublings), {large} ÷ {small}: {}, \
-             {}, {}, open {:.2}, RSS {:.2}, bytes per record {:.2}. Goal: fresh and replay \
+            "\nFrom {small} to {large} records ({doublings:.1} doublings), {large} ÷ {small}: {} \
+             ({}), {} ({}), {}, open {:.2}, RSS {:.2}, bytes per record {:.2}. Goal: fresh and replay \
              within 1.3.",
             slope("fresh p50", first.fresh.0, last.fresh.0),
+            slope("its durable point", first.durable_point, last.durable_point),
             slope("replay p50 of recent keys", first.recent.0, last.recent.0),
+            slope("without the cache", first.uncached_recent.0, last.uncached_recent.0),
             slope("replay p50 of any key", first.any.0, last.any.0),
             last.open_ms / first.open_ms,
             last.rss_mib / first.rss_mib,
@@ -330,12 +343,17 @@ struct Grown {
     recent: (f64, f64),
     /// Replays of keys drawn from the whole store.
     any: (f64, f64),
+    /// The same two without the cache of recent records.
+    uncached_recent: (f64, f64),
+    uncached_any: (f64, f64),
     /// Replays of keys drawn from the whole store after every key was replayed once (only with
     /// the cache that holds the store).
     warm: Option<(f64, f64)>,
     open_ms: f64,
     rss_mib: f64,
     bytes_per_record: f64,
+    /// How long a durable point took, on average, during the fresh calls.
+    durable_point: f64,
 }
 
 fn grow(records: u64, cache_mib: u64) -> Option<Grown> {
@@ -354,17 +372,22 @@ fn grow(records: u64, cache_mib: u64) -> Option<Grown> {
         fresh: pair("fresh")?,
         recent: pair("recent")?,
         any: pair("any")?,
+        uncached_recent: pair("uncached_recent")?,
+        uncached_any: pair("uncached_any")?,
         warm: pair("warm"),
         open_ms: field("open_ms")?,
         rss_mib: field("rss_mib")?,
         bytes_per_record: field("bytes_per_record")?,
+        durable_point: field("durable_point")?,
     })
 }
 
 /// The child of one store size: fill it with `records` finished records (without syncs, which
 /// change the time taken, not what is stored), reopen it with `Fsync` (the median of three opens,
 /// page cache warm), then time fresh calls, replays of recent keys and replays of any key; with
-/// a cache of [`BIG_CACHE_MIB`], also replays of any key once every key was replayed.
+/// a cache of [`BIG_CACHE_MIB`], also replays of any key once every key was replayed. The
+/// replays are timed twice, on two opens of the store: without the cache of recent records
+/// (`recent_records(0)`, as before it existed), then with it (the default).
 fn grow_child(records: u64, cache_mib: u64) {
     let dir = tempfile::Builder::new().prefix("idem-scale").tempdir().expect("temp dir");
     let path = dir.path().join("idem.sled");
@@ -386,21 +409,17 @@ fn grow_child(records: u64, cache_mib: u64) {
         drop(store.expect("reopen"));
     }
     let open_ms = sorted(opens)[1];
-    let store: Arc<dyn Store> = Arc::new(
-        SledStore::builder(&path)
+    let open = |recent: Option<u64>| -> Arc<dyn Store> {
+        let builder = SledStore::builder(&path)
             .durability(Durability::Fsync)
             .cache_capacity(cache_mib << 20)
-            .lock_wait(Duration::from_secs(5))
-            .open()
-            .expect("reopen"),
-    );
-    let mut fresh = Vec::with_capacity(FRESH_SAMPLES);
-    for n in 0..FRESH_SAMPLES {
-        let scope = format!("f{n}");
-        let began = Instant::now();
-        charge(&store, &scope);
-        fresh.push(began.elapsed().as_secs_f64());
-    }
+            .lock_wait(Duration::from_secs(5));
+        let builder = match recent {
+            Some(bytes) => builder.recent_records(bytes),
+            None => builder,
+        };
+        Arc::new(builder.open().expect("reopen"))
+    };
     // xorshift: keys spread over their range, so the replays do not sit in one warm leaf.
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut draw = move |below: u64| {
@@ -409,28 +428,51 @@ fn grow_child(records: u64, cache_mib: u64) {
         state ^= state << 17;
         state % below
     };
-    let replays = |draw: &mut dyn FnMut() -> u64| {
+    let replays = |store: &Arc<dyn Store>, draw: &mut dyn FnMut() -> u64| {
         let mut times = Vec::with_capacity(REPLAY_SAMPLES);
         for _ in 0..REPLAY_SAMPLES {
             let scope = format!("g{}", draw());
             let began = Instant::now();
-            charge(&store, &scope);
+            charge(store, &scope);
             times.push(began.elapsed().as_secs_f64());
         }
         let times = sorted(times);
         (percentile(&times, 0.5), percentile(&times, 0.99))
     };
     let recent_from = records.saturating_sub(RECENT);
-    for n in recent_from..records {
-        charge(&store, &format!("g{n}"));
+    let warm_recent = |store: &Arc<dyn Store>| {
+        for n in recent_from..records {
+            charge(store, &format!("g{n}"));
+        }
+    };
+
+    let store = open(Some(0));
+    warm_recent(&store);
+    let uncached_recent = replays(&store, &mut || recent_from + draw(records - recent_from));
+    let uncached_any = replays(&store, &mut || draw(records));
+    drop(store);
+
+    let store = open(None);
+    let syncs = common::syncs::install();
+    let (syncs_before, nanos_before) = syncs.read();
+    let mut fresh = Vec::with_capacity(FRESH_SAMPLES);
+    for n in 0..FRESH_SAMPLES {
+        let scope = format!("f{n}");
+        let began = Instant::now();
+        charge(&store, &scope);
+        fresh.push(began.elapsed().as_secs_f64());
     }
-    let recent = replays(&mut || recent_from + draw(records - recent_from));
-    let any = replays(&mut || draw(records));
+    let (syncs_after, nanos_after) = syncs.read();
+    let durable_point =
+        (nanos_after - nanos_before) as f64 / 1e9 / (syncs_after - syncs_before).max(1) as f64;
+    warm_recent(&store);
+    let recent = replays(&store, &mut || recent_from + draw(records - recent_from));
+    let any = replays(&store, &mut || draw(records));
     let warm = (cache_mib >= BIG_CACHE_MIB).then(|| {
         for n in 0..records {
             charge(&store, &format!("g{n}"));
         }
-        replays(&mut || draw(records))
+        replays(&store, &mut || draw(records))
     });
     let rss_mib = proc_status_kib("VmRSS:") as f64 / 1024.0;
     let bytes = dir_bytes(&path) as f64 / records as f64;
@@ -438,13 +480,19 @@ fn grow_child(records: u64, cache_mib: u64) {
     let warm = warm.map_or(String::new(), |(p50, p99)| format!(" warm_p50={p50} warm_p99={p99}"));
     println!(
         "grown records={records} fresh_p50={} fresh_p99={} recent_p50={} recent_p99={} \
-         any_p50={} any_p99={}{warm} open_ms={open_ms} rss_mib={rss_mib} bytes_per_record={bytes}",
+         any_p50={} any_p99={} uncached_recent_p50={} uncached_recent_p99={} \
+         uncached_any_p50={} uncached_any_p99={}{warm} open_ms={open_ms} rss_mib={rss_mib} \
+         bytes_per_record={bytes} durable_point={durable_point}",
         percentile(&fresh, 0.5),
         percentile(&fresh, 0.99),
         recent.0,
         recent.1,
         any.0,
         any.1,
+        uncached_recent.0,
+        uncached_recent.1,
+        uncached_any.0,
+        uncached_any.1,
     );
 }
 
