@@ -185,19 +185,21 @@ fn run(million: bool) {
         us(cpu_none),
         2.0 / cpu_none
     );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
         "Each row: the store's default (a durable point waits a little for the writes it \
          expects), then the same with `group_commit_wait(Duration::ZERO)`, as before that option \
          existed, run back to back. Writes per durable point and its time come from the store's \
          own metrics (`idem_syncs_total`, `idem_sync_duration_seconds`); busy is the share of \
-         the run the sync thread spent in a durable point.\n"
+         the run the sync thread spent in a durable point; CPU bound is the rate at which the \
+         CPU per call would take all {cores} cores, as a fraction of the limit.\n"
     );
     println!(
         "| callers | fresh calls/s | limit | fraction | writes / durable point | durable point | \
-         busy | CPU per call | without the wait: calls/s | fraction | writes / durable point | \
-         busy |"
+         busy | CPU per call | CPU bound | without the wait: calls/s | fraction | writes / \
+         durable point | busy |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let busy = |t: &Throughput| 100.0 * 2.0 * t.rate / t.writes_per_sync * t.sync;
     let mut sled_curve = Vec::new();
     for callers in CALLERS {
@@ -205,14 +207,15 @@ fn run(million: bool) {
         let off = throughput(callers, THROUGHPUT_FOR, Some(Duration::ZERO));
         let limit = callers as f64 / (2.0 * raw);
         println!(
-            "| {callers} | {:.0} | {limit:.0} | {:.0} % | {:.1} | {} | {:.0} % | {} | {:.0} | {:.0} % \
-             | {:.1} | {:.0} % |",
+            "| {callers} | {:.0} | {limit:.0} | {:.0} % | {:.1} | {} | {:.0} % | {} | {:.0} % | \
+             {:.0} | {:.0} % | {:.1} | {:.0} % |",
             on.rate,
             100.0 * on.rate / limit,
             on.writes_per_sync,
             us(on.sync),
             busy(&on),
             us(on.cpu),
+            100.0 * (cores as f64 / on.cpu) / limit,
             off.rate,
             100.0 * off.rate / limit,
             off.writes_per_sync,
