@@ -102,7 +102,7 @@ fn run(million: bool) {
          p99 | open | RSS | disk bytes / record |"
     );
     println!(
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     );
     let mut grown = Vec::new();
     for &records in &sizes {
@@ -231,34 +231,44 @@ fn run(million: bool) {
             let raw_pg = raw_pg_durable_point(&url);
             println!(
                 "Raw PostgreSQL durable point (one autocommitted single-row INSERT), median of \
-                 {RAW_SAMPLES}: {}.\n",
+                 {RAW_SAMPLES}: {}. CPU per fresh call is the whole machine's busy CPU time \
+                 during the run (the server's backends, the fleet's processes) ÷ the calls; the \
+                 CPU bound is the rate at which that would take every core, ÷ one caller's.\n",
                 us(raw_pg)
             );
             println!(
-                "| processes × callers | fresh calls/s | fresh p50 | fresh p99 | replays/s | \
-                 replay p50 | replay p99 |"
+                "| processes × callers | fresh calls/s | fresh p50 | fresh p99 | CPU per fresh \
+                 call (machine) | cores busy | CPU bound, ÷ one caller | replays/s | replay p50 | \
+                 replay p99 |"
             );
-            println!("| --- | --- | --- | --- | --- | --- | --- |");
+            println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
             let mut one_caller = None;
             for (processes, callers) in FLEET {
                 let fresh = fleet(&url, processes, callers, "fresh", false);
                 let replay = fleet(&url, processes, callers, "replay", false);
                 match (fresh, replay) {
                     (Some(fresh), Some(replay)) => {
+                        let one = *one_caller.get_or_insert(fresh.rate);
                         println!(
-                            "| {processes} × {callers} | {:.0} | {} | {} | {:.0} | {} | {} |",
+                            "| {processes} × {callers} | {:.0} | {} | {} | {} | {:.0} % | {:.1} | \
+                             {:.0} | {} | {} |",
                             fresh.rate,
                             us(fresh.p50),
                             us(fresh.p99),
+                            us(fresh.cpu),
+                            100.0 * fresh.busy,
+                            cores / fresh.cpu / one,
                             replay.rate,
                             us(replay.p50),
                             us(replay.p99)
                         );
                         let all = processes * callers;
-                        one_caller.get_or_insert(fresh.rate);
                         pg_curve.push((all, fresh.rate, all as f64 / (2.0 * raw_pg)));
                     }
-                    _ => println!("| {processes} × {callers} | a fleet process failed | | | | | |"),
+                    _ => println!(
+                        "| {processes} × {callers} | a fleet process failed | | | | | | | | |"
+                    ),
                 }
             }
             if let (Some(one), Some((_, all, _))) = (one_caller, pg_curve.last()) {
@@ -661,6 +671,28 @@ struct Fleet {
     rate: f64,
     p50: f64,
     p99: f64,
+    /// CPU time of the whole machine (the server's backends, the fleet and anything else) per
+    /// call, in seconds, and the share of all cores busy.
+    cpu: f64,
+    busy: f64,
+}
+
+/// The machine's busy and total CPU time so far, in seconds, from `/proc/stat` (all cores; idle
+/// and I/O wait are not busy).
+fn machine_cpu() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let total: f64 = ticks.iter().take(8).sum();
+    let idle = ticks.get(3).copied().unwrap_or(0.0) + ticks.get(4).copied().unwrap_or(0.0);
+    // USER_HZ: 100 a second on Linux.
+    ((total - idle) / 100.0, total / 100.0)
 }
 
 /// `processes` child processes of `callers` threads each, making fresh calls (`mode` "fresh")
@@ -707,6 +739,7 @@ fn fleet(
         }
         readers.push(reader);
     }
+    let cpu_before = machine_cpu();
     for child in &mut children {
         writeln!(child.stdin.as_mut()?, "go").ok()?;
     }
@@ -720,6 +753,7 @@ fn fleet(
         latencies.extend(fields.filter_map(|f| f.parse::<f64>().ok()));
         child.wait().ok()?;
     }
+    let cpu_after = machine_cpu();
     if triggered {
         pg_runtime().block_on(async {
             let client = pg_client(url).await;
@@ -729,6 +763,8 @@ fn fleet(
     let latencies = sorted(latencies);
     Some(Fleet {
         rate: calls as f64 / took,
+        cpu: (cpu_after.0 - cpu_before.0) / calls.max(1) as f64,
+        busy: (cpu_after.0 - cpu_before.0) / (cpu_after.1 - cpu_before.1).max(0.01),
         p50: percentile(&latencies, 0.5),
         p99: percentile(&latencies, 0.99),
     })
