@@ -155,40 +155,32 @@ impl SledStore {
     /// the cache of recent records when it has it, else from sled, under the key's lock so that
     /// what the cache then keeps is what sled holds.
     fn load(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        if let Some(record) = self.recent.get(key.as_bytes()) {
+        if let Some(record) = self.recent.get(key) {
             return Ok(Some(record));
         }
         let _key_lock = self.lock_key(key.as_bytes());
-        let record = self.load_from_sled(key)?;
-        self.recent.set(key.as_bytes(), record.as_ref());
-        Ok(record)
-    }
-
-    fn load_from_sled(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        loop {
-            let Some(bytes) = self.read(key)? else { return Ok(None) };
-            let view = decode(key.as_bytes(), &bytes)?;
-            let mut record = view.to_record(key);
-            let Some(spilled) = view.spilled else { return Ok(Some(record)) };
-            let text = self
-                .chunks
-                .read(key.as_bytes(), spilled)
-                .map_err(|e| io_error(&self.path, "cannot read", e))?;
-            match text.map(String::from_utf8) {
-                Some(Ok(text)) => {
-                    record.result = Some(text);
-                    return Ok(Some(record));
-                }
-                // Replaced since it was read, and its chunks removed: read it again.
-                None if self.read(key)?.as_ref() != Some(&bytes) => continue,
-                _ => {
-                    return Err(StoreError::new(format!(
-                        "the record under key {key} is damaged (its result's chunks are missing \
-                         or not UTF-8); nothing was run for it: stop the agents, copy the store \
-                         aside, and inspect it"
-                    )))
-                }
+        let bytes = self.read(key)?;
+        self.recent.set(key.as_bytes(), bytes.as_ref());
+        let Some(bytes) = bytes else { return Ok(None) };
+        let view = decode(key.as_bytes(), &bytes)?;
+        let mut record = view.to_record(key);
+        let Some(spilled) = view.spilled else { return Ok(Some(record)) };
+        let text = self
+            .chunks
+            .read(key.as_bytes(), spilled)
+            .map_err(|e| io_error(&self.path, "cannot read", e))?;
+        // Under the key's lock the record cannot have been replaced since it was read, so
+        // missing chunks are damage.
+        match text.map(String::from_utf8) {
+            Some(Ok(text)) => {
+                record.result = Some(text);
+                Ok(Some(record))
             }
+            _ => Err(StoreError::new(format!(
+                "the record under key {key} is damaged (its result's chunks are missing or not \
+                 UTF-8); nothing was run for it: stop the agents, copy the store aside, and \
+                 inspect it"
+            ))),
         }
     }
 

@@ -68,6 +68,7 @@ impl SledStore {
         // other writer and reader of the key.
         let _key_lock = self.lock_key(key);
         let mut written = None;
+        let mut stored = None;
         let swapped = (|| {
             // Under the lock no other write of the key can come between this read and the
             // swap, so a write that would be refused writes nothing, not even its entry.
@@ -106,12 +107,16 @@ impl SledStore {
                     crate::failpoint::failpoint("after_chunks");
                 }
             }
-            self.tree.compare_and_swap(key, old, bytes).map(|swap| swap.map_err(|c| c.current))
+            // sled's own buffer, shared with the cache of recent records below.
+            let bytes = bytes.take().map(sled::IVec::from);
+            let swap = self.tree.compare_and_swap(key, old, bytes.clone());
+            stored = bytes;
+            swap.map(|swap| swap.map_err(|c| c.current))
         })();
         let won = matches!(swapped, Ok(Ok(())));
         // Still under the key's lock: the cache of recent records follows what sled now holds
         // (after a refused or failed swap, which it does not know, it forgets the key).
-        self.recent.set(key, if won { new } else { None });
+        self.recent.set(key, if won { stored.as_ref() } else { None });
         if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
             syncer.poison(format!("a write failed: {e}"));
         }
