@@ -206,17 +206,10 @@ impl Statements {
             // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
             // function.
             // $15.. the change: event, answer, by, note.
-            // One row: the record the key held when the statement began (all NULL when none),
-            // then `inserted`, 1 when this statement inserted the key (and its history row).
-            // The read shares the insert's snapshot, so it misses a row committed by another
-            // writer while the insert waited for it: then neither shows, and the caller runs
-            // the statement again.
             insert: format!(
                 "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
                  $9, $10, {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
-                 RETURNING key, status), h AS ({}) \
-                 SELECT f.*, (SELECT count(*) FROM r) AS inserted FROM (SELECT 1) AS one \
-                 LEFT JOIN (SELECT {COLUMNS} FROM {t} WHERE key = $1) AS f ON true",
+                 RETURNING key, status) {}",
                 entry(15, "status")
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),

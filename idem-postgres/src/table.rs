@@ -192,8 +192,7 @@ impl Shared {
                     // answer came.
                     Some(existing) if existing.fence() == record.fence() => {}
                     Some(existing) => return Ok(Reserved::Taken(existing)),
-                    // Released again meanwhile, or inserted by another writer after this
-                    // statement's snapshot was taken: try again.
+                    // Released again meanwhile: try the insert again.
                     None => continue,
                 }
             }
@@ -202,11 +201,12 @@ impl Shared {
         }
     }
 
-    /// Inserts the record if the key is absent, and reads what the key held, in one statement
-    /// (`Statements::insert`): a replay, the common case of a key that is there, and a fresh
-    /// call are each one round trip and one statement. `(false, None)` when another writer's
-    /// insert committed while this one waited for it, which the statement's snapshot does not
-    /// show: the caller runs it again.
+    /// Inserts the record if the key is absent, and reads what the key holds, in one round
+    /// trip: the read is pipelined behind the insert on the same connection, so the server runs
+    /// it as a statement of its own once the insert is done, whose snapshot shows a row that
+    /// was committed while the insert ran (the insert's own would not). A replay, the common
+    /// case of a key that is there, is that one round trip; a fresh call pays one index lookup
+    /// more on the server and no round trip.
     async fn try_insert(
         &self,
         values: &Values,
@@ -215,16 +215,16 @@ impl Shared {
         let lease = self.lease_ms();
         let client = self.pool.get().await?;
         let insert = client.prepare_cached(&self.statements.insert).await?;
+        let get = client.prepare_cached(&self.statements.get).await?;
         let mut params = values.insert_params();
         params.push(&lease);
         params.push(values.function());
         params.extend_from_slice(&change.params());
-        let row = client.query_one(&insert, &params).await?;
-        let inserted: i64 = row.get("inserted");
-        let found = match row.get::<_, Option<String>>(0) {
-            Some(_) => Some(sql::decode(&row).map_err(Fault::Store)?),
-            None => None,
-        };
+        let key: [&(dyn ToSql + Sync); 1] = [&values.key];
+        // One history row, written only when the record was.
+        let (inserted, found) =
+            tokio::try_join!(client.execute(&insert, &params), client.query_opt(&get, &key))?;
+        let found = found.as_ref().map(sql::decode).transpose().map_err(Fault::Store)?;
         Ok((inserted == 1, found))
     }
 
