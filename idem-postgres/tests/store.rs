@@ -4,6 +4,7 @@
 mod common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use idem_postgres::PgStore;
 use idem_runtime::for_stores::block_on;
@@ -258,4 +259,59 @@ fn a_record_of_another_function_with_the_same_tool_name_is_refused() {
     assert!(matches!(other, Err(Error::SharedToolName { .. })), "{other:?}");
     let again: String = send("email::send").run(|| Ok::<_, Error>("twice".into())).unwrap();
     assert_eq!(again, "email", "the writer itself still replays");
+}
+
+/// A reservation whose insert waits for another writer's insert of the same key, which then
+/// commits, finds the other's record: the key is taken, not reserved twice, and the race is not
+/// an error. (A read in the insert's own statement would share its snapshot and miss that row.)
+#[test]
+fn a_reservation_that_waited_for_another_insert_finds_its_record() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("race");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let a = store(&url, &schema);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let other = runtime.block_on(async {
+        let (client, connection) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        // Another writer's insert, left uncommitted: a finished record of its own.
+        client
+            .batch_execute(&format!(
+                "BEGIN; INSERT INTO \"{schema}\".records (key, status, tool, scope, owner, \
+                 attempts, created_at, updated_at, completed_at, args_fingerprint, result) VALUES \
+                 ('k1', 'done', \
+                 'charge_card', 's', 'another-process#1', 1, 1, 2, 2, '', '\"ch_other\"')"
+            ))
+            .await
+            .unwrap();
+        client
+    });
+    let reserving = std::thread::spawn(move || {
+        let mine =
+            Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
+        block_on(a.reserve(&mine, Change::new(Event::Reserved, "test")))
+    });
+    // The reservation's insert waits for the other's to end.
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND query LIKE '%\"{schema}\".%records%'"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(10), || common::query_i64(&url, &waiting) == 1),
+        "the reservation never waited for the other insert"
+    );
+    runtime.block_on(other.batch_execute("COMMIT")).unwrap();
+    match reserving.join().unwrap().expect("the reservation answers") {
+        Reserved::Taken(found) => {
+            assert_eq!(found.owner.as_str(), "another-process#1");
+            assert_eq!(
+                (found.status, found.result.as_deref()),
+                (Status::Done, Some("\"ch_other\""))
+            );
+        }
+        Reserved::Mine => panic!("reserved a key another writer holds"),
+    }
 }
