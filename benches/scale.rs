@@ -581,19 +581,24 @@ async fn pg_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// Creates the empty scratch table `idem_fleet.<name>`, a key and a value, for the server's own
+/// figures.
+async fn scratch_table(client: &tokio_postgres::Client, name: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS idem_fleet; DROP TABLE IF EXISTS idem_fleet.{name}; \
+             CREATE TABLE idem_fleet.{name} (key text PRIMARY KEY, value text)"
+        ))
+        .await
+        .expect("the scratch table");
+}
+
 /// The server's own limit: one autocommitted single-row INSERT, what each of a call's two
 /// durable points is at the least (`synchronous_commit = on`: the commit waits for its WAL flush).
 fn raw_pg_durable_point(url: &str) -> f64 {
     pg_runtime().block_on(async {
         let client = pg_client(url).await;
-        client
-            .batch_execute(
-                "CREATE SCHEMA IF NOT EXISTS idem_fleet; \
-                 DROP TABLE IF EXISTS idem_fleet.raw; \
-                 CREATE TABLE idem_fleet.raw (key text PRIMARY KEY, value text)",
-            )
-            .await
-            .expect("the scratch table");
+        scratch_table(&client, "raw").await;
         let insert =
             client.prepare("INSERT INTO idem_fleet.raw VALUES ($1, $2)").await.expect("prepare");
         let value = "x".repeat(330);
@@ -622,14 +627,7 @@ fn pg_commit_ceiling(url: &str, connections: usize) -> f64 {
         .expect("a tokio runtime");
     runtime.block_on(async {
         let setup = pg_client(url).await;
-        setup
-            .batch_execute(
-                "CREATE SCHEMA IF NOT EXISTS idem_fleet; \
-                 DROP TABLE IF EXISTS idem_fleet.ceiling; \
-                 CREATE TABLE idem_fleet.ceiling (key text PRIMARY KEY, value text)",
-            )
-            .await
-            .expect("the scratch table");
+        scratch_table(&setup, "ceiling").await;
         let mut clients = Vec::new();
         for _ in 0..connections {
             clients.push(pg_client(url).await);
