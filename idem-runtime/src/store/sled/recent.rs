@@ -72,3 +72,54 @@ impl Recent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sled::encoding::encode;
+
+    fn bytes(record: &Record) -> sled::IVec {
+        sled::IVec::from(encode(record, None))
+    }
+
+    #[test]
+    fn keeps_a_finished_record_and_forgets_the_key_on_any_other_write() {
+        let recent = Recent::new(1 << 20);
+        let reserved = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1);
+        let done = reserved.done(serde_json::json!("ch_1"), 2, None);
+        recent.set(b"k1", Some(&bytes(&done)));
+        assert_eq!(recent.get("k1"), Some(done.clone()), "a finished record is kept as stored");
+        recent.set(b"k1", Some(&bytes(&reserved)));
+        assert_eq!(recent.get("k1"), None, "an in-flight record is not kept");
+        recent.set(b"k1", Some(&bytes(&done)));
+        recent.set(b"k1", Some(&bytes(&done.in_doubt(3))));
+        assert_eq!(recent.get("k1"), None, "a record in doubt is not kept");
+        recent.set(b"k1", Some(&bytes(&done)));
+        recent.set(b"k1", None);
+        assert_eq!(recent.get("k1"), None, "a removed or unknown record is forgotten");
+    }
+
+    #[test]
+    fn a_record_too_large_to_keep_does_not_leave_the_one_it_replaces() {
+        let recent = Recent::new(64 * 1024);
+        let reserved = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1);
+        let small = reserved.done(serde_json::json!("ch_1"), 2, None);
+        recent.set(b"k1", Some(&bytes(&small)));
+        assert!(recent.get("k1").is_some());
+        let large = reserved.done(serde_json::json!("x".repeat(256 * 1024)), 3, None);
+        recent.set(b"k1", Some(&bytes(&large)));
+        assert_eq!(recent.get("k1"), None, "the smaller record replaced by a larger one stayed");
+    }
+
+    #[test]
+    fn a_store_opened_without_the_cache_keeps_nothing() {
+        let recent = Recent::new(0);
+        let done = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1).done(
+            serde_json::json!(1),
+            2,
+            None,
+        );
+        recent.set(b"k1", Some(&bytes(&done)));
+        assert_eq!(recent.get("k1"), None);
+    }
+}
