@@ -525,11 +525,10 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, assess, canonical_json, current_key, default_store, default_store_path, history,
-    may_have_landed, set_default_store, try_current_key, Annotations, Args, Assessment, Backoff,
-    Call, Durability, Error, Fence, InDoubtPolicy, Key, Kind, Owner, Reconciled, Record, Reserved,
-    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome,
-    SweepReport, Swept, ToolInfo,
+    admin, canonical_json, current_key, default_store, default_store_path, history,
+    may_have_landed, set_default_store, store, try_current_key, Annotations, Args, Backoff, Call,
+    Durability, Error, InDoubtPolicy, Key, Kind, Reconciled, Record, SledStore, SledStoreBuilder,
+    Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: generated code (from `idem-macros`'
@@ -538,13 +537,13 @@ pub use idem_runtime::{
 #[doc(hidden)]
 pub mod __private {
     // Building and running a call (`#[idempotent]`).
-    pub use idem_runtime::bounds::{
+    pub use idem_runtime::for_macros::{
         args, codec_of, flatten_arg, key_arg, run_async, run_sync, scope, StoreFromFn,
         StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
     // A tool with a reconciler (`reconcile = "…"`).
-    pub use idem_runtime::bounds::{
+    pub use idem_runtime::for_macros::{
         ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
     };
     pub use idem_runtime::{Key, Sweep};
@@ -552,13 +551,13 @@ pub mod __private {
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
     // `retry!`.
-    pub use idem_runtime::bounds::{
+    pub use idem_runtime::for_macros::{
         attempt_async, attempt_sync, pause, pause_blocking, retry_any, Retrying,
     };
     pub use idem_runtime::Backoff;
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
-    pub use idem_runtime::bounds::{
+    pub use idem_runtime::for_macros::{
         AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer, ScopeValue,
         SyncReconciler, ToolError, ToolOutput,
     };

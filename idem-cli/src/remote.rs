@@ -6,7 +6,8 @@ use idem_runtime::admin::{self, Filter, Listing, Purge, Resolution, Stats};
 use idem_runtime::history::Entry;
 #[cfg(unix)]
 use idem_runtime::remote::Remote;
-use idem_runtime::{Error, Key, Record, Store};
+use idem_runtime::store::{now_ms, Assessment};
+use idem_runtime::{Error, Key, Record, Status, Store};
 
 pub(crate) enum Admin {
     /// A store this command opened itself.
@@ -26,13 +27,18 @@ impl Admin {
         }
     }
 
-    /// Whether the owner of an in-flight record still runs it. The process that answers on
-    /// the socket holds the store, so a record in flight there is its own, and alive.
-    pub(crate) fn owner_alive(&self, record: &Record) -> bool {
+    /// What a call would make of `record` now. The process that answers on the socket holds
+    /// the store, so a record in flight there is its own, and running.
+    pub(crate) fn assess(&self, record: &Record) -> Assessment {
         match self {
-            Admin::Local(store) => store.owner_alive(record),
+            Admin::Local(store) => {
+                idem_runtime::store::assess(Some(record), store.clock(), store.instance())
+            }
             #[cfg(unix)]
-            Admin::Remote(_) => true,
+            Admin::Remote(_) => match record.status {
+                Status::InFlight => Assessment::Running,
+                _ => idem_runtime::store::assess(Some(record), now_ms(), ""),
+            },
         }
     }
 

@@ -46,11 +46,6 @@ impl Fanout {
         Subscription { fanout: self, key: key.to_owned(), receiver: Some(sender.subscribe()) }
     }
 
-    /// How many waiters are subscribed to `key`.
-    pub(crate) fn subscribers(&self, key: &str) -> usize {
-        self.lock().get(key).map_or(0, |sender| sender.receiver_count())
-    }
-
     /// Whether notifications are arriving (false while the listening connection is down).
     pub(crate) fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)

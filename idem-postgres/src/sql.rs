@@ -2,6 +2,7 @@
 //! records.
 
 use idem_runtime::history::{Change, Entry, Event};
+use idem_runtime::store::RecordParts;
 use idem_runtime::{Record, Status, StoreError};
 use tokio_postgres::Row;
 
@@ -334,7 +335,7 @@ impl Values {
 pub(crate) struct ChangeValues {
     event: &'static str,
     answer: Option<&'static str>,
-    by: String,
+    pub(crate) by: String,
     note: Option<String>,
     pub(crate) ends_history: bool,
 }
@@ -342,11 +343,11 @@ pub(crate) struct ChangeValues {
 impl ChangeValues {
     pub(crate) fn of(change: &Change<'_>) -> ChangeValues {
         ChangeValues {
-            event: change.event.as_str(),
-            answer: change.event.answer().map(|answer| answer.as_str()),
-            by: change.by.to_owned(),
-            note: change.note.map(str::to_owned),
-            ends_history: change.event.ends_history(),
+            event: change.event().as_str(),
+            answer: change.event().answer().map(|answer| answer.as_str()),
+            by: change.by().to_owned(),
+            note: change.note().map(str::to_owned),
+            ends_history: change.event().ends_history(),
         }
     }
 
@@ -372,7 +373,7 @@ pub(crate) fn decode_entry(key: &str, row: &Row) -> Result<Entry, StoreError> {
         Some(status) => Some(status.parse::<Status>().map_err(|_| damaged("unknown status"))?),
         None => None,
     };
-    Ok(Entry { at: to_u64(row.get(0)), event, status, by: row.get(4), note: row.get(5) })
+    Ok(Entry::new(to_u64(row.get(0)), event, status, row.get(4), row.get(5)))
 }
 
 /// A row back into a record; a row that does not decode is reported, never guessed at.
@@ -395,11 +396,11 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|_| damaged("result is not JSON"))?;
     }
-    Ok(Record {
+    Ok(Record::from(RecordParts {
         status,
         tool: row.get(2),
         scope: row.get(3),
-        owner: row.get::<_, String>(4).into(),
+        owner: row.get(4),
         attempts: u32::try_from(attempts).map_err(|_| damaged("attempts out of range"))?,
         created_at: to_u64(row.get(6)),
         updated_at: to_u64(row.get(7)),
@@ -409,7 +410,7 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         result,
         function: row.get(13),
         key,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -1,14 +1,15 @@
 //! [`PgStore`]: the [`Store`] interface over a PostgreSQL table, and connecting to it.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::{Change, Entry};
-use idem_runtime::{Record, Reserved, Store, StoreError, StoreFuture};
+use idem_runtime::store::{new_instance, Inserted, StoreError};
+use idem_runtime::{Record, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
@@ -73,8 +74,6 @@ pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
     idem_runtime::Error::Store { key: None, tool: None, source }
 }
 
-static INSTANCE: AtomicU64 = AtomicU64::new(0);
-
 impl PgStoreBuilder {
     /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
     /// including one inside an async runtime (the work runs on the store's own runtime); in
@@ -87,31 +86,6 @@ impl PgStoreBuilder {
     pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
         PgStore::open(self).await.map_err(store_error)
     }
-}
-
-/// A store owner id unique across processes and machines: host, process, start time, instance
-/// and some randomness (two hosts may share a name).
-fn new_owner_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    format!(
-        "pg:{host}:{}:{}:{:08x}",
-        std::process::id(),
-        INSTANCE.fetch_add(1, Ordering::Relaxed),
-        hasher.finish() as u32
-    )
 }
 
 impl PgStore {
@@ -175,7 +149,7 @@ impl PgStore {
             pool,
             statements: Statements::new(&names),
             names,
-            owner: new_owner_id(),
+            owner: new_instance("pg"),
             lease: options.lease,
             heartbeat,
             default_wait: options.default_wait,
@@ -250,14 +224,15 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    fn owner_id(&self) -> &str {
+    fn instance(&self) -> &str {
         &self.shared.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
-        if let Err(e) = checked(record, &change) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
+    fn insert_if_absent<'a>(
+        &'a self,
+        record: &'a Record,
+        change: Change<'a>,
+    ) -> StoreFuture<'a, Inserted> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
         let change = ChangeValues::of(&change);
         let writing = self.shared.writes.start(record.owner.as_str());
@@ -275,16 +250,13 @@ impl Store for PgStore {
         })
     }
 
-    fn replace<'a>(
+    fn compare_and_swap<'a>(
         &'a self,
-        current: &'a Record,
+        expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
-        if let Err(e) = checked(current, &change) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
-        let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
+        let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
         let change = ChangeValues::of(&change);
         let writing =
             self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
@@ -294,13 +266,14 @@ impl Store for PgStore {
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
-        if let Err(e) = checked(current, &change) {
-            tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
-            return;
-        }
+    fn compare_and_swap_detached(
+        &self,
+        expected: &Record,
+        new: Option<Record>,
+        change: Change<'_>,
+    ) {
         let change = ChangeValues::of(&change);
-        let (shared, current) = (Arc::clone(&self.shared), current.clone());
+        let (shared, current) = (Arc::clone(&self.shared), expected.clone());
         let pending = self.shared.detached.start();
         let earlier = self.shared.writes.settled(current.owner.as_str());
         // Not cancelled with the caller: a settling write must land. It goes out after the
@@ -316,7 +289,7 @@ impl Store for PgStore {
         });
     }
 
-    fn changed<'a>(
+    fn watch<'a>(
         &'a self,
         key: &'a str,
         seen: &'a Record,
@@ -334,8 +307,8 @@ impl Store for PgStore {
         })
     }
 
-    fn owner_alive(&self, record: &Record) -> bool {
-        self.shared.lease_left(record).is_some()
+    fn clock(&self) -> u64 {
+        self.shared.db_now()
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
@@ -354,17 +327,6 @@ impl Store for PgStore {
     fn default_wait(&self) -> Duration {
         self.shared.default_wait
     }
-
-    fn waiters(&self, key: &str) -> Option<usize> {
-        Some(self.shared.fanout.subscribers(key))
-    }
-}
-
-/// Refuses a change the history would not keep, before anything is sent.
-fn checked(record: &Record, change: &Change<'_>) -> Result<(), StoreError> {
-    change
-        .check()
-        .map_err(|why| StoreError::new(format!("key {}: {why}; nothing was written", record.key)))
 }
 
 impl std::fmt::Debug for PgStore {

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::Entry;
-use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Status, StoreError};
+use idem_runtime::store::{lease, now_ms, Inserted, StoreError};
+use idem_runtime::{Record, Status};
 use tokio_postgres::types::ToSql;
 
 use crate::fault::{Fault, Retry};
@@ -139,23 +140,13 @@ impl Shared {
         Ok((before, db, now_ms() as i64))
     }
 
-    /// The database's clock now, as this machine reckons it.
-    fn db_now(&self) -> i64 {
-        now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)
+    /// The database's clock now, as this machine reckons it: the clock leases are read on.
+    pub(crate) fn db_now(&self) -> u64 {
+        u64::try_from(now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    /// Whether replacing `current` by `new` is the record's own owner settling it: only that
-    /// write may skip the lease check. A sibling call of this instance taking the record over
-    /// is held to the database clock's lease like any other instance.
-    fn writes_as_owner(&self, current: &Record, new: Option<&Record>) -> bool {
-        // An owner string names one call, so a write that keeps it is that call's own, whatever
-        // else it changes (a takeover dropped before its body puts the record back with the
-        // earlier attempts).
-        current.owner.is_of(&self.owner) && new.is_none_or(|new| new.owner == current.owner)
     }
 
     pub(crate) async fn get(
@@ -177,7 +168,7 @@ impl Shared {
         &self,
         record: &Record,
         change: &ChangeValues,
-    ) -> Result<Reserved, StoreError> {
+    ) -> Result<Inserted, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
         loop {
@@ -190,14 +181,14 @@ impl Shared {
                 match found {
                     // Our own insert, committed by an attempt whose connection broke before the
                     // answer came.
-                    Some(existing) if existing.fence() == record.fence() => {}
-                    Some(existing) => return Ok(Reserved::Taken(existing)),
+                    Some(existing) if existing.is_as(record) => {}
+                    Some(existing) => return Ok(Inserted::Existing(existing)),
                     // Released again meanwhile: try the insert again.
                     None => continue,
                 }
             }
             self.leases.hold(record);
-            return Ok(Reserved::Mine);
+            return Ok(Inserted::New);
         }
     }
 
@@ -234,7 +225,9 @@ impl Shared {
         new: Option<&Record>,
         change: &ChangeValues,
     ) -> Result<bool, StoreError> {
-        let own = self.writes_as_owner(current, new);
+        // The fence's owner clause (`lifecycle::admits`): the record's own owner may replace it
+        // while its lease holds; anyone else only once it has lapsed.
+        let own = change.by == current.owner.as_str() && current.owner.is_of(&self.owner);
         let outcome = self.replace_fenced(current, new, own, change).await;
         match outcome {
             Ok(true) => {
@@ -274,7 +267,7 @@ impl Shared {
                     let now = self.get(&current.key, deadline).await?;
                     return Ok(match (now, new) {
                         (None, None) => true,
-                        (Some(now), Some(new)) => now.fence() == new.fence(),
+                        (Some(now), Some(new)) => now.is_as(new),
                         _ => false,
                     });
                 }
@@ -381,13 +374,6 @@ impl Shared {
         renewed
     }
 
-    /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.
-    pub(crate) fn lease_left(&self, record: &Record) -> Option<Duration> {
-        let until = i64::try_from(record.lease_until?).ok()?;
-        let left = until - self.db_now();
-        (left > 0).then(|| Duration::from_millis(left as u64))
-    }
-
     pub(crate) async fn changed(
         &self,
         key: &str,
@@ -401,7 +387,7 @@ impl Shared {
             // least a lease): a restarting server must not end a wait early.
             let current = self.get(key, deadline.max(self.deadline())).await?;
             let record = match current {
-                Some(record) if record.fence() == seen.fence() => record,
+                Some(record) if record.is_as(seen) => record,
                 other => return Ok(other),
             };
             let now = Instant::now();
@@ -409,15 +395,12 @@ impl Shared {
                 return Ok(Some(record));
             }
             // The owner may die without a word: wake when its lease lapses, to look again.
-            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
-                Assessment::Running => match self.lease_left(&record) {
-                    Some(left) => {
-                        deadline.min(deadline_after(now, left + Duration::from_millis(5)))
-                    }
-                    None => return Ok(Some(record)),
-                },
+            let wake = match (record.status, lease::left(&record, self.db_now())) {
+                (Status::InFlight, Some(left)) => {
+                    deadline.min(deadline_after(now, left + Duration::from_millis(5)))
+                }
                 // The lease lapsed: the owner is dead, and the caller must know now.
-                Assessment::InDoubt => return Ok(Some(record)),
+                (Status::InFlight, None) => return Ok(Some(record)),
                 _ => deadline,
             };
             let wake = if self.fanout.listening() {

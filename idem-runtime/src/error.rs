@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::protocol::Status;
+use crate::lifecycle::Status;
 
 /// A failure of the store backend, with its source. Backend-neutral: sled, PostgreSQL and any
 /// other store report through this type.
@@ -230,6 +230,25 @@ impl Error {
             | Error::NotFound { key }
             | Error::NotResolvable { key, .. } => Some(key),
             Error::Store { key, .. } => key.as_deref(),
+        }
+    }
+
+    /// What kind of error this is, in one spelling (kebab-case, and a status's own spelling for
+    /// `in-flight` and `in-doubt`): `key`, `replay`, `result`, `in-flight`, `in-doubt`,
+    /// `shared-tool-name`, `not-a-key`, `not-found`, `not-resolvable`, `store`. What an MCP
+    /// client reads as the error's kind, and what the metrics' outcomes spell.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Key { .. } => "key",
+            Error::Replay { .. } => "replay",
+            Error::Result { .. } => "result",
+            Error::InFlight { .. } => Status::InFlight.as_str(),
+            Error::InDoubt { .. } => Status::InDoubt.as_str(),
+            Error::SharedToolName { .. } => "shared-tool-name",
+            Error::NotAKey { .. } => "not-a-key",
+            Error::NotFound { .. } => "not-found",
+            Error::NotResolvable { .. } => "not-resolvable",
+            Error::Store { .. } => "store",
         }
     }
 

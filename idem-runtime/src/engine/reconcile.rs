@@ -14,14 +14,14 @@ use std::task::Poll;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::machine::{encode_for_replay, Reservation};
+use super::machine::{encode_for_replay, Reservation, Taken};
 use super::Codec;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::history::Answer;
 use crate::key::Key;
-use crate::protocol::{assess, Assessment};
-use crate::record::{now_ms, Record};
+use crate::lifecycle::Record;
+use crate::lifecycle::{assess, Assessment};
 use crate::store::Store;
 
 /// What a reconciler found out about an effect whose call was interrupted (a crash, a panic, a
@@ -207,7 +207,7 @@ impl<'a> Sweep<'a> {
     pub async fn run_async(mut self) -> Result<SweepReport, Error> {
         let store = match self.store.take() {
             Some(store) => store,
-            None => crate::default::default_store()?,
+            None => crate::store::default::default_store()?,
         };
         let listed = store.scan().await.map_err(|e| Error::store(None, None, e))?;
         let mut report = SweepReport::default();
@@ -223,7 +223,12 @@ impl<'a> Sweep<'a> {
             else {
                 continue;
             };
-            if assess(Some(&record), now_ms(), |r| store.owner_alive(r)) != Assessment::InDoubt {
+            if Key::parse(&record.key).is_err() {
+                // Another writer of a shared store can leave such a row: it is no call's.
+                tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
+                continue;
+            }
+            if assess(Some(&record), store.clock(), store.instance()) != Assessment::InDoubt {
                 continue;
             }
             let outcome = sweep_one(&store, &record, reconcile).await;
@@ -261,31 +266,39 @@ async fn sweep_one(
 ) -> SweepOutcome {
     let in_doubt = |reason: String| SweepOutcome::InDoubt { reason };
     let store_failed = |e| in_doubt(format!("the store failed: {e}"));
-    let mut pending = match Reservation::take_over_to_reconcile(store, record, None).await {
-        Ok(Some(pending)) => pending,
-        Ok(None) => return SweepOutcome::Moved,
+    // Another writer of a shared store may have left a key that is not one: it is skipped, as
+    // every unreadable record is, rather than asked about.
+    let Ok(key) = Key::parse(&record.key) else {
+        tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: the record's key is not an idem key; skipped");
+        return in_doubt(format!(
+            "its key {:?} is not an idem key, so it was not asked about",
+            record.key
+        ));
+    };
+    let pending = match Reservation::take_to_reconcile(store, record.clone(), None).await {
+        Ok(Taken::Mine(pending)) => pending,
+        Ok(Taken::Moved(_)) => return SweepOutcome::Moved,
         Err(e) => return store_failed(e),
     };
-    let key = Key::parse(&record.key).expect("a stored key is a key");
     let (answer, reason) = match ask(reconcile, key).await {
         Ok(Reconciled::Landed(json)) => {
-            return match pending.settle_landed(json, None).await {
-                Ok(true) => SweepOutcome::Landed,
-                Ok(false) => SweepOutcome::Moved,
+            return match pending.settle_reconciled(Ok(Some(json)), None).await {
+                Ok((true, _)) => SweepOutcome::Landed,
+                Ok((false, _)) => SweepOutcome::Moved,
                 Err(e) => store_failed(e),
             }
         }
         Ok(Reconciled::NotLanded) => {
-            return match pending.settle_not_landed().await {
-                Ok(true) => SweepOutcome::NotLanded,
-                Ok(false) => SweepOutcome::Moved,
+            return match pending.settle_reconciled(Ok(None), None).await {
+                Ok((true, _)) => SweepOutcome::NotLanded,
+                Ok((false, _)) => SweepOutcome::Moved,
                 Err(e) => store_failed(e),
             }
         }
         Ok(Reconciled::CannotTell) => (Answer::CannotTell, "it could not tell".to_owned()),
         Err(reason) => (Answer::Erred, reason),
     };
-    match pending.settle_cannot_tell(answer, &reason).await {
+    match pending.settle_reconciled(Err((answer, &reason)), None).await {
         Ok(_) => in_doubt(reason),
         Err(e) => store_failed(e),
     }

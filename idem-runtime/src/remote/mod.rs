@@ -17,7 +17,7 @@ use crate::admin::{Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
-use crate::record::Record;
+use crate::lifecycle::Record;
 
 pub(crate) mod wire;
 

@@ -19,8 +19,8 @@ use serde_json::Value;
 use crate::admin::{Filter, Purge, Resolution};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
-use crate::protocol::Status;
-use crate::record::Record;
+use crate::lifecycle::Record;
+use crate::lifecycle::Status;
 
 /// Who a history records for a resolve or purge whose request names no one (a client from
 /// before histories).

@@ -39,6 +39,7 @@ impl Hub {
     }
 
     /// How many watches of `key` exist.
+    #[cfg(all(test, feature = "loom"))]
     pub(crate) fn watchers(&self, key: &str) -> usize {
         self.lock().get(key).map_or(0, |slot| slot.interested)
     }

@@ -218,7 +218,7 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
 
 /// Runs one operation with the same functions the `idem` command calls on a store it opens.
 fn perform(store: &dyn Store, request: Request) -> Result<Value, Error> {
-    let records = |records: &[crate::record::Record]| {
+    let records = |records: &[crate::lifecycle::Record]| {
         Value::Array(records.iter().map(wire::record_to_value).collect())
     };
     Ok(match request {
