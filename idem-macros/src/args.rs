@@ -31,6 +31,21 @@ impl Attr {
             Attr::Write => "write",
         }
     }
+
+    /// The attribute `path` names, if it is one of ours (`read`, `idem::write`, …).
+    pub(crate) fn named_by(path: &Path) -> Option<Attr> {
+        let ours = path.segments.len() == 1
+            || (path.segments.len() == 2 && path.segments[0].ident == "idem");
+        if !ours {
+            return None;
+        }
+        match path.segments.last()?.ident.to_string().as_str() {
+            "read" => Some(Attr::Read),
+            "idempotent" => Some(Attr::Idempotent),
+            "write" => Some(Attr::Write),
+            _ => None,
+        }
+    }
 }
 
 /// One option as written: its keyword's span and its value.

@@ -6,7 +6,9 @@ use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprCall, LitStr, Path, Token};
 
-use crate::classify::{method_span, Lookup};
+use crate::companion::companion_name;
+use crate::lookup::{function_name, lookup, method_span, Lookup};
+use crate::spans::respan;
 
 mod kw {
     syn::custom_keyword!(backoff);
@@ -139,13 +141,13 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
 }
 
 /// A compile-time check that the tool at `qself` and `path` is safe to repeat: its companion,
-/// found by `classify::lookup` (a method's from `#[idem::tools]`), says it is a read or an
+/// found by `lookup::lookup` (a method's from `#[idem::tools]`), says it is a read or an
 /// idempotent write. A failure is a constant evaluation that panics with our message, located
 /// at the user's path.
 fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenStream {
-    let name = crate::classify::function_name(path);
-    let companion = crate::classify::companion_name(&path.segments.last().expect("a path").ident);
-    let found = crate::classify::lookup(qself, path, &quote!(#krate));
+    let name = function_name(path);
+    let companion = companion_name(&path.segments.last().expect("a path").ident);
+    let found = lookup(qself, path, &quote!(#krate));
     let write = format!(
         "`{name}` is a `#[idem::write]`: repeating it repeats its effect, so retry! never \
          repeats it; key it with `#[idem::idempotent(scope = \"…\")]` to make it safe to retry"
@@ -169,7 +171,7 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
                 ::core::option::Option::None => ::core::panic!("{}", #unknown),
             }
         };
-        crate::expand::respan(check, method_span(path))
+        respan(check, method_span(path))
     };
     match found {
         Lookup::Module(module) => {
@@ -178,7 +180,7 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
         }
         Lookup::Inline(found) => {
             let check = check(found);
-            crate::expand::respan(quote_spanned!(mixed=> const { #check };), method_span(path))
+            respan(quote_spanned!(mixed=> const { #check };), method_span(path))
         }
     }
 }

@@ -1,52 +1,15 @@
-//! The compile-time classification: a hidden companion constant beside each tool function,
-//! `__idem_tool_<name>: Option<ToolInfo>`, that `retry!` and `tool_info!` read.
-//!
-//! A constant, not a type named like the function: a module of the function's name (`mod charge;
-//! pub use charge::charge;`) takes that name in the type namespace, and an inherent `impl` can
-//! hold a constant where it cannot hold a type. `Option`, so that a lookup that finds none can
-//! fall back to `None` and say what to import.
+//! Finding a tool's companion (see `companion`) from a path the user wrote, at compile time:
+//! the lookup `retry!` and `tool_info!` share, and the constant evaluation of their check on it.
 
-use proc_macro2::{Delimiter, Span, TokenStream, TokenTree};
-use quote::{format_ident, quote, quote_spanned, ToTokens};
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{ExprPath, Ident, ItemFn, Path, QSelf};
+use syn::{Path, QSelf};
 
-use crate::args::Attr;
-use crate::validate::Tool;
-
-/// The companion's name for a function named `function` (raw or not).
-pub(crate) fn companion_name(function: &Ident) -> Ident {
-    format_ident!("__idem_tool_{}", function.unraw(), span = Span::mixed_site())
-}
-
-/// The companion of a function whose signature does not show it is in an `impl` or a trait.
-pub(crate) fn companion(tool: &Tool, item: &ItemFn) -> TokenStream {
-    if !tool.companion {
-        return TokenStream::new();
-    }
-    let krate = &tool.krate;
-    let vis = &item.vis;
-    let companion = companion_name(&item.sig.ident);
-    let name = &tool.name;
-    let mixed = Span::mixed_site();
-    let kind = match (tool.attr, &tool.scope) {
-        (Attr::Read, _) => quote_spanned!(mixed=> #krate::__private::Kind::Read),
-        (Attr::Idempotent, Some(scope)) => {
-            let scope = &scope.text;
-            quote_spanned!(mixed=> #krate::__private::Kind::Idempotent { scope: #scope })
-        }
-        (Attr::Idempotent, None) | (Attr::Write, _) => {
-            quote_spanned!(mixed=> #krate::__private::Kind::Write)
-        }
-    };
-    quote_spanned! {mixed=>
-        #[doc(hidden)]
-        #[allow(non_upper_case_globals, dead_code)]
-        #vis const #companion: ::core::option::Option<#krate::__private::ToolInfo> =
-            ::core::option::Option::Some(#krate::__private::ToolInfo { name: #name, kind: #kind });
-    }
-}
+use crate::companion::companion_name;
+use crate::signature::mentions_self_type;
+use crate::spans::respan;
 
 /// The function's name as a user reads it (`type` for `r#type`), for messages.
 pub(crate) fn function_name(path: &Path) -> String {
@@ -145,15 +108,6 @@ pub(crate) fn method_span(path: &Path) -> Span {
     path.segments.last().map_or_else(|| path.span(), |last| last.ident.span())
 }
 
-/// Whether `tokens` name `Self` anywhere.
-pub(crate) fn mentions_self_type(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|token| match token {
-        TokenTree::Ident(ident) => ident == "Self",
-        TokenTree::Group(group) => mentions_self_type(group.stream()),
-        _ => false,
-    })
-}
-
 /// The tokens of a block that evaluates `check` (a `match` on the companion `found` by
 /// `lookup`, of type `output`) at compile time and yields its value, located at `span`: a
 /// constant item after the lookup's module, or an inline `const` block.
@@ -166,8 +120,7 @@ pub(crate) fn evaluate(
     let mixed = Span::mixed_site();
     match found {
         Lookup::Module(module) => {
-            let check =
-                crate::expand::respan(check(quote_spanned!(mixed=> __idem_lookup::FOUND)), span);
+            let check = respan(check(quote_spanned!(mixed=> __idem_lookup::FOUND)), span);
             quote_spanned! {mixed=> {
                 #module
                 const __IDEM_INFO: #output = #check;
@@ -176,64 +129,7 @@ pub(crate) fn evaluate(
         }
         Lookup::Inline(found) => {
             let check = check(found);
-            crate::expand::respan(quote_spanned!(mixed=> const { #check }), span)
+            respan(quote_spanned!(mixed=> const { #check }), span)
         }
     }
-}
-
-/// `tool_info!`'s expansion: `$crate`'s tokens, a comma, then the tool's path (as the facade's
-/// `macro_rules!` forwards them). A constant expression.
-pub(crate) fn tool_info(input: TokenStream) -> TokenStream {
-    let mut tokens = input.into_iter();
-    let krate: TokenStream = tokens
-        .by_ref()
-        .take_while(|token| !matches!(token, TokenTree::Punct(p) if p.as_char() == ','))
-        .collect();
-    let mut rest: TokenStream = tokens.collect();
-    // A `$tool:path` fragment arrives wrapped in an invisible group.
-    if let [TokenTree::Group(group)] = rest.clone().into_iter().collect::<Vec<_>>().as_slice() {
-        if group.delimiter() == Delimiter::None {
-            rest = group.stream();
-        }
-    }
-    let parsed: ExprPath =
-        match syn::parse2(rest) {
-            Ok(path) => path,
-            Err(error) => return syn::Error::new(
-                error.span(),
-                "tool_info! takes the path of a classified tool: `idem::tool_info!(get_balance)`, \
-                 or `idem::tool_info!(Bank::send_payment)` for a method under `#[idem::tools]`",
-            )
-            .into_compile_error(),
-        };
-    let mut path = parsed.path;
-    for segment in &mut path.segments {
-        segment.arguments = syn::PathArguments::None;
-    }
-    let name = function_name(&path);
-    let companion = companion_name(&path.segments.last().expect("a path").ident);
-    let unknown = format!(
-        "`{name}` has no idem classification here. If it is marked `#[idem::read]`, \
-         `#[idem::idempotent]` or `#[idem::write]` elsewhere, import its hidden companion with \
-         it: `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
-         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
-         A tool declared inside a function's body cannot be looked up: declare it at module \
-         level. Otherwise mark it with one of those attributes; a method taking `self` is \
-         classified by `#[idem::tools]` on its `impl` block"
-    );
-    let found = lookup(parsed.qself.as_ref(), &path, &krate);
-    let mixed = Span::mixed_site();
-    evaluate(
-        found,
-        quote_spanned!(mixed=> #krate::__private::ToolInfo),
-        crate::classify::method_span(&path),
-        |found| {
-            quote_spanned! {mixed=>
-                match #found {
-                    ::core::option::Option::Some(info) => info,
-                    ::core::option::Option::None => ::core::panic!("{}", #unknown),
-                }
-            }
-        },
-    )
 }
