@@ -5,7 +5,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{Path, QSelf};
+use syn::{Ident, Path, QSelf};
 
 use crate::companion::companion_name;
 use crate::signature::mentions_self_type;
@@ -35,8 +35,10 @@ pub(crate) enum Lookup {
 /// initializer's block shadows the module's, so the user's names (`use super::*`, inner) win
 /// over the fallback (outer) whenever they hold the companion. A longer path names the
 /// companion beside the function directly (a module, or a type's inherent `impl`, where the
-/// attribute or `#[idem::tools]` put it), where the compiler's error names what is missing; a
-/// trait method (`<Adder as Tool>::call`) is looked up on its type.
+/// attribute or `#[idem::tools]` put it); a trait method (`<Adder as Tool>::call`) is looked up
+/// on its type. In a module the compiler's error names what is missing; on a type, which may
+/// lack its `#[idem::tools]` block, the lookup falls back to `None` (`none_on_every_type`), so
+/// that the caller can say to add it.
 pub(crate) fn lookup(qself: Option<&QSelf>, path: &Path, krate: &TokenStream) -> Lookup {
     let mixed = Span::mixed_site();
     let last = path.segments.last().expect("a path has a segment");
@@ -48,20 +50,23 @@ pub(crate) fn lookup(qself: Option<&QSelf>, path: &Path, krate: &TokenStream) ->
     let ty = quote_spanned!(mixed=> ::core::option::Option<#krate::__private::ToolInfo>);
     if let Some(qself) = qself {
         let owner = &qself.ty;
+        let fallback = none_on_every_type(&companion, &ty);
         if mentions_self_type(owner.to_token_stream()) {
-            return Lookup::Inline(quote!(<#owner>::#companion));
+            return Lookup::Inline(quote!({ #fallback <#owner>::#companion }));
         }
         return Lookup::Module(quote_spanned! {mixed=>
             #[allow(non_snake_case, unused_imports)]
             mod __idem_lookup {
                 use super::*;
+                #fallback
                 pub const FOUND: #ty = <#owner>::#companion;
             }
         });
     }
     if path.segments.first().is_some_and(|first| first.ident == "Self") {
         let owner = path.segments.iter().take(path.segments.len() - 1).map(|s| &s.ident);
-        return Lookup::Inline(quote!(#(#owner::)* #companion));
+        let fallback = none_on_every_type(&companion, &ty);
+        return Lookup::Inline(quote!({ #fallback #(#owner::)* #companion }));
     }
     if path.leading_colon.is_none() && path.segments.len() == 1 {
         return Lookup::Module(quote_spanned! {mixed=>
@@ -93,13 +98,47 @@ pub(crate) fn lookup(qself: Option<&QSelf>, path: &Path, krate: &TokenStream) ->
         }
     }
     let leading = path.leading_colon;
+    let fallback = none_on_every_type(&companion, &ty);
     Lookup::Module(quote_spanned! {mixed=>
         #[allow(non_snake_case, unused_imports)]
         mod __idem_lookup {
             use super::*;
+            #fallback
             pub const FOUND: #ty = #leading #(#prefix::)* #companion;
         }
     })
+}
+
+/// Items that give every type a `None` constant named `companion`, which a type's own companion
+/// (an inherent associated constant) takes precedence over: a method of a type whose `impl` has
+/// no `#[idem::tools]` is then found unclassified, and the caller's check says to add it, rather
+/// than the compiler saying that a constant it never heard of does not exist. A module path does
+/// not resolve through a trait, so a function missing from its module is still the compiler's
+/// error.
+fn none_on_every_type(companion: &Ident, ty: &TokenStream) -> TokenStream {
+    quote_spanned! {Span::mixed_site()=>
+        #[allow(non_upper_case_globals, dead_code)]
+        trait __IdemUnclassified {
+            const #companion: #ty = ::core::option::Option::None;
+        }
+        impl<T: ?::core::marker::Sized> __IdemUnclassified for T {}
+    }
+}
+
+/// Whether `None` from the lookup of `qself` and `path` means a method of a type without its
+/// companion: a path longer than one name reaches `None` only through `none_on_every_type`.
+pub(crate) fn names_a_method(qself: Option<&QSelf>, path: &Path) -> bool {
+    qself.is_some() || path.segments.len() > 1
+}
+
+/// The start of the message for a method that `names_a_method` and has no companion: its type's
+/// `impl` block lacks `#[idem::tools]`, or the block does not mark it.
+pub(crate) fn method_unclassified(name: &str) -> String {
+    format!(
+        "`{name}` has no idem classification on its type: a method that takes `self` or names \
+         `Self` is classified by `#[idem::tools]` on its `impl` block. Put `#[idem::tools]` on \
+         the `impl` block that holds `{name}`"
+    )
 }
 
 /// Where a failed lookup of the tool at `path` is reported: its last segment, the function's or

@@ -7,7 +7,9 @@ use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprCall, LitStr, Path, Token};
 
 use crate::companion::companion_name;
-use crate::lookup::{function_name, lookup, method_span, Lookup};
+use crate::lookup::{
+    function_name, lookup, method_span, method_unclassified, names_a_method, Lookup,
+};
 use crate::spans::respan;
 
 mod kw {
@@ -152,16 +154,15 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
         "`{name}` is a `#[idem::write]`: repeating it repeats its effect, so retry! never \
          repeats it; key it with `#[idem::idempotent(scope = \"…\")]` to make it safe to retry"
     );
-    let unknown = format!(
-        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
-         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
-         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
-         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
-         A tool declared inside a function's body cannot be looked up: declare it at module \
-         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
-         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
-         `#[idem::write]` or an unclassified function"
-    );
+    let unknown = if names_a_method(qself, path) {
+        format!(
+            "{}; retry! repeats the call, so `{name}` must be a read (`#[idem::read]`) or a keyed \
+             write (`#[idem::idempotent(scope = \"…\")]`)",
+            method_unclassified(&name)
+        )
+    } else {
+        unknown_function(&name, &companion)
+    };
     let mixed = Span::mixed_site();
     let check = |found: TokenStream| {
         let check = quote_spanned! {mixed=>
@@ -183,4 +184,18 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
             respan(quote_spanned!(mixed=> const { #check };), method_span(path))
         }
     }
+}
+
+/// The message for a function that has no companion where it is named.
+fn unknown_function(name: &str, companion: &syn::Ident) -> String {
+    format!(
+        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
+         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
+         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
+         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
+         A tool declared inside a function's body cannot be looked up: declare it at module \
+         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
+         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
+         `#[idem::write]` or an unclassified function"
+    )
 }

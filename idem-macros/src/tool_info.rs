@@ -5,7 +5,9 @@ use quote::quote_spanned;
 use syn::ExprPath;
 
 use crate::companion::companion_name;
-use crate::lookup::{evaluate, function_name, lookup, method_span};
+use crate::lookup::{
+    evaluate, function_name, lookup, method_span, method_unclassified, names_a_method,
+};
 
 /// `tool_info!`'s expansion: `$crate`'s tokens, a comma, then the tool's path (as the facade's
 /// `macro_rules!` forwards them). A constant expression.
@@ -38,15 +40,15 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
     }
     let name = function_name(&path);
     let companion = companion_name(&path.segments.last().expect("a path").ident);
-    let unknown = format!(
-        "`{name}` has no idem classification here. If it is marked `#[idem::read]`, \
-         `#[idem::idempotent]` or `#[idem::write]` elsewhere, import its hidden companion with \
-         it: `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
-         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
-         A tool declared inside a function's body cannot be looked up: declare it at module \
-         level. Otherwise mark it with one of those attributes; a method taking `self` is \
-         classified by `#[idem::tools]` on its `impl` block"
-    );
+    let unknown = if names_a_method(parsed.qself.as_ref(), &path) {
+        format!(
+            "{}, and mark `{name}` `#[idem::read]`, `#[idem::idempotent]` or `#[idem::write]` if \
+             it is not",
+            method_unclassified(&name)
+        )
+    } else {
+        unknown_function(&name, &companion)
+    };
     let found = lookup(parsed.qself.as_ref(), &path, &krate);
     let mixed = Span::mixed_site();
     evaluate(
@@ -61,5 +63,18 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 }
             }
         },
+    )
+}
+
+/// The message for a function that has no companion where it is named.
+fn unknown_function(name: &str, companion: &syn::Ident) -> String {
+    format!(
+        "`{name}` has no idem classification here. If it is marked `#[idem::read]`, \
+         `#[idem::idempotent]` or `#[idem::write]` elsewhere, import its hidden companion with \
+         it: `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
+         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
+         A tool declared inside a function's body cannot be looked up: declare it at module \
+         level. Otherwise mark it with one of those attributes; a method taking `self` is \
+         classified by `#[idem::tools]` on its `impl` block"
     )
 }
