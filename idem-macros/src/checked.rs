@@ -6,7 +6,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Attribute, Ident, Member, Path, Type};
 
-use crate::args::Attr;
+use crate::attr::Attr;
 use crate::signature::Shape;
 
 /// A validated tool, ready to expand.

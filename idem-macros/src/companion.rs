@@ -12,7 +12,7 @@ use quote::{format_ident, quote_spanned};
 use syn::ext::IdentExt;
 use syn::{Ident, ItemFn, Path, Visibility};
 
-use crate::args::Attr;
+use crate::attr::Attr;
 use crate::signature::{self, Shape};
 
 /// The companion's name for a function named `function` (raw or not).

@@ -13,7 +13,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::ItemFn;
 
-use crate::args::{self, Attr, Options};
+use crate::attr::{take_param_options, Attr, Options};
 use crate::checked::{Reconciler, Tool};
 use crate::companion;
 use crate::signature::{self, Shape};
@@ -34,7 +34,7 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
         }
     };
     let mut errors = Vec::new();
-    let param_options = args::take_param_options(&mut item, &mut errors);
+    let param_options = take_param_options(&mut item, &mut errors);
     let options = match syn::parse2::<Options>(options) {
         Ok(options) => options,
         Err(error) => {

@@ -4,7 +4,7 @@
 //!
 //! Each file is one stage, and stages import downward only, in this order:
 //!
-//! - `args`: the attributes' options and parameter options as written, parsed into views that
+//! - `attr`: the attributes' options and parameter options as written, parsed into views that
 //!   keep the user's tokens for spans.
 //! - `signature`: what a function's syntax says: its body's shape, its `Result`, whether it
 //!   sits in an `impl`.
@@ -18,7 +18,7 @@
 //! - One file per macro: `expand` (`#[idempotent]`, `#[read]`, `#[write]`), `tools`
 //!   (`#[idem::tools]`), `retry` (`retry!`), `tool_info` (`tool_info!`).
 
-mod args;
+mod attr;
 mod checked;
 mod companion;
 mod expand;
@@ -32,7 +32,7 @@ mod validate;
 
 use proc_macro::TokenStream;
 
-use args::Attr;
+use attr::Attr;
 
 /// Runs the body at most once per intent key; see `idem::idempotent`.
 #[proc_macro_attribute]

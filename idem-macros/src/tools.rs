@@ -12,7 +12,7 @@ use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
 use syn::{Attribute, ImplItem, ImplItemFn, ItemFn, LitStr, Path, Token, Visibility};
 
-use crate::args::{Attr, Options};
+use crate::attr::{Attr, Options};
 use crate::companion;
 use crate::signature::{self, Shape};
 

@@ -8,7 +8,7 @@
 use syn::ext::IdentExt;
 use syn::ItemFn;
 
-use crate::args::{Attr, Options, ParamOptions};
+use crate::attr::{Attr, Options, ParamOptions};
 use crate::checked::Tool;
 use crate::signature;
 

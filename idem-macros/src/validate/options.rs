@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use syn::{ItemFn, LitStr, Path};
 
-use crate::args::{Attr, Opt, Options, ParamOptions};
+use crate::attr::{Attr, Opt, Options, ParamOptions};
 
 /// A tool carries one of our attributes: any other on `item` besides the one expanding is an
 /// error.

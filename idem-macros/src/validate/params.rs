@@ -5,7 +5,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
 use syn::{FnArg, Ident, Pat, Type};
 
-use crate::args::ParamOptions;
+use crate::attr::ParamOptions;
 use crate::checked::Flatten;
 
 pub(super) fn plain_name(pat: &Pat) -> Option<&Ident> {

@@ -1,4 +1,5 @@
-//! Parsing the attribute's options into a view that keeps the user's tokens for error spans.
+//! The attributes as written: which of ours an attribute is, its options, and the parameters'
+//! `#[idem(…)]` options, parsed into views that keep the user's tokens for error spans.
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
