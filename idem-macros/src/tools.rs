@@ -15,6 +15,7 @@ use syn::{Attribute, ImplItem, ImplItemFn, ItemFn, LitStr, Path, Token, Visibili
 use crate::attr::{Attr, Options};
 use crate::companion;
 use crate::signature::{self, Shape};
+use crate::validate;
 
 /// The options of `#[idem::tools(…)]`: only `crate = "path"`.
 struct ToolsOptions {
@@ -150,16 +151,14 @@ fn sweep_entry(
     name: &str,
 ) -> Option<TokenStream> {
     let mixed = Span::mixed_site();
-    let path: Path = options.reconcile.as_ref()?.value.parse().ok()?;
-    let receiver = method.sig.receiver();
-    if receiver
-        .is_some_and(|r| r.reference.is_none() || r.mutability.is_some() || r.colon_token.is_some())
-    {
-        return None;
-    }
-    let (target, receiver) = match (receiver, path.get_ident()) {
-        (Some(_), Some(_)) => (quote!(Self::#path), quote_spanned!(Span::call_site()=> self,)),
-        _ => (quote!(#path), TokenStream::new()),
+    let written = &options.reconcile.as_ref()?.value;
+    // The attribute's own check, whose errors the attribute reports when it expands.
+    let reconciler = validate::reconciler(written, &method.sig, &mut Vec::new())?;
+    let path = &reconciler.path;
+    let (target, receiver) = if reconciler.method {
+        (quote!(Self::#path), quote_spanned!(Span::call_site()=> self,))
+    } else {
+        (quote!(#path), TokenStream::new())
     };
     let shape = signature::shape_and_output(&as_item_fn(method)).0;
     Some(if shape == Shape::Sync {

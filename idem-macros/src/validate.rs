@@ -19,6 +19,8 @@ mod reconcile;
 mod result;
 mod scope;
 
+pub(crate) use reconcile::reconciler;
+
 /// Checks `item` under `attr` with `options`; `param_options` holds each parameter's
 /// `#[idem(…)]`.
 /// Every problem found is pushed to `errors`.

@@ -8,7 +8,7 @@ use crate::checked::Reconciler;
 /// The reconciler `reconcile = "…"` names: a path, called with the key; for a tool taking
 /// `&self`, one name is a method of the same type, called with `&self` and the key. A method
 /// taking `&mut self` or `self` cannot lend its receiver to a reconciler beside its body.
-pub(super) fn reconciler(
+pub(crate) fn reconciler(
     lit: &LitStr,
     sig: &syn::Signature,
     errors: &mut Vec<syn::Error>,
