@@ -293,9 +293,8 @@ pub use idem_runtime::{
     Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
-/// The only contract between the macros and the runtime: generated code (from `idem-macros`'
-/// `expand.rs`, `classify.rs` and `retry.rs`) names these items, and only these, by absolute
-/// path. Not a public API.
+/// The only contract between the macros and the runtime: the code `idem-macros` generates names
+/// these items, and only these, by absolute path. Not a public API.
 #[doc(hidden)]
 pub mod __private {
     // Building and running a call (`#[idempotent]`).
