@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::engine::reconcile::erred;
+use crate::engine::erred;
 use crate::engine::{sync_body, Args, Call, Codec, Ready, Reconciled};
 use crate::error::Error;
 use crate::exec::block_on;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::reconcile::{ask, Reconciled};
+use super::reconciler::{ask, Reconciled};
 use super::waiting::Waiting;
 use super::{Call, Codec, InDoubtPolicy};
 use crate::error::{Error, StoreError};
@@ -256,23 +256,6 @@ impl Call {
         })
     }
 
-    /// The transition that makes this call the owner of its key, found as `found`: a
-    /// reservation when absent, else a takeover.
-    fn claim<'a>(&self, found: Option<&Record>, owner: &'a Owner, now: u64) -> Step<'a> {
-        let function = self.function.as_deref();
-        match found {
-            None => transition::reserve(
-                self.key.as_str(),
-                &self.tool,
-                &self.scope,
-                function,
-                owner,
-                now,
-            ),
-            Some(found) => transition::take_over(found, owner, function, now),
-        }
-    }
-
     /// Reserves the key, or finds its result, or waits for its owner, or asks `reconcile`
     /// about a key in doubt (once: it is taken when asked); `waited_since` is set when a wait
     /// for another owner begins.
@@ -287,13 +270,12 @@ impl Call {
         Rf: FnOnce(Key) -> Fut,
         Fut: Future<Output = Result<Reconciled<T>, String>>,
     {
-        let key = self.key.as_str();
         let failed = |e| self.store_error(e);
         // Taken when the first wait begins: a replay never needs the clock for it.
         let mut deadline = None;
         // Why the reconciler left the key in doubt, once it was asked.
         let mut unsettled = None;
-        let mut found = store.get_cached(key).await.map_err(failed)?;
+        let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
         loop {
             if let Some(found) = &found {
                 self.check_function(found)?;
@@ -305,21 +287,11 @@ impl Call {
                 }
                 Assessment::Running => {
                     let existing = found.take().expect("assessed a found record");
-                    tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                     let deadline = *deadline.get_or_insert_with(|| {
                         let now = *waited_since.insert(Instant::now());
                         deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
-                    let _waiting = Waiting::start(key);
-                    found = store.watch(key, &existing, deadline).await.map_err(failed)?;
-                    let unchanged = found.as_ref().is_some_and(|now| now.is_as(&existing));
-                    if unchanged && Instant::now() >= deadline {
-                        return Err(Error::InFlight {
-                            key: self.key.to_string(),
-                            tool: self.tool.clone(),
-                            since_ms: existing.created_at,
-                        });
-                    }
+                    found = self.wait_for_owner(store, existing, deadline).await?;
                     continue;
                 }
                 Assessment::InDoubt if reconcile.is_some() => {
@@ -338,33 +310,79 @@ impl Call {
                 }
                 Assessment::InDoubt if self.in_doubt == InDoubtPolicy::Fail => {
                     let existing = found.as_ref().expect("assessed a found record");
-                    tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: not running");
-                    return Err(Error::InDoubt {
-                        key: self.key.to_string(),
-                        tool: self.tool.clone(),
-                        since_ms: existing.updated_at,
-                        reason: unsettled.take(),
-                    });
+                    return Err(self.in_doubt_error(existing, unsettled.take()));
                 }
                 // Absent, expired, or in doubt under `in_doubt = "rerun"`: claim the key.
                 _ => {}
             }
-            let owner = Owner::new_call(store.instance());
-            let step = self.claim(found.as_ref(), &owner, store.clock());
-            let takeover = found.is_some();
-            match Reservation::take(store, found.take(), step).await.map_err(failed)? {
-                Taken::Mine(owned) => {
-                    if takeover {
-                        meter::takeover(&self.tool);
-                        tracing::info!(key = %self.key, tool = %self.tool, attempts = owned.record().attempts, "idem: took over");
-                    } else {
-                        tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
-                    }
-                    return Ok(Acquired::Owned(owned));
-                }
+            match self.claim(store, found.take()).await.map_err(failed)? {
+                Taken::Mine(owned) => return Ok(Acquired::Owned(owned)),
                 Taken::Moved(now) => found = now,
             }
         }
+    }
+
+    /// Waits for the owner of `existing` until the record changes or `deadline` passes; the
+    /// record then (`None`: released). [`Error::InFlight`] when it never changed.
+    async fn wait_for_owner(
+        &self,
+        store: &Arc<dyn Store>,
+        existing: Record,
+        deadline: Instant,
+    ) -> Result<Option<Record>, Error> {
+        let key = self.key.as_str();
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
+        let _waiting = Waiting::start(key);
+        let now = store.watch(key, &existing, deadline).await.map_err(|e| self.store_error(e))?;
+        match now {
+            Some(now) if now.is_as(&existing) && Instant::now() >= deadline => {
+                Err(Error::InFlight {
+                    key: self.key.to_string(),
+                    tool: self.tool.clone(),
+                    since_ms: existing.created_at,
+                })
+            }
+            now => Ok(now),
+        }
+    }
+
+    /// The error of a call that finds its key in doubt and may not run, with why the
+    /// reconciler (if one was asked) left it so.
+    fn in_doubt_error(&self, existing: &Record, reason: Option<String>) -> Error {
+        tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: not running");
+        Error::InDoubt {
+            key: self.key.to_string(),
+            tool: self.tool.clone(),
+            since_ms: existing.updated_at,
+            reason,
+        }
+    }
+
+    /// Makes this call the owner of its key, found as `found` (`None`: absent): a reservation,
+    /// or a takeover.
+    async fn claim(
+        &self,
+        store: &Arc<dyn Store>,
+        found: Option<Record>,
+    ) -> Result<Taken, StoreError> {
+        let owner = Owner::new_call(store.instance());
+        let function = self.function.as_deref();
+        let (key, now) = (self.key.as_str(), store.clock());
+        let step = match &found {
+            None => transition::reserve(key, &self.tool, &self.scope, function, &owner, now),
+            Some(found) => transition::take_over(found, &owner, function, now),
+        };
+        let takeover = found.is_some();
+        let taken = Reservation::take(store, found, step).await?;
+        if let Taken::Mine(owned) = &taken {
+            if takeover {
+                meter::takeover(&self.tool);
+                tracing::info!(key = %self.key, tool = %self.tool, attempts = owned.record().attempts, "idem: took over");
+            } else {
+                tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
+            }
+        }
+        Ok(taken)
     }
 
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves

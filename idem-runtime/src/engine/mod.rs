@@ -29,12 +29,15 @@ use crate::store::Store;
 mod args;
 mod context;
 mod machine;
-pub(crate) mod reconcile;
+mod reconciler;
+mod sweep;
 mod waiting;
 
 pub use self::args::Args;
 pub use self::context::{current_key, may_have_landed, try_current_key};
-pub use self::reconcile::{Reconciled, Sweep, SweepOutcome, SweepReport, Swept};
+pub(crate) use self::reconciler::erred;
+pub use self::reconciler::Reconciled;
+pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
 pub use self::waiting::waiting;
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
@@ -248,7 +251,7 @@ impl Call {
         E: From<Error>,
         R: Display,
     {
-        let reconcile = move |key: Key| ready(reconcile(&key).map_err(reconcile::erred));
+        let reconcile = move |key: Key| ready(reconcile(&key).map_err(reconciler::erred));
         block_on(self.execute(Codec::serde(), Some(reconcile), sync_body(body)))
     }
 
@@ -283,7 +286,7 @@ impl Call {
     {
         let reconcile = move |key: Key| {
             let answer = reconcile(key);
-            async move { answer.await.map_err(reconcile::erred) }
+            async move { answer.await.map_err(reconciler::erred) }
         };
         self.execute(Codec::serde(), Some(reconcile), body).await
     }
