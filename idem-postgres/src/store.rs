@@ -14,11 +14,11 @@ use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
 use crate::builder::PgStoreBuilder;
-use crate::lease::{self, Holder, Leases};
-use crate::listen::{self, Fanout};
+use crate::lease::{Holder, Leases};
+use crate::listen::Listener;
+use crate::operations::Table;
 use crate::runtime::{Detached, OwnRuntime, Writes};
-use crate::sql::{self, ChangeValues, Names, Statements};
-use crate::table::Shared;
+use crate::schema::{self, ChangeValues, Names, Statements};
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
 ///
@@ -66,7 +66,7 @@ use crate::table::Shared;
 /// # Ok(()) }
 /// ```
 pub struct PgStore {
-    shared: Arc<Shared>,
+    shared: Arc<Table>,
     runtime: OwnRuntime,
 }
 
@@ -105,48 +105,14 @@ impl PgStore {
     }
 
     pub(crate) async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
-        sql::check_identifier("schema", &options.schema)?;
-        sql::check_identifier("table", &options.table)?;
-        if options.lease < Duration::from_millis(100) {
-            return Err(StoreError::new("the lease must be at least 100 ms"));
-        }
-        let heartbeat = options.heartbeat.unwrap_or(options.lease / 3);
-        if heartbeat >= options.lease {
-            return Err(StoreError::new(
-                "the heartbeat must be shorter than the lease, or leases lapse while bodies run",
-            ));
-        }
-        let mut config = tokio_postgres::Config::from_str(&options.url).map_err(|e| {
-            // The URL may hold a password: never echo it.
-            StoreError::with_source(
-                "the PostgreSQL URL is not valid: use postgres://user@host:port/database",
-                e,
-            )
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("idem");
-        }
+        schema::check_identifier("schema", &options.schema)?;
+        schema::check_identifier("table", &options.table)?;
+        let heartbeat = checked_heartbeat(&options)?;
+        let config = client_config(&options.url)?;
         let runtime = OwnRuntime::new()?;
         let names = Names { schema: options.schema.clone(), table: options.table.clone() };
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            // A connection the server closed while it sat in the pool (idle_session_timeout, a
-            // terminated backend) is found out by a round trip before it is handed out again.
-            ManagerConfig { recycling_method: RecyclingMethod::Verified },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .create_timeout(Some(Duration::from_secs(15)))
-            .build()
-            .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))?;
-        let shared = Arc::new(Shared {
-            pool,
+        let shared = Arc::new(Table {
+            pool: pool(&config, options.pool_size)?,
             statements: Statements::new(&names),
             names,
             owner: new_instance("pg"),
@@ -154,37 +120,14 @@ impl PgStore {
             heartbeat,
             default_wait: options.default_wait,
             clock_offset: AtomicI64::new(0),
-            fanout: Arc::new(Fanout::default()),
+            listener: Arc::new(Listener::default()),
             leases: Leases::default(),
             detached: Detached::default(),
             writes: Arc::new(Writes::default()),
         });
         let setup = Arc::clone(&shared);
         let create = options.create;
-        runtime
-            .spawn_store(async move {
-                // Opening fails fast: a server that cannot be reached now is most often a wrong
-                // URL, which waiting would only hide.
-                let now = Instant::now();
-                if create {
-                    setup.migrate(now).await?;
-                } else {
-                    setup.check_table(now).await?;
-                }
-                setup.measure_clock(now).await?;
-                let listener =
-                    listen::start(config, setup.names.channel(), Arc::clone(&setup.fanout)).await?;
-                tokio::spawn(listener);
-                tokio::spawn(async move {
-                    let beat = |holding| {
-                        let setup = Arc::clone(&setup);
-                        async move { setup.beat(holding).await }
-                    };
-                    lease::heartbeat(&setup.leases, setup.heartbeat, beat).await
-                });
-                Ok(())
-            })
-            .await?;
+        runtime.spawn_store(async move { setup.start(config, create).await }).await?;
         Ok(PgStore { shared, runtime })
     }
 
@@ -221,6 +164,57 @@ impl PgStore {
     pub fn lease(&self) -> Duration {
         self.shared.lease
     }
+}
+
+/// The heartbeat the options give, checked against the lease.
+fn checked_heartbeat(options: &PgStoreBuilder) -> Result<Duration, StoreError> {
+    if options.lease < Duration::from_millis(100) {
+        return Err(StoreError::new("the lease must be at least 100 ms"));
+    }
+    let heartbeat = options.heartbeat.unwrap_or(options.lease / 3);
+    if heartbeat >= options.lease {
+        return Err(StoreError::new(
+            "the heartbeat must be shorter than the lease, or leases lapse while bodies run",
+        ));
+    }
+    Ok(heartbeat)
+}
+
+/// The client configuration of `url`, with a connect timeout and the application name set
+/// unless the URL sets them.
+fn client_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        // The URL may hold a password: never echo it.
+        StoreError::with_source(
+            "the PostgreSQL URL is not valid: use postgres://user@host:port/database",
+            e,
+        )
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("idem");
+    }
+    Ok(config)
+}
+
+/// The connection pool of the store.
+fn pool(config: &tokio_postgres::Config, size: usize) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        // A connection the server closed while it sat in the pool (idle_session_timeout, a
+        // terminated backend) is found out by a round trip before it is handed out again.
+        ManagerConfig { recycling_method: RecyclingMethod::Verified },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(Duration::from_secs(15)))
+        .build()
+        .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))
 }
 
 impl Store for PgStore {
@@ -296,7 +290,7 @@ impl Store for PgStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
-        self.runtime.spawn_store(async move { shared.changed(&key, &seen, deadline).await })
+        self.runtime.spawn_store(async move { shared.watch(&key, &seen, deadline).await })
     }
 
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {

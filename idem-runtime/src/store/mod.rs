@@ -138,6 +138,7 @@ pub enum Inserted {
 }
 
 // What a store implementor needs besides the trait, in one place.
+pub use self::notify::{Notifier, Watch};
 pub use crate::error::StoreError;
 pub use crate::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;

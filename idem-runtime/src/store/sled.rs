@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use self::chunks::{Chunks, MAX_RESULT};
 use self::encoding::decode;
 use self::history::History;
-use super::notify::Hub;
+use super::notify::Notifier;
 use super::sync::{Syncer, Ticket};
 use super::{Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
@@ -86,7 +86,7 @@ pub struct SledStore {
     /// Shared with the admin socket's handle, so that both see one poisoning and one group
     /// commit.
     syncer: Option<std::sync::Arc<Syncer>>,
-    hub: Arc<Hub>,
+    notifier: Arc<Notifier>,
     /// Serialise the writes of one key (see `cas`), and a history's read against them;
     /// striped, since contention on a key is rare.
     key_locks: std::sync::Arc<[std::sync::Mutex<()>]>,
@@ -311,7 +311,7 @@ impl Store for SledStore {
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             // Watch before reading, so that a change between the read and the wait is seen.
-            let watch = Hub::watch(&self.hub, key);
+            let watch = Notifier::watch(&self.notifier, key);
             let current = self.read_durable(key).await?;
             match &current {
                 Some(record) if record.is_as(seen) => {}

@@ -15,7 +15,7 @@ use crate::lifecycle::now_ms;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
-use crate::store::notify::Hub;
+use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
 
@@ -230,7 +230,7 @@ impl SledStore {
             durability: options.durability,
             default_wait: options.default_wait,
             syncer,
-            hub: Arc::new(Hub::default()),
+            notifier: Arc::new(Notifier::default()),
             key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
             recent: std::sync::Arc::new(super::recent::Recent::new(options.recent_bytes)),
         };
@@ -259,7 +259,7 @@ impl SledStore {
             durability: self.durability,
             default_wait: self.default_wait,
             syncer: self.syncer.clone(),
-            hub: Arc::clone(&self.hub),
+            notifier: Arc::clone(&self.notifier),
             key_locks: std::sync::Arc::clone(&self.key_locks),
             recent: std::sync::Arc::clone(&self.recent),
         };

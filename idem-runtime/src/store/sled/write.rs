@@ -125,7 +125,7 @@ impl SledStore {
         }
         match swapped {
             Ok(Ok(())) => {
-                self.hub.notify(&String::from_utf8_lossy(key));
+                self.notifier.notify(&String::from_utf8_lossy(key));
                 Ok(Ok(ticket))
             }
             Ok(Err(current)) => Ok(Err(current)),

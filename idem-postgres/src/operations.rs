@@ -13,18 +13,18 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::Entry;
-use idem_runtime::store::{lease, now_ms, Inserted, StoreError};
+use idem_runtime::store::{lease, now_ms, Inserted, Notifier, StoreError};
 use idem_runtime::{Record, Status};
 use tokio_postgres::types::ToSql;
 
 use crate::fault::{Fault, Retry};
-use crate::lease::{Holder, Leases};
-use crate::listen::{Fanout, DEGRADED_RECHECK};
+use crate::lease::{heartbeat, Holder, Leases};
+use crate::listen::{self, Listener, DEGRADED_RECHECK};
 use crate::runtime::{Detached, Writes};
-use crate::sql::{self, ChangeValues, Names, Statements, Values};
+use crate::schema::{self, ChangeValues, Names, Statements, Values};
 
 /// What the store's tasks share with it.
-pub(crate) struct Shared {
+pub(crate) struct Table {
     pub(crate) pool: Pool,
     pub(crate) statements: Statements,
     pub(crate) names: Names,
@@ -34,7 +34,7 @@ pub(crate) struct Shared {
     pub(crate) default_wait: Duration,
     /// The database clock minus this machine's, in milliseconds.
     pub(crate) clock_offset: AtomicI64,
-    pub(crate) fanout: Arc<Fanout>,
+    pub(crate) listener: Arc<Listener>,
     pub(crate) leases: Leases,
     pub(crate) detached: Detached,
     pub(crate) writes: Arc<Writes>,
@@ -55,11 +55,39 @@ macro_rules! retrying {
     }};
 }
 
-impl Shared {
+impl Table {
     /// How long one statement keeps trying through connection faults when its caller set no
     /// deadline: a lease, past which the leases this store holds have lapsed anyway.
     pub(crate) fn deadline(&self) -> Instant {
         deadline_after(Instant::now(), self.lease)
+    }
+
+    /// Makes the store ready on its own runtime: the table (created, or checked), the clock,
+    /// the listening connection and the heartbeat. Fails fast: a server that cannot be reached
+    /// now is most often a wrong URL, which waiting would only hide.
+    pub(crate) async fn start(
+        self: Arc<Self>,
+        config: tokio_postgres::Config,
+        create: bool,
+    ) -> Result<(), StoreError> {
+        let now = Instant::now();
+        if create {
+            self.migrate(now).await?;
+        } else {
+            self.check_table(now).await?;
+        }
+        self.measure_clock(now).await?;
+        let listener =
+            listen::start(config, self.names.channel(), Arc::clone(&self.listener)).await?;
+        tokio::spawn(listener);
+        tokio::spawn(async move {
+            let beat = |holding| {
+                let table = Arc::clone(&self);
+                async move { table.beat(holding).await }
+            };
+            heartbeat(&self.leases, self.heartbeat, beat).await
+        });
+        Ok(())
     }
 
     pub(crate) async fn migrate(&self, deadline: Instant) -> Result<(), StoreError> {
@@ -161,7 +189,7 @@ impl Shared {
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.get).await?;
         let row = client.query_opt(&statement, &[&key]).await?;
-        row.as_ref().map(sql::decode).transpose().map_err(Fault::Store)
+        row.as_ref().map(schema::decode).transpose().map_err(Fault::Store)
     }
 
     pub(crate) async fn reserve(
@@ -215,7 +243,7 @@ impl Shared {
         // One history row, written only when the record was.
         let (inserted, found) =
             tokio::try_join!(client.execute(&insert, &params), client.query_opt(&get, &key))?;
-        let found = found.as_ref().map(sql::decode).transpose().map_err(Fault::Store)?;
+        let found = found.as_ref().map(schema::decode).transpose().map_err(Fault::Store)?;
         Ok((inserted == 1, found))
     }
 
@@ -231,6 +259,8 @@ impl Shared {
         let outcome = self.replace_fenced(current, new, own, change).await;
         match outcome {
             Ok(true) => {
+                // The waiters of this process need not wait for the announcement's round trip.
+                self.listener.notifier.notify(&current.key);
                 self.leases.drop_if(&current.key, &Holder::of(current));
                 if let Some(new) = new.filter(|n| n.status == Status::InFlight) {
                     self.leases.hold(new);
@@ -374,15 +404,15 @@ impl Shared {
         renewed
     }
 
-    pub(crate) async fn changed(
+    pub(crate) async fn watch(
         &self,
         key: &str,
         seen: &Record,
         deadline: Instant,
     ) -> Result<Option<Record>, StoreError> {
-        // Subscribe before reading, so that a change between the read and the wait is seen.
-        let mut subscription = self.fanout.subscribe(key);
         loop {
+            // Watch before reading, so that a change between the read and the wait is seen.
+            let watch = Notifier::watch(&self.listener.notifier, key);
             // A read that hits a broken connection keeps trying for the whole wait (and at
             // least a lease): a restarting server must not end a wait early.
             let current = self.get(key, deadline.max(self.deadline())).await?;
@@ -403,13 +433,13 @@ impl Shared {
                 (Status::InFlight, None) => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake = if self.fanout.listening() {
+            let wake = if self.listener.listening() {
                 wake
             } else {
                 wake.min(deadline_after(now, DEGRADED_RECHECK))
             };
             tokio::select! {
-                () = subscription.next() => {}
+                () = watch => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
@@ -428,7 +458,7 @@ impl Shared {
         let statement = client.prepare_cached(&self.statements.history).await?;
         let rows = client.query(&statement, &[&key]).await?;
         rows.iter()
-            .map(|row| sql::decode_entry(key, row))
+            .map(|row| schema::decode_entry(key, row))
             .collect::<Result<_, _>>()
             .map_err(Fault::Store)
     }
@@ -441,7 +471,7 @@ impl Shared {
         let client = self.pool.get().await?;
         let rows = client.query(&self.statements.scan, &[]).await?;
         // One damaged row is reported as such; the listing goes on.
-        Ok(rows.iter().map(sql::decode).collect())
+        Ok(rows.iter().map(schema::decode).collect())
     }
 
     pub(crate) async fn size(&self) -> Result<u64, StoreError> {
