@@ -173,6 +173,11 @@ impl Table {
         u64::try_from(now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
+    /// [`Table::db_now`] as a statement's parameter.
+    fn db_now_param(&self) -> i64 {
+        i64::try_from(self.db_now()).unwrap_or(i64::MAX)
+    }
+
     fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
@@ -231,7 +236,7 @@ impl Table {
         values: &Values,
         change: &ChangeValues,
     ) -> Result<(bool, Option<Record>), Fault> {
-        let lease = self.lease_ms();
+        let (lease, now) = (self.lease_ms(), self.db_now_param());
         let client = self.pool.get().await?;
         let insert = client.prepare_cached(&self.statements.insert).await?;
         let get = client.prepare_cached(&self.statements.get).await?;
@@ -239,6 +244,7 @@ impl Table {
         params.push(&lease);
         params.push(values.function());
         params.extend_from_slice(&change.params());
+        params.push(&now);
         let key: [&(dyn ToSql + Sync); 1] = [&values.key];
         // One history row, written only when the record was.
         let (inserted, found) =
@@ -320,6 +326,7 @@ impl Table {
         let seen = current.fence();
         let (status, owner, attempts) =
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
+        let now = self.db_now_param();
         let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
         let notify = client.prepare_cached(&self.statements.notify).await?;
         // The announcement is pipelined behind the write on the same connection: the server
@@ -340,17 +347,21 @@ impl Table {
                 params.push(&lease);
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
+                params.push(&now);
                 tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
             None if change.ends_history => {
                 let statement = client.prepare_cached(&self.statements.purge).await?;
-                let removed: i64 = client.query_one(&statement, &fence).await?.try_get(0)?;
+                let mut params = fence.to_vec();
+                params.push(&now);
+                let removed: i64 = client.query_one(&statement, &params).await?.try_get(0)?;
                 u64::try_from(removed).unwrap_or(0)
             }
             None => {
                 let statement = client.prepare_cached(&self.statements.delete).await?;
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&change.params());
+                params.push(&now);
                 tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
         };
@@ -373,10 +384,10 @@ impl Table {
         let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
         let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
         let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
-        let lease = self.lease_ms();
+        let (lease, now) = (self.lease_ms(), self.db_now_param());
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.renew).await?;
-        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease]).await?;
+        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease, &now]).await?;
         rows.iter()
             .map(|row| {
                 let attempts: i64 = row.try_get(2)?;
