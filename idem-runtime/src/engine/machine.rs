@@ -17,7 +17,7 @@ use crate::error::{Error, StoreError};
 use crate::history::Answer;
 use crate::key::Key;
 use crate::lifecycle::transition::{self, Step};
-use crate::lifecycle::{assess, Assessment, Owner, Record};
+use crate::lifecycle::{assess, Assessment, Owner, Record, Status};
 use crate::meter::{self, Outcome};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
@@ -209,6 +209,11 @@ impl Reservation {
     pub(super) fn record(&self) -> &Record {
         &self.record
     }
+
+    /// The store this reservation writes to.
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
 }
 
 impl Drop for Reservation {
@@ -386,13 +391,16 @@ impl Call {
     }
 
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
-    /// the record in doubt. Only a result that reads back into `T` is recorded.
+    /// the record in doubt. Only a result that reads back into `T` is recorded. When the write
+    /// is refused because the key moved on while the body ran, the caller gets what the store
+    /// holds instead (`Some`: the result recorded in its place), or [`Error::Superseded`]: never
+    /// its own result as if it were recorded.
     pub(super) async fn complete<T, E>(
         &self,
         codec: Codec<T, E>,
         owned: Box<Reservation>,
         value: &T,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<T>, Error> {
         let json = match encode_for_replay(codec, value) {
             Ok(json) => json,
             Err(reason) => {
@@ -406,12 +414,21 @@ impl Call {
         };
         if owned.complete(json, self.ttl).await? {
             tracing::debug!(key = %self.key, tool = %self.tool, "idem: done");
-        } else {
-            // Someone settled or took the record over while the body ran (an operator, or a
-            // fleet peer after our lease lapsed): their write stands, ours is refused.
-            tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+            return Ok(None);
         }
-        Ok(())
+        // Someone settled or took the record over while the body ran (an operator, or a fleet
+        // peer after our lease lapsed): their write stands, ours is refused.
+        tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+        let store = owned.store();
+        let now = store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?;
+        match now {
+            Some(record) if record.status == Status::Done => self.replay(&record, codec).map(Some),
+            now => Err(Error::Superseded {
+                key: self.key.to_string(),
+                tool: self.tool.clone(),
+                now: now.map_or("absent", |record| record.status.as_str()).to_owned(),
+            }),
+        }
     }
 
     /// Asks `ask_it` whether the effect of the call that left `existing` in doubt landed,

@@ -326,10 +326,11 @@ impl Call {
         match call.enter_async(body()).await {
             Ok(value) => {
                 failpoint("after_body");
-                self.complete(codec, owned, &value).await.map_err(fail)?;
+                let recorded = self.complete(codec, owned, &value).await.map_err(fail)?;
                 meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
-                Ok(value)
+                // The key moved on while the body ran: every caller gets what is recorded.
+                Ok(recorded.unwrap_or(value))
             }
             Err(e) => {
                 self.after_error(owned, call.may_have_landed()).await;
