@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::admin::{self, Filter, Resolution};
+use idem_runtime::admin::{self, Admin, Filter, Resolution};
 use idem_runtime::remote::Remote;
 use idem_runtime::{may_have_landed, Call, Durability, Error, Key, Record, SledStore, Store};
 use serde_json::{json, Value};
@@ -239,4 +239,39 @@ fn a_socket_left_by_a_dead_process_is_replaced_at_open() {
     let store = open(&path);
     assert_eq!(std::fs::read_to_string(socket(&path)).unwrap(), "notes");
     assert_eq!(records(&store).len(), 1);
+}
+
+#[test]
+fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let key = finish(&open(&path), "order-1", "ch_1");
+    // sled's lock keeps everyone else out while a store is open, so the record is damaged
+    // between two opens, behind the store's back.
+    {
+        // sled lets go of its lock a moment after the store is dropped: wait for it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let db = loop {
+            match sled::open(&path) {
+                Ok(db) => break db,
+                Err(e) if std::time::Instant::now() >= deadline => panic!("cannot reopen: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        db.open_tree("idem.records")
+            .unwrap()
+            .insert(key.as_str(), &b"\x01\xff damaged"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = open(&path);
+    let local = admin::scan(store.as_ref(), &Filter::default()).unwrap();
+    assert_eq!(local.unreadable.len(), 1);
+
+    let mut remote = Remote::connect(&path).unwrap().expect("the store serves its socket");
+    let remote = remote.scan(&Filter::default()).unwrap();
+    let messages = |errors: &[Error]| errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(messages(&remote.unreadable), messages(&local.unreadable));
+    assert!(messages(&remote.unreadable)[0].contains(key.as_str()));
+    assert_eq!(remote.records, local.records);
 }

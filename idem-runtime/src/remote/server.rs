@@ -1,5 +1,7 @@
 //! The server side of the admin socket: the process that holds a sled store answers the
 //! [`crate::admin`] operations for the `idem` command (the protocol is in `remote/wire.rs`).
+//! Each request is handed to [`Local`], the implementation the command uses on a store it
+//! opens, so this file only reads, dispatches and writes.
 //!
 //! One thread accepts; each connection gets a thread of its own with a deadline on every read,
 //! so a client that connects and sends nothing, or sends slowly, holds up no one and is dropped.
@@ -18,10 +20,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::admin::{self, Filter, Purge, Resolution};
+use super::wire::{self, Request, WireError};
+use crate::admin::{Admin, Filter, Local};
 use crate::error::Error;
 use crate::key::Key;
-use crate::remote::wire::{self, Request, WireError, WirePurge, WireResolution};
 use crate::store::Store;
 
 /// How long a client may take to send a whole request line, and to read the answer.
@@ -163,7 +165,7 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>) {
         let response = match Request::from_line(&line) {
             Err(message) => wire::error_line(WireError::Refused { message }),
             Ok(request) => match store.upgrade() {
-                Some(store) => match perform(store.as_ref(), request) {
+                Some(store) => match perform(&mut Local::new(store), request) {
                     Ok(value) => wire::ok_line(value),
                     Err(error) => wire::error_line(error.into()),
                 },
@@ -216,71 +218,28 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
     }
 }
 
-/// Runs one operation with the same functions the `idem` command calls on a store it opens.
-fn perform(store: &dyn Store, request: Request) -> Result<Value, Error> {
-    let records = |records: &[crate::record::Record]| {
-        Value::Array(records.iter().map(wire::record_to_value).collect())
-    };
+/// Runs one operation on `admin` and gives its answer as it travels.
+fn perform(admin: &mut dyn Admin, request: Request) -> Result<Value, Error> {
     Ok(match request {
-        Request::Ls { status, tool } => records(&admin::list(store, &Filter { status, tool })?),
+        Request::Ls { status, tool } => {
+            wire::records_to_value(&admin.list(&Filter { status, tool })?)
+        }
         Request::Scan { status, tool } => {
-            let listing = admin::scan(store, &Filter { status, tool })?;
-            let unreadable = listing
-                .unreadable
-                .into_iter()
-                .map(|e| serde_json::to_value(wire::WireError::from(e)).expect("plain JSON"))
-                .collect();
-            serde_json::json!({"records": records(&listing.records), "unreadable": Value::Array(unreadable)})
+            wire::listing_to_value(admin.scan(&Filter { status, tool })?)
         }
-        Request::Show { key } => wire::record_to_value(&admin::show(store, &Key::parse(&key)?)?),
-        Request::History { key } => {
-            wire::entries_to_value(&admin::history(store, &Key::parse(&key)?)?)
-        }
+        Request::Show { key } => wire::record_to_value(&admin.show(&Key::parse(&key)?)?),
+        Request::History { key } => wire::entries_to_value(&admin.history(&Key::parse(&key)?)?),
         Request::Resolve { key, resolution, by, note } => {
-            let resolution = match resolution {
-                WireResolution::Release => Resolution::Release,
-                WireResolution::Done(value) => Resolution::Done(value),
-            };
             let by = by.as_deref().unwrap_or(wire::UNNAMED);
-            match admin::resolve(store, &Key::parse(&key)?, resolution, by, note.as_deref())? {
+            let key = Key::parse(&key)?;
+            match admin.resolve(&key, resolution.into(), by, note.as_deref())? {
                 Some(record) => wire::record_to_value(&record),
                 None => Value::Null,
             }
         }
         Request::Purge { which, by } => {
-            let which = match which {
-                WirePurge::Expired => Purge::Expired,
-                WirePurge::OlderThanMs(ms) => Purge::OlderThan(Duration::from_millis(ms)),
-            };
-            admin::purge(store, which, by.as_deref().unwrap_or(wire::UNNAMED))?.into()
+            admin.purge(which.into(), by.as_deref().unwrap_or(wire::UNNAMED))?.into()
         }
-        Request::Stats => serde_json::to_value(admin::stats(store)?).expect("stats are plain JSON"),
+        Request::Stats => serde_json::to_value(admin.stats()?).expect("stats are plain JSON"),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::admin::{self, Filter};
-    use crate::remote::Remote;
-    use crate::SledStore;
-
-    /// A damaged record cannot be made from outside the holding process (sled's lock), so this
-    /// writes one through the store's own tree.
-    #[test]
-    fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("idem.sled");
-        let store = SledStore::open(&path).unwrap();
-        store.tree.insert("ab".repeat(32), &b"\x01\xff damaged"[..]).unwrap();
-        let local = admin::scan(&store, &Filter::default()).unwrap();
-        assert_eq!(local.unreadable.len(), 1);
-
-        let mut remote = Remote::connect(&path).unwrap().expect("the store serves its socket");
-        let remote = remote.scan(&Filter::default()).unwrap();
-        let messages =
-            |errors: &[crate::Error]| errors.iter().map(ToString::to_string).collect::<Vec<_>>();
-        assert_eq!(messages(&remote.unreadable), messages(&local.unreadable));
-        assert!(messages(&remote.unreadable)[0].contains(&"ab".repeat(32)));
-        assert_eq!(remote.records, local.records);
-    }
 }

@@ -1,0 +1,169 @@
+//! The client of the admin socket: [`Remote`].
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::wire::{self, Request, WireError};
+use crate::admin::{Admin, Filter, Listing, Purge, Resolution, Stats};
+use crate::error::{Error, StoreError};
+use crate::history::Entry;
+use crate::key::Key;
+use crate::record::Record;
+
+/// A connection to the admin socket of the process that holds a sled store. Its [`Admin`]
+/// operations run in that process, on [`crate::admin::Local`], and return the same values and
+/// errors as on a store opened here.
+#[derive(Debug)]
+pub struct Remote {
+    socket: PathBuf,
+    stream: BufReader<UnixStream>,
+}
+
+impl Remote {
+    /// Connects to the process serving the sled store in directory `store`. `Ok(None)` when no
+    /// process serves it: there is no socket, or one that a process left behind when it died.
+    pub fn connect(store: impl AsRef<Path>) -> Result<Option<Remote>, Error> {
+        let socket = store.as_ref().join(wire::SOCKET_FILE);
+        match UnixStream::connect(&socket) {
+            Ok(stream) => Ok(Some(Remote { socket, stream: BufReader::new(stream) })),
+            // No socket, a stale one, or a path that is no directory: opening the store directly
+            // gives the right answer or the right error.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NotFound | ErrorKind::ConnectionRefused | ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(failed(format!(
+                "cannot connect to {}, the admin socket of the process holding the store: \
+                 permission denied; run idem as the user that runs that process",
+                socket.display()
+            ))),
+            Err(e) => Err(Error::store(
+                None,
+                None,
+                StoreError::with_source(
+                    format!(
+                        "cannot connect to {}, the admin socket of the process holding the store",
+                        socket.display()
+                    ),
+                    e,
+                ),
+            )),
+        }
+    }
+
+    /// The socket this client talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sends `request` and reads its answer: the `ok` value, or the error rebuilt.
+    fn call(&mut self, request: &Request) -> Result<Value, Error> {
+        let broken = |e: std::io::Error| {
+            Error::store(
+                None,
+                None,
+                StoreError::with_source(
+                    format!(
+                        "the admin socket {} stopped answering (did the process holding the \
+                         store exit? then run the command again)",
+                        self.socket.display()
+                    ),
+                    e,
+                ),
+            )
+        };
+        let stream = self.stream.get_mut();
+        // A server that refuses the connection (another user) answers and closes before it
+        // reads: its answer is still there to read when the write fails, and says why.
+        let sent = stream.write_all(request.to_line().as_bytes()).and_then(|()| stream.flush());
+        let mut line = String::new();
+        let read = self.stream.read_line(&mut line);
+        match (sent, read) {
+            (_, Ok(n)) if n > 0 => {}
+            (Err(e), _) | (Ok(()), Err(e)) => return Err(broken(e)),
+            (Ok(()), Ok(_)) => return Err(broken(ErrorKind::UnexpectedEof.into())),
+        }
+        let mut response: Value = serde_json::from_str(&line).map_err(|e| {
+            failed(format!(
+                "the admin socket {} answered with bad JSON: {e}",
+                self.socket.display()
+            ))
+        })?;
+        if let Some(error) = response.get_mut("error") {
+            let error: WireError = serde_json::from_value(error.take()).map_err(|e| {
+                failed(format!("the admin socket answered with an unknown error: {e}"))
+            })?;
+            return Err(error.into_error());
+        }
+        match response.get_mut("ok") {
+            Some(value) => Ok(value.take()),
+            None => Err(failed("the admin socket answered with neither `ok` nor `error`")),
+        }
+    }
+}
+
+impl Admin for Remote {
+    fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
+        let value = self.call(&Request::scan(filter))?;
+        wire::listing_from_value(value)
+            .map_err(|e| failed(format!("the admin socket answered with a bad listing: {e}")))
+    }
+
+    fn show(&mut self, key: &Key) -> Result<Record, Error> {
+        record(self.call(&Request::Show { key: key.as_str().to_owned() })?)
+    }
+
+    fn history(&mut self, key: &Key) -> Result<Vec<Entry>, Error> {
+        let value = self.call(&Request::History { key: key.as_str().to_owned() })?;
+        serde_json::from_value(value.clone()).map_err(|_| unexpected(&value))
+    }
+
+    fn resolve(
+        &mut self,
+        key: &Key,
+        resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Option<Record>, Error> {
+        match self.call(&Request::resolve(key.as_str(), resolution, by, note))? {
+            Value::Null => Ok(None),
+            value => record(value).map(Some),
+        }
+    }
+
+    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
+        let value = self.call(&Request::purge(which, by))?;
+        value.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| unexpected(&value))
+    }
+
+    fn stats(&mut self) -> Result<Stats, Error> {
+        let value = self.call(&Request::Stats)?;
+        serde_json::from_value(value.clone()).map_err(|_| unexpected(&value))
+    }
+
+    /// The process that answers holds the store, and marked every record a dead process left
+    /// in flight as in doubt when it opened it: a record in flight there is its own, running.
+    fn owner_alive(&self, _record: &Record) -> bool {
+        true
+    }
+}
+
+fn record(value: Value) -> Result<Record, Error> {
+    wire::record_from_value(value)
+        .map_err(|e| failed(format!("the admin socket answered with a bad record: {e}")))
+}
+
+fn unexpected(value: &Value) -> Error {
+    failed(format!("the admin socket answered with an unexpected value: {value}"))
+}
+
+fn failed(message: impl Into<String>) -> Error {
+    Error::store(None, None, StoreError::new(message))
+}
