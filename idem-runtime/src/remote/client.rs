@@ -1,7 +1,7 @@
 //! The client of the admin socket: [`Remote`].
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{SocketAddr, UnixStream};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -24,9 +24,16 @@ pub struct Remote {
 
 impl Remote {
     /// Connects to the process serving the sled store in directory `store`. `Ok(None)` when no
-    /// process serves it: there is no socket, or one that a process left behind when it died.
+    /// process serves it: there is no socket, one that a process left behind when it died, or
+    /// a path no socket can have (too long for a Unix socket address, about 108 bytes), where no
+    /// process can be listening either.
     pub fn connect(store: impl AsRef<Path>) -> Result<Option<Remote>, Error> {
         let socket = store.as_ref().join(wire::SOCKET_FILE);
+        // The holder could not bind such a path and serves no socket (it logs a warning at
+        // open); opening the store directly gives the right answer or the right error.
+        if SocketAddr::from_pathname(&socket).is_err() {
+            return Ok(None);
+        }
         match UnixStream::connect(&socket) {
             Ok(stream) => Ok(Some(Remote { socket, stream: BufReader::new(stream) })),
             // No socket, a stale one, or a path that is no directory: opening the store directly
