@@ -275,3 +275,42 @@ fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
     assert!(messages(&remote.unreadable)[0].contains(key.as_str()));
     assert_eq!(remote.records, local.records);
 }
+
+/// A process that takes connections but never answers (stopped, hung): each operation fails
+/// after the client's timeout, with an error that names the socket and says what to do.
+#[test]
+fn a_process_that_never_answers_fails_the_call_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(socket(dir.path())).unwrap();
+    let (taken, connections) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            // Kept open, never read from nor written to.
+            if taken.send(stream.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+
+    let mut remote = Remote::connect(dir.path()).unwrap().expect("something listens");
+    let _silent = connections.recv().unwrap();
+    remote.set_timeout(Duration::from_millis(200));
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let first = remote.stats();
+        let second = remote.list(&Filter::default());
+        let _ = answered.send((first, second.map(|_| ())));
+    });
+    // A generous bound: the call must fail, not block for ever.
+    let (first, second) = answer
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the call returned rather than blocking on a silent process");
+    let message = first.unwrap_err().to_string();
+    assert!(message.contains(&socket(dir.path()).display().to_string()), "{message}");
+    assert!(
+        message.contains("did not answer") && message.contains("stop that process"),
+        "{message}"
+    );
+    // The connection is not reused: a late answer could be taken for the next call's.
+    assert!(second.is_err());
+}

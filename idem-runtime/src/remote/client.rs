@@ -1,8 +1,10 @@
 //! The client of the admin socket: [`Remote`].
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::net::Shutdown;
 use std::os::unix::net::{SocketAddr, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -20,7 +22,13 @@ use crate::record::Record;
 pub struct Remote {
     socket: PathBuf,
     stream: BufReader<UnixStream>,
+    timeout: Duration,
 }
+
+/// How long a call waits for the process to take its request and to answer, by default. Long,
+/// since a purge of a large store takes its time and the process answers only once it is
+/// done; finite, so that a stopped or hung process fails the command instead of freezing it.
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Remote {
     /// Connects to the process serving the sled store in directory `store`. `Ok(None)` when no
@@ -35,7 +43,12 @@ impl Remote {
             return Ok(None);
         }
         match UnixStream::connect(&socket) {
-            Ok(stream) => Ok(Some(Remote { socket, stream: BufReader::new(stream) })),
+            Ok(stream) => {
+                let mut remote =
+                    Remote { socket, stream: BufReader::new(stream), timeout: TIMEOUT };
+                remote.set_timeout(TIMEOUT);
+                Ok(Some(remote))
+            }
             // No socket, a stale one, or a path that is no directory: opening the store directly
             // gives the right answer or the right error.
             Err(e)
@@ -70,9 +83,32 @@ impl Remote {
         &self.socket
     }
 
+    /// How long each operation may wait for the process to take its request, and then again to
+    /// answer it, before it fails (60 s unless set; at least 1 ms). A process that is stopped,
+    /// hung, or busy past it fails the operation with an error that names the socket, and the
+    /// connection is closed.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout.max(Duration::from_millis(1));
+        let stream = self.stream.get_ref();
+        // Only a zero duration is refused, and there is none here.
+        let _ = stream.set_read_timeout(Some(self.timeout));
+        let _ = stream.set_write_timeout(Some(self.timeout));
+    }
+
     /// Sends `request` and reads its answer: the `ok` value, or the error rebuilt.
     fn call(&mut self, request: &Request) -> Result<Value, Error> {
+        let timeout = self.timeout;
         let broken = |e: std::io::Error| {
+            if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
+                return failed(format!(
+                    "the process holding the store did not answer on its admin socket {} within \
+                     {timeout:?}: it is stopped, hung or busy with a long operation. A resolve or \
+                     purge it was sent may still be under way: look with `idem show` or `idem \
+                     stats` before you repeat it. If it stays silent, stop that process (the \
+                     command then opens the store itself)",
+                    self.socket.display()
+                ));
+            }
             Error::store(
                 None,
                 None,
@@ -92,10 +128,16 @@ impl Remote {
         let sent = stream.write_all(request.to_line().as_bytes()).and_then(|()| stream.flush());
         let mut line = String::new();
         let read = self.stream.read_line(&mut line);
-        match (sent, read) {
-            (_, Ok(n)) if n > 0 => {}
-            (Err(e), _) | (Ok(()), Err(e)) => return Err(broken(e)),
-            (Ok(()), Ok(_)) => return Err(broken(ErrorKind::UnexpectedEof.into())),
+        let failure = match (sent, read) {
+            (_, Ok(n)) if n > 0 => None,
+            (Err(e), _) | (Ok(()), Err(e)) => Some(e),
+            (Ok(()), Ok(_)) => Some(ErrorKind::UnexpectedEof.into()),
+        };
+        if let Some(e) = failure {
+            // An answer may still come, or half of one may have: the connection can no longer
+            // tell which request an answer is for, so no later call reads from it.
+            let _ = self.stream.get_ref().shutdown(Shutdown::Both);
+            return Err(broken(e));
         }
         let mut response: Value = serde_json::from_str(&line).map_err(|e| {
             failed(format!(
