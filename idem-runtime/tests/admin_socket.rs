@@ -314,3 +314,36 @@ fn a_process_that_never_answers_fails_the_call_after_the_timeout() {
     // The connection is not reused: a late answer could be taken for the next call's.
     assert!(second.is_err());
 }
+
+/// Clients that hold every seat and only send a cheap request now and then cannot keep an
+/// operator out: the one that has waited longest gives its seat up, and is told so.
+#[test]
+fn idle_clients_give_their_seats_to_an_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let store = open(&path);
+    finish(&store, "order-1", "ch_1");
+    let stats = b"{\"v\":1,\"op\":\"stats\"}\n";
+    // Each is answered once, so each has a seat and is waiting for its next request.
+    let mut idle: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let mut stream = UnixStream::connect(socket(&path)).unwrap();
+            assert_eq!(exchange(&mut stream, stats)["ok"]["by_status"]["done"], 1);
+            stream
+        })
+        .collect();
+    let mut halfway = UnixStream::connect(socket(&path)).unwrap();
+    halfway.write_all(b"{\"v\":1,\"op\":").unwrap();
+
+    let mut remote = Remote::connect(&path).unwrap().expect("the store is served");
+    remote.set_timeout(Duration::from_secs(30));
+    assert_eq!(remote.list(&Filter::default()).unwrap().len(), 1, "the operator is served");
+
+    // The two that waited longest gave their seats up (to `halfway`, then to the operator),
+    // and say so at their next request; nothing ran for them.
+    for stream in &mut idle[..2] {
+        let answer = exchange(stream, stats);
+        assert!(refusal(&answer).contains("closed to make room"), "{answer}");
+    }
+    assert_eq!(exchange(&mut idle[2], stats)["ok"]["by_status"]["done"], 1);
+}

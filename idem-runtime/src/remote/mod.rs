@@ -11,6 +11,7 @@
 
 mod client;
 mod peer;
+mod seats;
 mod server;
 pub(crate) mod wire;
 
