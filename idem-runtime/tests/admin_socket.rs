@@ -347,3 +347,31 @@ fn idle_clients_give_their_seats_to_an_operator() {
     }
     assert_eq!(exchange(&mut idle[2], stats)["ok"]["by_status"]["done"], 1);
 }
+
+/// A process that stopped taking connections lets its socket's queue fill; connecting then
+/// fails after the timeout, naming the socket, instead of waiting for ever.
+#[test]
+fn a_process_that_takes_no_connection_fails_the_connect_after_the_timeout() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(socket(dir.path())).unwrap();
+    // The shortest queue: one pending connection fills it, and nobody takes it.
+    // SAFETY: the listener's descriptor is open for the whole call.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    let _pending = UnixStream::connect(socket(dir.path())).unwrap();
+
+    let (answered, answer) = std::sync::mpsc::channel();
+    let store = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let got = Remote::connect_with_timeout(&store, Duration::from_millis(200));
+        let _ = answered.send(got.map(|remote| remote.is_some()));
+    });
+    // A generous bound: the connect must fail, not block for ever.
+    let got = answer
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the connect returned rather than waiting on a full queue");
+    let message = got.unwrap_err().to_string();
+    assert!(message.contains(&socket(dir.path()).display().to_string()), "{message}");
+    assert!(message.contains("did not take a connection"), "{message}");
+    drop(listener);
+}

@@ -34,19 +34,28 @@ impl Remote {
     /// Connects to the process serving the sled store in directory `store`. `Ok(None)` when no
     /// process serves it: there is no socket, one that a process left behind when it died, or
     /// a path no socket can have (too long for a Unix socket address, about 108 bytes), where no
-    /// process can be listening either.
+    /// process can be listening either. Connecting, and then each operation, waits at most
+    /// 60 s for the process (see [`Remote::connect_with_timeout`]).
     pub fn connect(store: impl AsRef<Path>) -> Result<Option<Remote>, Error> {
+        Remote::connect_with_timeout(store, TIMEOUT)
+    }
+
+    /// As [`Remote::connect`], waiting at most `timeout` for the process to take the
+    /// connection, and then for each operation (see [`Remote::set_timeout`]).
+    pub fn connect_with_timeout(
+        store: impl AsRef<Path>,
+        timeout: Duration,
+    ) -> Result<Option<Remote>, Error> {
         let socket = store.as_ref().join(wire::SOCKET_FILE);
         // The holder could not bind such a path and serves no socket (it logs a warning at
         // open); opening the store directly gives the right answer or the right error.
         if SocketAddr::from_pathname(&socket).is_err() {
             return Ok(None);
         }
-        match UnixStream::connect(&socket) {
+        match super::connect::connect(&socket, timeout) {
             Ok(stream) => {
-                let mut remote =
-                    Remote { socket, stream: BufReader::new(stream), timeout: TIMEOUT };
-                remote.set_timeout(TIMEOUT);
+                let mut remote = Remote { socket, stream: BufReader::new(stream), timeout };
+                remote.set_timeout(timeout);
                 Ok(Some(remote))
             }
             // No socket, a stale one, or a path that is no directory: opening the store directly
@@ -59,6 +68,12 @@ impl Remote {
             {
                 Ok(None)
             }
+            Err(e) if e.kind() == ErrorKind::TimedOut => Err(failed(format!(
+                "the process holding the store did not take a connection on its admin socket {} \
+                 within {timeout:?}: it is stopped or hung. Stop that process (the command then \
+                 opens the store itself), or wait for it and run the command again",
+                socket.display()
+            ))),
             Err(e) if e.kind() == ErrorKind::PermissionDenied => Err(failed(format!(
                 "cannot connect to {}, the admin socket of the process holding the store: \
                  permission denied; run idem as the user that runs that process",

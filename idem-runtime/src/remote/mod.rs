@@ -10,6 +10,7 @@
 //! [`SledStoreBuilder::admin_socket`]: crate::SledStoreBuilder::admin_socket
 
 mod client;
+mod connect;
 mod peer;
 mod seats;
 mod server;
