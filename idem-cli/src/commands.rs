@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use idem_runtime::admin::{Filter, Purge, Resolution};
+use idem_runtime::admin::{Admin, Filter, Purge, Resolution};
 use idem_runtime::history::{check_note, Entry};
 use idem_runtime::store::{now_ms, Assessment};
 use idem_runtime::{Error, Key, Record, Status};
@@ -13,7 +13,6 @@ use crate::cli::{Cli, Command};
 use crate::failure::Failure;
 use crate::operator::operator;
 use crate::output::{age, cell, size, table, timestamp};
-use crate::remote::Admin;
 use crate::{args, store};
 
 type Out<'a> = &'a mut dyn Write;
@@ -23,11 +22,11 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
     match cli.command {
         Command::Key { tool, scope, args, json } => key(&tool, &scope, &args, json, out),
         Command::Ls { status, tool, json } => {
-            ls(&mut store::open(location)?, Filter { status, tool }, json, out)
+            ls(store::open(location)?.as_mut(), Filter { status, tool }, json, out)
         }
         Command::Show { key, json } => {
             let key = Key::parse(&key)?;
-            show(&mut store::open(location)?, &key, json, out)
+            show(store::open(location)?.as_mut(), &key, json, out)
         }
         Command::Resolve { key, release, done, note } => {
             let key = Key::parse(&key)?;
@@ -42,7 +41,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                 ),
                 _ => return Err(Failure::usage("give exactly one of --release and --done JSON")),
             };
-            resolve(&mut store::open(location)?, &key, resolution, note.as_deref(), out)
+            resolve(store::open(location)?.as_mut(), &key, resolution, note.as_deref(), out)
         }
         Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
@@ -54,9 +53,9 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                     ))
                 }
             };
-            purge(&mut store::open(location)?, which, out)
+            purge(store::open(location)?.as_mut(), which, out)
         }
-        Command::Stats { json } => stats(&mut store::open(location)?, json, out),
+        Command::Stats { json } => stats(store::open(location)?.as_mut(), json, out),
     }
 }
 
@@ -88,8 +87,8 @@ fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<
 
 /// Lists what reads; a record that does not is reported after the rest, and the command then
 /// fails, so that a script notices.
-fn ls(store: &mut Admin, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let listing = store.scan(&filter)?;
+fn ls(admin: &mut dyn Admin, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let listing = admin.scan(&filter)?;
     let mut unreadable: Vec<String> = listing.unreadable.iter().map(Error::to_string).collect();
     if json {
         for record in &listing.records {
@@ -137,13 +136,13 @@ fn ls_table(records: &[Record], out: Out<'_>) -> Result<(), Failure> {
 
 /// The record and its history; a key with no record but a history (released) prints the
 /// history, and one with neither is not found.
-fn show(store: &mut Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let record = match store.show(key) {
+fn show(admin: &mut dyn Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let record = match admin.show(key) {
         Ok(record) => Some(record),
         Err(Error::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
-    let history = store.history(key)?;
+    let history = admin.history(key)?;
     let Some(record) = record else {
         if history.is_empty() {
             return Err(Error::NotFound { key: key.to_string() }.into());
@@ -157,7 +156,7 @@ fn show(store: &mut Admin, key: &Key, json: bool, out: Out<'_>) -> Result<(), Fa
         return writeln!(out, "{value}").map_err(write_failed);
     }
     let now = now_ms();
-    let assessment = store.assess(&record);
+    let assessment = admin.assess(&record);
     let mut text = describe(&record, assessment, now);
     text.push_str(&describe_history(&history, now));
     out.write_all(text.as_bytes()).map_err(write_failed)
@@ -247,13 +246,13 @@ fn status_text(record: &Record, assessment: Assessment) -> String {
 }
 
 fn resolve(
-    store: &mut Admin,
+    admin: &mut dyn Admin,
     key: &Key,
     resolution: Resolution,
     note: Option<&str>,
     out: Out<'_>,
 ) -> Result<(), Failure> {
-    match store.resolve(key, resolution, &operator(), note)? {
+    match admin.resolve(key, resolution, &operator(), note)? {
         None => writeln!(out, "released {key}: the next call runs the body"),
         Some(record) => {
             let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
@@ -263,8 +262,8 @@ fn resolve(
     .map_err(write_failed)
 }
 
-fn purge(store: &mut Admin, which: Purge, out: Out<'_>) -> Result<(), Failure> {
-    let removed = store.purge(which, &operator())?;
+fn purge(admin: &mut dyn Admin, which: Purge, out: Out<'_>) -> Result<(), Failure> {
+    let removed = admin.purge(which, &operator())?;
     let noun = if removed == 1 { "record" } else { "records" };
     let why = match which {
         Purge::Expired => "expired".to_owned(),
@@ -284,8 +283,8 @@ fn human_duration(duration: Duration) -> String {
     }
 }
 
-fn stats(store: &mut Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
-    let stats = store.stats()?;
+fn stats(admin: &mut dyn Admin, json: bool, out: Out<'_>) -> Result<(), Failure> {
+    let stats = admin.stats()?;
     let count = |status: Status| stats.by_status.get(status.as_str()).copied().unwrap_or(0);
     if json {
         let by_status: serde_json::Map<String, serde_json::Value> = Status::ALL

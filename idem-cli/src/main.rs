@@ -11,7 +11,6 @@ mod duration;
 mod failure;
 mod operator;
 mod output;
-mod remote;
 mod store;
 
 use std::io::Write;

@@ -1,14 +1,18 @@
 //! Opening the store that `--store` names. Every backend is chosen here, so that another one is
-//! one more arm.
+//! one more arm; what is chosen is where the admin operations run: on a store this command opens
+//! ([`Local`]), or, when another process holds a sled store, in that process through its admin
+//! socket ([`idem_runtime::remote::Remote`]). Both give the same values and errors, so every
+//! subcommand prints the same either way.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::admin::{Admin, Local};
 use idem_runtime::{Durability, SledStore, Store};
 
 use crate::failure::Failure;
-use crate::remote::Admin;
 
 /// How long to wait for a sled store's lock: sled releases it a moment after its holder closes
 /// the store, so an operator who runs `idem` as the agent exits should not see it as held.
@@ -17,14 +21,14 @@ const SLED_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Opens the store `--store` names, else `$IDEM_STORE`, else `./idem.sled` — the same place the
 /// process default store is. A store that does not exist is an error: creating an empty one at a
 /// mistyped path would make every record look gone.
-pub(crate) fn open(store: Option<&OsStr>) -> Result<Admin, Failure> {
+pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Admin>, Failure> {
     let location: OsString = match store {
         Some(location) => location.to_owned(),
         None => idem_runtime::default_store_path().into_os_string(),
     };
     match location.to_str() {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            open_postgres(url).map(Admin::Local)
+            open_postgres(url).map(local)
         }
         _ => open_sled(Path::new(&location)),
     }
@@ -32,10 +36,10 @@ pub(crate) fn open(store: Option<&OsStr>) -> Result<Admin, Failure> {
 
 /// A sled store that a running process holds is reached through that process's admin socket;
 /// otherwise this command opens it.
-fn open_sled(path: &Path) -> Result<Admin, Failure> {
+fn open_sled(path: &Path) -> Result<Box<dyn Admin>, Failure> {
     #[cfg(unix)]
     if let Some(remote) = idem_runtime::remote::Remote::connect(path)? {
-        return Ok(Admin::Remote(remote));
+        return Ok(Box::new(remote));
     }
     // Fsync, as for any caller: `resolve` and `purge` change records an agent will replay.
     let store = SledStore::builder(path)
@@ -45,18 +49,22 @@ fn open_sled(path: &Path) -> Result<Admin, Failure> {
         // A command that runs for a moment serves no one.
         .admin_socket(false)
         .open()?;
-    Ok(Admin::Local(Box::new(store)))
+    Ok(local(Arc::new(store)))
+}
+
+fn local(store: Arc<dyn Store>) -> Box<dyn Admin> {
+    Box::new(Local::new(store))
 }
 
 #[cfg(feature = "postgres")]
-fn open_postgres(url: &str) -> Result<Box<dyn Store>, Failure> {
+fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
     // One command needs few connections; `create(false)`: a mistyped database is an error.
     let store = idem_postgres::PgStore::builder(url).pool_size(2).create(false).connect()?;
-    Ok(Box::new(store))
+    Ok(Arc::new(store))
 }
 
 #[cfg(not(feature = "postgres"))]
-fn open_postgres(_url: &str) -> Result<Box<dyn Store>, Failure> {
+fn open_postgres(_url: &str) -> Result<Arc<dyn Store>, Failure> {
     Err(Failure::failed(
         "this idem was built without PostgreSQL support: rebuild it with the `postgres` \
          feature, or point --store at a sled directory",

@@ -660,3 +660,25 @@ fn ls_lists_what_reads_and_names_a_damaged_record_after_the_rest() {
         assert!(run.stderr.contains(bad.as_str()), "the damaged one is named: {run:?}");
     }
 }
+
+/// A store whose path is too long for a Unix socket address (about 108 bytes) cannot be served
+/// on a socket; the command opens it itself rather than fail on the socket's path.
+#[test]
+fn a_store_too_deep_for_a_socket_is_opened_directly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d".repeat(120)).join("idem.sled");
+    assert!(path.join("admin.sock").as_os_str().len() > 108);
+    let store = open(&path);
+    let key = finish(&store, "charge_card", "order-1", json!({"amount": 100}), "ch_1");
+    assert!(!path.join("admin.sock").exists(), "no socket can be made there");
+
+    // Held by this process, which serves no socket: the command says the store is held.
+    let held = idem(&path, &["ls"]);
+    assert!(held.fails(1).contains("is open in another process"), "{held:?}");
+    drop(store);
+
+    let listed = idem(&path, &["ls"]);
+    assert!(listed.ok().contains(key.as_str()), "{listed:?}");
+    let shown = idem(&path, &["show", key.as_str()]);
+    assert!(shown.ok().contains("\"ch_1\""), "{shown:?}");
+}

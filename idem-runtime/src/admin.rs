@@ -1,7 +1,13 @@
 //! What an operator does with records: list, show, resolve, purge, count. These are blocking
 //! calls, for the `idem` command and for scripts.
+//!
+//! The functions below are the operations themselves, run on a store this process opened.
+//! [`Admin`] is the same operations as one interface, whatever carries them: [`Local`] runs the
+//! functions below, [`crate::remote::Remote`] asks the process that holds a sled store to run
+//! them. A caller (the `idem` command) chooses one and is done.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::Error;
@@ -55,6 +61,120 @@ pub struct Stats {
     pub unreadable: u64,
 }
 
+/// The admin operations, wherever they run. Each gives the same values and errors as the
+/// function of the same name in this module, so that a caller prints the same either way.
+///
+/// Sealed: its implementations are [`Local`] and [`crate::remote::Remote`], so that an
+/// operation can be added to it in any release.
+///
+/// ```
+/// use idem_runtime::admin::{Admin, Filter, Local};
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = idem_runtime::SledStore::open(dir.path().join("idem.sled"))?;
+/// let mut admin: Box<dyn Admin> = Box::new(Local::new(std::sync::Arc::new(store)));
+/// assert!(admin.list(&Filter::default())?.is_empty());
+/// # Ok(()) }
+/// ```
+pub trait Admin: sealed::Sealed {
+    /// Records matching `filter`, newest first, and every record that could not be read, as
+    /// [`scan`].
+    fn scan(&mut self, filter: &Filter) -> Result<Listing, Error>;
+
+    /// Records matching `filter`, newest first, as [`list`]: those that could not be read are
+    /// left out and logged.
+    fn list(&mut self, filter: &Filter) -> Result<Vec<Record>, Error> {
+        Ok(without_unreadable(self.scan(filter)?))
+    }
+
+    /// The record under `key`, as [`show`].
+    fn show(&mut self, key: &Key) -> Result<Record, Error>;
+
+    /// The history of `key`, oldest first, as [`history`].
+    fn history(&mut self, key: &Key) -> Result<Vec<Entry>, Error>;
+
+    /// Settles an in-doubt record, as [`resolve`], with the same fence wherever it runs.
+    fn resolve(
+        &mut self,
+        key: &Key,
+        resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Option<Record>, Error>;
+
+    /// Removes finished records with their histories, as [`purge`].
+    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error>;
+
+    /// Counts records by status and tool, as [`stats`].
+    fn stats(&mut self) -> Result<Stats, Error>;
+
+    /// What a call would make of `record` now ([`assess`](crate::store::assess), on the
+    /// store's clock, seen from the process that holds it), for telling an operator.
+    fn assess(&self, record: &Record) -> Assessment;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Local {}
+    #[cfg(unix)]
+    impl Sealed for crate::remote::Remote {}
+}
+
+/// The admin operations on a store this process opened: the functions of this module.
+#[derive(Clone)]
+pub struct Local {
+    store: Arc<dyn Store>,
+}
+
+impl Local {
+    /// Runs the operations on `store`.
+    pub fn new(store: Arc<dyn Store>) -> Local {
+        Local { store }
+    }
+}
+
+impl std::fmt::Debug for Local {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Local").finish_non_exhaustive()
+    }
+}
+
+impl Admin for Local {
+    fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
+        scan(self.store.as_ref(), filter)
+    }
+
+    fn show(&mut self, key: &Key) -> Result<Record, Error> {
+        show(self.store.as_ref(), key)
+    }
+
+    fn history(&mut self, key: &Key) -> Result<Vec<Entry>, Error> {
+        history(self.store.as_ref(), key)
+    }
+
+    fn resolve(
+        &mut self,
+        key: &Key,
+        resolution: Resolution,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Option<Record>, Error> {
+        resolve(self.store.as_ref(), key, resolution, by, note)
+    }
+
+    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
+        purge(self.store.as_ref(), which, by)
+    }
+
+    fn stats(&mut self) -> Result<Stats, Error> {
+        stats(self.store.as_ref())
+    }
+
+    fn assess(&self, record: &Record) -> Assessment {
+        assess(Some(record), self.store.clock(), self.store.instance())
+    }
+}
+
 fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
     Error::store(key, None, source)
 }
@@ -87,11 +207,15 @@ pub fn scan(store: &dyn Store, filter: &Filter) -> Result<Listing, Error> {
 /// Records matching `filter`, newest first. A record that cannot be read is left out and
 /// logged; [`scan`] returns those too.
 pub fn list(store: &dyn Store, filter: &Filter) -> Result<Vec<Record>, Error> {
-    let listing = scan(store, filter)?;
+    Ok(without_unreadable(scan(store, filter)?))
+}
+
+/// The records of `listing`; those that could not be read are logged.
+fn without_unreadable(listing: Listing) -> Vec<Record> {
     for error in &listing.unreadable {
         tracing::warn!(error = %error, "idem: a record cannot be read; left out of the list");
     }
-    Ok(listing.records)
+    listing.records
 }
 
 /// The record under `key`.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::admin::{self, Filter, Resolution};
+use idem_runtime::admin::{self, Admin, Filter, Resolution};
 use idem_runtime::remote::Remote;
 use idem_runtime::{may_have_landed, Call, Durability, Error, Key, Record, SledStore, Store};
 use serde_json::{json, Value};
@@ -239,4 +239,139 @@ fn a_socket_left_by_a_dead_process_is_replaced_at_open() {
     let store = open(&path);
     assert_eq!(std::fs::read_to_string(socket(&path)).unwrap(), "notes");
     assert_eq!(records(&store).len(), 1);
+}
+
+#[test]
+fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let key = finish(&open(&path), "order-1", "ch_1");
+    // sled's lock keeps everyone else out while a store is open, so the record is damaged
+    // between two opens, behind the store's back.
+    {
+        // sled lets go of its lock a moment after the store is dropped: wait for it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let db = loop {
+            match sled::open(&path) {
+                Ok(db) => break db,
+                Err(e) if std::time::Instant::now() >= deadline => panic!("cannot reopen: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        db.open_tree("idem.records")
+            .unwrap()
+            .insert(key.as_str(), &b"\x01\xff damaged"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let store = open(&path);
+    let local = admin::scan(store.as_ref(), &Filter::default()).unwrap();
+    assert_eq!(local.unreadable.len(), 1);
+
+    let mut remote = Remote::connect(&path).unwrap().expect("the store serves its socket");
+    let remote = remote.scan(&Filter::default()).unwrap();
+    let messages = |errors: &[Error]| errors.iter().map(ToString::to_string).collect::<Vec<_>>();
+    assert_eq!(messages(&remote.unreadable), messages(&local.unreadable));
+    assert!(messages(&remote.unreadable)[0].contains(key.as_str()));
+    assert_eq!(remote.records, local.records);
+}
+
+/// A process that takes connections but never answers (stopped, hung): each operation fails
+/// after the client's timeout, with an error that names the socket and says what to do.
+#[test]
+fn a_process_that_never_answers_fails_the_call_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(socket(dir.path())).unwrap();
+    let (taken, connections) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            // Kept open, never read from nor written to.
+            if taken.send(stream.unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+
+    let mut remote = Remote::connect(dir.path()).unwrap().expect("something listens");
+    let _silent = connections.recv().unwrap();
+    remote.set_timeout(Duration::from_millis(200));
+    let (answered, answer) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let first = remote.stats();
+        let second = remote.list(&Filter::default());
+        let _ = answered.send((first, second.map(|_| ())));
+    });
+    // A generous bound: the call must fail, not block for ever.
+    let (first, second) = answer
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the call returned rather than blocking on a silent process");
+    let message = first.unwrap_err().to_string();
+    assert!(message.contains(&socket(dir.path()).display().to_string()), "{message}");
+    assert!(
+        message.contains("did not answer") && message.contains("stop that process"),
+        "{message}"
+    );
+    // The connection is not reused: a late answer could be taken for the next call's.
+    assert!(second.is_err());
+}
+
+/// Clients that hold every seat and only send a cheap request now and then cannot keep an
+/// operator out: the one that has waited longest gives its seat up, and is told so.
+#[test]
+fn idle_clients_give_their_seats_to_an_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let store = open(&path);
+    finish(&store, "order-1", "ch_1");
+    let stats = b"{\"v\":1,\"op\":\"stats\"}\n";
+    // Each is answered once, so each has a seat and is waiting for its next request.
+    let mut idle: Vec<UnixStream> = (0..16)
+        .map(|_| {
+            let mut stream = UnixStream::connect(socket(&path)).unwrap();
+            assert_eq!(exchange(&mut stream, stats)["ok"]["by_status"]["done"], 1);
+            stream
+        })
+        .collect();
+    let mut halfway = UnixStream::connect(socket(&path)).unwrap();
+    halfway.write_all(b"{\"v\":1,\"op\":").unwrap();
+
+    let mut remote = Remote::connect(&path).unwrap().expect("the store is served");
+    remote.set_timeout(Duration::from_secs(30));
+    assert_eq!(remote.list(&Filter::default()).unwrap().len(), 1, "the operator is served");
+
+    // The two that waited longest gave their seats up (to `halfway`, then to the operator),
+    // and say so at their next request; nothing ran for them.
+    for stream in &mut idle[..2] {
+        let answer = exchange(stream, stats);
+        assert!(refusal(&answer).contains("closed to make room"), "{answer}");
+    }
+    assert_eq!(exchange(&mut idle[2], stats)["ok"]["by_status"]["done"], 1);
+}
+
+/// A process that stopped taking connections lets its socket's queue fill; connecting then
+/// fails after the timeout, naming the socket, instead of waiting for ever.
+#[test]
+fn a_process_that_takes_no_connection_fails_the_connect_after_the_timeout() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(socket(dir.path())).unwrap();
+    // The shortest queue: one pending connection fills it, and nobody takes it.
+    // SAFETY: the listener's descriptor is open for the whole call.
+    assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+    let _pending = UnixStream::connect(socket(dir.path())).unwrap();
+
+    let (answered, answer) = std::sync::mpsc::channel();
+    let store = dir.path().to_owned();
+    std::thread::spawn(move || {
+        let got = Remote::connect_with_timeout(&store, Duration::from_millis(200));
+        let _ = answered.send(got.map(|remote| remote.is_some()));
+    });
+    // A generous bound: the connect must fail, not block for ever.
+    let got = answer
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the connect returned rather than waiting on a full queue");
+    let message = got.unwrap_err().to_string();
+    assert!(message.contains(&socket(dir.path()).display().to_string()), "{message}");
+    assert!(message.contains("did not take a connection"), "{message}");
+    drop(listener);
 }

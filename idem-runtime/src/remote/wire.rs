@@ -16,7 +16,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::admin::{Filter, Purge, Resolution};
+use std::time::Duration;
+
+use crate::admin::{Filter, Listing, Purge, Resolution};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::lifecycle::Record;
@@ -93,11 +95,45 @@ pub(crate) enum WirePurge {
     OlderThanMs(u64),
 }
 
-impl Request {
-    pub(crate) fn ls(filter: &Filter) -> Request {
-        Request::Ls { status: filter.status, tool: filter.tool.clone() }
+impl From<Resolution> for WireResolution {
+    fn from(resolution: Resolution) -> WireResolution {
+        match resolution {
+            Resolution::Release => WireResolution::Release,
+            Resolution::Done(value) => WireResolution::Done(value),
+        }
     }
+}
 
+impl From<WireResolution> for Resolution {
+    fn from(resolution: WireResolution) -> Resolution {
+        match resolution {
+            WireResolution::Release => Resolution::Release,
+            WireResolution::Done(value) => Resolution::Done(value),
+        }
+    }
+}
+
+impl From<Purge> for WirePurge {
+    fn from(which: Purge) -> WirePurge {
+        match which {
+            Purge::Expired => WirePurge::Expired,
+            Purge::OlderThan(age) => {
+                WirePurge::OlderThanMs(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
+            }
+        }
+    }
+}
+
+impl From<WirePurge> for Purge {
+    fn from(which: WirePurge) -> Purge {
+        match which {
+            WirePurge::Expired => Purge::Expired,
+            WirePurge::OlderThanMs(ms) => Purge::OlderThan(Duration::from_millis(ms)),
+        }
+    }
+}
+
+impl Request {
     pub(crate) fn scan(filter: &Filter) -> Request {
         Request::Scan { status: filter.status, tool: filter.tool.clone() }
     }
@@ -108,26 +144,16 @@ impl Request {
         by: &str,
         note: Option<&str>,
     ) -> Request {
-        let resolution = match resolution {
-            Resolution::Release => WireResolution::Release,
-            Resolution::Done(value) => WireResolution::Done(value),
-        };
         Request::Resolve {
             key: key.to_owned(),
-            resolution,
+            resolution: resolution.into(),
             by: Some(by.to_owned()),
             note: note.map(str::to_owned),
         }
     }
 
     pub(crate) fn purge(which: Purge, by: &str) -> Request {
-        let which = match which {
-            Purge::Expired => WirePurge::Expired,
-            Purge::OlderThan(age) => {
-                WirePurge::OlderThanMs(u64::try_from(age.as_millis()).unwrap_or(u64::MAX))
-            }
-        };
-        Request::Purge { which, by: Some(by.to_owned()) }
+        Request::Purge { which: which.into(), by: Some(by.to_owned()) }
     }
 
     /// The line a client sends, newline included.
@@ -254,6 +280,43 @@ pub(crate) fn record_from_value(mut value: Value) -> Result<Record, String> {
         serde_json::from_value(value).map_err(|e| format!("not a record: {e}"))?;
     record.result = result;
     Ok(record)
+}
+
+/// Records as they travel: an array of [`record_to_value`].
+pub(crate) fn records_to_value(records: &[Record]) -> Value {
+    Value::Array(records.iter().map(record_to_value).collect())
+}
+
+/// The answer to `scan`: `{"records": […], "unreadable": [error, …]}`.
+pub(crate) fn listing_to_value(listing: Listing) -> Value {
+    let unreadable = listing
+        .unreadable
+        .into_iter()
+        .map(|e| serde_json::to_value(WireError::from(e)).expect("an error is plain JSON"))
+        .collect();
+    serde_json::json!({
+        "records": records_to_value(&listing.records),
+        "unreadable": Value::Array(unreadable),
+    })
+}
+
+/// The inverse of [`listing_to_value`].
+pub(crate) fn listing_from_value(mut value: Value) -> Result<Listing, String> {
+    let (Value::Array(records), Value::Array(unreadable)) =
+        (value["records"].take(), value["unreadable"].take())
+    else {
+        return Err(format!("a listing must hold `records` and `unreadable` arrays, not {value}"));
+    };
+    let records = records.into_iter().map(record_from_value).collect::<Result<_, _>>()?;
+    let unreadable = unreadable
+        .into_iter()
+        .map(|error| {
+            serde_json::from_value::<WireError>(error)
+                .map(WireError::into_error)
+                .map_err(|e| format!("not an error: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Listing { records, unreadable })
 }
 
 /// A history as it travels: the entries as they serialize.

@@ -20,11 +20,7 @@ mod encoding;
 mod files;
 mod history;
 mod open;
-#[cfg(unix)]
-mod peer;
 mod recent;
-#[cfg(unix)]
-mod serve;
 mod write;
 
 pub use self::open::SledStoreBuilder;
@@ -73,7 +69,7 @@ const INDEXED: &[u8] = b"idem.in-flight-indexed";
 pub struct SledStore {
     /// Declared first so that it stops serving before the rest of the store goes away.
     #[cfg(unix)]
-    admin: Option<serve::Server>,
+    admin: Option<crate::remote::Server>,
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,

@@ -246,7 +246,7 @@ impl SledStore {
     /// and notifications, so a resolve is seen by waiters, fenced like any write here, and
     /// refused once a failed sync has poisoned the store).
     #[cfg(unix)]
-    fn serve_admin(&self) -> Option<super::serve::Server> {
+    fn serve_admin(&self) -> Option<crate::remote::Server> {
         let handle = SledStore {
             admin: None,
             tree: self.tree.clone(),
@@ -263,7 +263,7 @@ impl SledStore {
             key_locks: std::sync::Arc::clone(&self.key_locks),
             recent: std::sync::Arc::clone(&self.recent),
         };
-        match super::serve::Server::start(&self.path, std::sync::Arc::new(handle)) {
+        match crate::remote::Server::start(&self.path, std::sync::Arc::new(handle)) {
             Ok(server) => Some(server),
             Err(e) => {
                 tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");

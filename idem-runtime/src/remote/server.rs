@@ -1,35 +1,37 @@
 //! The server side of the admin socket: the process that holds a sled store answers the
 //! [`crate::admin`] operations for the `idem` command (the protocol is in `remote/wire.rs`).
+//! Each request is handed to [`Local`], the implementation the command uses on a store it
+//! opens, so this file only reads, dispatches and writes.
 //!
 //! One thread accepts; each connection gets a thread of its own with a deadline on every read,
 //! so a client that connects and sends nothing, or sends slowly, holds up no one and is dropped.
-//! Handlers hold the store only while they run an operation, so closing the store is never held
-//! up by an idle client.
+//! Connections are served in at most 16 seats (`remote/seats.rs`), and an idle client gives its
+//! seat up to a new one. Handlers hold the store only while they run an operation, so closing
+//! the store is never held up by an idle client.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::admin::{self, Filter, Purge, Resolution};
+use super::seats::{self, Seat, Seats};
+use super::wire::{self, Request, WireError};
+use crate::admin::{Admin, Filter, Local};
 use crate::error::Error;
 use crate::key::Key;
-use crate::remote::wire::{self, Request, WireError, WirePurge, WireResolution};
 use crate::store::Store;
 
 /// How long a client may take to send a whole request line, and to read the answer.
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Connections served at once; more are refused with a message, so that a runaway script cannot
-/// exhaust the agent's threads.
-const MAX_CONNECTIONS: usize = 16;
+/// How long a client whose seat was given to another has to take the line that says so.
+const GIVEN_UP_WRITE: Duration = Duration::from_millis(100);
 
 /// A running admin socket; dropping it stops serving and removes the socket file.
 pub(crate) struct Server {
@@ -87,7 +89,7 @@ impl Drop for Server {
 /// Waits for a connection or the wake-up, without a timeout: `poll` on both, so that dropping
 /// the server stops the thread even when no client ever comes.
 fn accept_loop(listener: &UnixListener, woken: &UnixStream, store: &Arc<dyn Store>) {
-    let active = Arc::new(AtomicUsize::new(0));
+    let mut seats = Seats::default();
     loop {
         let mut fds = [
             libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
@@ -115,45 +117,61 @@ fn accept_loop(listener: &UnixListener, woken: &UnixStream, store: &Arc<dyn Stor
                 continue;
             }
         };
-        admit(stream, store, &active);
+        admit(stream, store, &mut seats);
     }
 }
 
 /// Checks who connected, then hands the connection to a thread of its own.
-fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, active: &Arc<AtomicUsize>) {
+fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, seats: &mut Seats) {
+    let refuse = |stream: &mut UnixStream, message: String| {
+        let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
+    };
     let _ = stream.set_write_timeout(Some(DEADLINE));
     if let Err(message) = super::peer::check_same_user(&stream) {
         tracing::warn!(%message, "idem: the admin socket refused a connection");
-        let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
-        return;
+        return refuse(&mut stream, message);
     }
-    if active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
-        active.fetch_sub(1, Ordering::AcqRel);
-        let message = format!(
-            "{MAX_CONNECTIONS} admin connections are open already; close one, or try again"
-        );
-        let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
-        return;
-    }
+    let seat = match seats.take(&stream) {
+        Ok(Some(seat)) => seat,
+        Ok(None) => {
+            let message = format!(
+                "{} admin operations are running already; try again in a moment",
+                seats::MAX
+            );
+            return refuse(&mut stream, message);
+        }
+        Err(e) => return refuse(&mut stream, format!("no seat for this connection: {e}")),
+    };
     let store = Arc::downgrade(store);
-    let done = Arc::clone(active);
-    let spawned = std::thread::Builder::new().name("idem-admin-conn".to_owned()).spawn(move || {
-        serve(stream, &store);
-        done.fetch_sub(1, Ordering::AcqRel);
-    });
+    let spawned = std::thread::Builder::new()
+        .name("idem-admin-conn".to_owned())
+        .spawn(move || serve(stream, &store, &seat));
     if let Err(e) = spawned {
-        active.fetch_sub(1, Ordering::AcqRel);
         tracing::warn!(error = %e, "idem: no thread for an admin connection");
     }
 }
 
-/// Answers requests on one connection until the client closes it, misbehaves or is too slow.
-fn serve(mut stream: UnixStream, store: &Weak<dyn Store>) {
+/// Answers requests on one connection until the client closes it, misbehaves, is too slow, or
+/// its seat is given to another client.
+fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Seat) {
     let mut pending = Vec::new();
     loop {
+        // Giving the seat up ends the reads (`None`), or comes between a request read and its
+        // operation (then `work` refuses it): either way the client is told, and nothing runs.
         let line = match read_line(&mut stream, &mut pending) {
-            Ok(Some(line)) => line,
-            Ok(None) => return,
+            Ok(Some(line)) if seat.work() => line,
+            Ok(_) if seat.given_up() => {
+                let message = format!(
+                    "this connection was closed to make room: {} clients were connected and \
+                     this one was waiting; nothing was done; connect again",
+                    seats::MAX
+                );
+                let _ = stream.set_write_timeout(Some(GIVEN_UP_WRITE));
+                let _ =
+                    stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
+                return;
+            }
+            Ok(_) => return,
             Err(message) => {
                 let _ =
                     stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
@@ -163,7 +181,7 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>) {
         let response = match Request::from_line(&line) {
             Err(message) => wire::error_line(WireError::Refused { message }),
             Ok(request) => match store.upgrade() {
-                Some(store) => match perform(store.as_ref(), request) {
+                Some(store) => match perform(&mut Local::new(store), request) {
                     Ok(value) => wire::ok_line(value),
                     Err(error) => wire::error_line(error.into()),
                 },
@@ -172,7 +190,9 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>) {
                 }),
             },
         };
-        if stream.write_all(response.as_bytes()).is_err() {
+        let written = stream.write_all(response.as_bytes());
+        seat.wait();
+        if written.is_err() {
             return;
         }
     }
@@ -216,71 +236,28 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
     }
 }
 
-/// Runs one operation with the same functions the `idem` command calls on a store it opens.
-fn perform(store: &dyn Store, request: Request) -> Result<Value, Error> {
-    let records = |records: &[crate::lifecycle::Record]| {
-        Value::Array(records.iter().map(wire::record_to_value).collect())
-    };
+/// Runs one operation on `admin` and gives its answer as it travels.
+fn perform(admin: &mut dyn Admin, request: Request) -> Result<Value, Error> {
     Ok(match request {
-        Request::Ls { status, tool } => records(&admin::list(store, &Filter { status, tool })?),
+        Request::Ls { status, tool } => {
+            wire::records_to_value(&admin.list(&Filter { status, tool })?)
+        }
         Request::Scan { status, tool } => {
-            let listing = admin::scan(store, &Filter { status, tool })?;
-            let unreadable = listing
-                .unreadable
-                .into_iter()
-                .map(|e| serde_json::to_value(wire::WireError::from(e)).expect("plain JSON"))
-                .collect();
-            serde_json::json!({"records": records(&listing.records), "unreadable": Value::Array(unreadable)})
+            wire::listing_to_value(admin.scan(&Filter { status, tool })?)
         }
-        Request::Show { key } => wire::record_to_value(&admin::show(store, &Key::parse(&key)?)?),
-        Request::History { key } => {
-            wire::entries_to_value(&admin::history(store, &Key::parse(&key)?)?)
-        }
+        Request::Show { key } => wire::record_to_value(&admin.show(&Key::parse(&key)?)?),
+        Request::History { key } => wire::entries_to_value(&admin.history(&Key::parse(&key)?)?),
         Request::Resolve { key, resolution, by, note } => {
-            let resolution = match resolution {
-                WireResolution::Release => Resolution::Release,
-                WireResolution::Done(value) => Resolution::Done(value),
-            };
             let by = by.as_deref().unwrap_or(wire::UNNAMED);
-            match admin::resolve(store, &Key::parse(&key)?, resolution, by, note.as_deref())? {
+            let key = Key::parse(&key)?;
+            match admin.resolve(&key, resolution.into(), by, note.as_deref())? {
                 Some(record) => wire::record_to_value(&record),
                 None => Value::Null,
             }
         }
         Request::Purge { which, by } => {
-            let which = match which {
-                WirePurge::Expired => Purge::Expired,
-                WirePurge::OlderThanMs(ms) => Purge::OlderThan(Duration::from_millis(ms)),
-            };
-            admin::purge(store, which, by.as_deref().unwrap_or(wire::UNNAMED))?.into()
+            admin.purge(which.into(), by.as_deref().unwrap_or(wire::UNNAMED))?.into()
         }
-        Request::Stats => serde_json::to_value(admin::stats(store)?).expect("stats are plain JSON"),
+        Request::Stats => serde_json::to_value(admin.stats()?).expect("stats are plain JSON"),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::admin::{self, Filter};
-    use crate::remote::Remote;
-    use crate::SledStore;
-
-    /// A damaged record cannot be made from outside the holding process (sled's lock), so this
-    /// writes one through the store's own tree.
-    #[test]
-    fn the_socket_reports_unreadable_records_as_a_local_listing_does() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("idem.sled");
-        let store = SledStore::open(&path).unwrap();
-        store.tree.insert("ab".repeat(32), &b"\x01\xff damaged"[..]).unwrap();
-        let local = admin::scan(&store, &Filter::default()).unwrap();
-        assert_eq!(local.unreadable.len(), 1);
-
-        let mut remote = Remote::connect(&path).unwrap().expect("the store serves its socket");
-        let remote = remote.scan(&Filter::default()).unwrap();
-        let messages =
-            |errors: &[crate::Error]| errors.iter().map(ToString::to_string).collect::<Vec<_>>();
-        assert_eq!(messages(&remote.unreadable), messages(&local.unreadable));
-        assert!(messages(&remote.unreadable)[0].contains(&"ab".repeat(32)));
-        assert_eq!(remote.records, local.records);
-    }
 }
