@@ -113,11 +113,10 @@ pub trait Admin: sealed::Sealed {
     fn assess(&self, record: &Record) -> Assessment;
 }
 
-mod sealed {
+/// Seals [`Admin`]: each transport implements `Sealed` beside its `Admin` impl.
+pub(crate) mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Local {}
-    #[cfg(unix)]
-    impl Sealed for crate::remote::Remote {}
 }
 
 /// The admin operations on a store this process opened: the functions of this module.

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::wire::{self, Request, WireError};
+use crate::admin::sealed::Sealed;
 use crate::admin::{Admin, Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
@@ -172,6 +173,8 @@ impl Remote {
         }
     }
 }
+
+impl Sealed for Remote {}
 
 impl Admin for Remote {
     fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
