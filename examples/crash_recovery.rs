@@ -255,6 +255,7 @@ fn settle(dir: &Path, key: &Key) -> Result<serde_json::Value, String> {
         Resolution::Done(result.clone()),
         "operator@example",
         None,
+        false,
     )
     .map_err(|e| e.to_string())?;
     if settled.map(|record| record.status) != Some(Status::Done) {

@@ -109,6 +109,7 @@ fn a_panicked_body_leaves_the_key_in_doubt_until_an_operator_resolves_it() {
         Resolution::Done(serde_json::json!("sent")),
         "ann@ops-1",
         Some("the vendor shows the message as sent"),
+        false,
     )
     .unwrap();
     assert_eq!(send_reply(7, "Fixed.").unwrap(), "sent");

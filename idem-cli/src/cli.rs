@@ -74,6 +74,10 @@ pub(crate) enum Command {
         /// Why, kept in the key's history with your user@host (one line, at most 1024 bytes)
         #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
         note: Option<String>,
+        /// Settle it even though its owner is a process that still runs on this host (stopped
+        /// or slow): only once you know that process will not run the effect
+        #[arg(long)]
+        force: bool,
     },
 
     /// Remove finished records with their histories; never in-flight or in-doubt ones

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem_runtime::admin::{Admin, Filter, Purge, Resolution};
 use idem_runtime::history::{check_note, Entry};
-use idem_runtime::store::{now_ms, Assessment};
+use idem_runtime::store::{now_ms, Assessment, Liveness};
 use idem_runtime::{Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
@@ -28,7 +28,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             let key = Key::parse(&key)?;
             show(store::open(location)?.as_mut(), &key, json, out)
         }
-        Command::Resolve { key, release, done, note } => {
+        Command::Resolve { key, release, done, note, force } => {
             let key = Key::parse(&key)?;
             if let Some(note) = &note {
                 check_note(note).map_err(|why| Failure::usage(format!("--note: {why}")))?;
@@ -41,7 +41,8 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
                 ),
                 _ => return Err(Failure::usage("give exactly one of --release and --done JSON")),
             };
-            resolve(store::open(location)?.as_mut(), &key, resolution, note.as_deref(), out)
+            let mut admin = store::open(location)?;
+            resolve(admin.as_mut(), &key, resolution, note.as_deref(), force, out)
         }
         Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
@@ -219,7 +220,14 @@ fn describe(record: &Record, assessment: Assessment, now: u64) -> String {
         ),
     ];
     if let Some(lease) = record.lease_until {
-        rows.push(("lease until", timestamp(lease)));
+        let left = match lease.checked_sub(now) {
+            Some(left) if left > 0 => format!("holds for {}", age(left, 0)),
+            _ => format!("ran out {} ago", age(now, lease)),
+        };
+        rows.push(("lease until", format!("{} ({left})", timestamp(lease))));
+    }
+    if record.status == Status::InFlight {
+        rows.push(("owner process", owner_process(&record.owner.liveness())));
     }
     rows.push((
         "result",
@@ -230,8 +238,27 @@ fn describe(record: &Record, assessment: Assessment, now: u64) -> String {
 }
 
 /// The status, with what a call would make of it where the status alone does not say.
+/// What this machine can tell of an in-flight record's owner process, for `idem show`.
+fn owner_process(liveness: &Liveness) -> String {
+    match liveness {
+        Liveness::Alive { pid } => format!("{pid}, still running on this host"),
+        Liveness::Gone { pid } => format!("{pid}, gone from this host"),
+        Liveness::Elsewhere { host } => format!("on host {host}, which this machine cannot see"),
+        _ => "unknown (the owner names no process)".to_owned(),
+    }
+}
+
 fn status_text(record: &Record, assessment: Assessment) -> String {
     match (record.status, assessment) {
+        (Status::InFlight, Assessment::InDoubt)
+            if matches!(record.owner.liveness(), Liveness::Alive { .. }) =>
+        {
+            format!(
+                "{} (its lease ran out, but its owner's process still runs on this host: it may \
+                 be stopped or slow; `idem resolve` settles it only with --force)",
+                record.status
+            )
+        }
         (Status::InFlight, Assessment::InDoubt) => {
             format!(
                 "{} (its owner is gone, so it is in doubt: settle it with `idem resolve`)",
@@ -250,9 +277,10 @@ fn resolve(
     key: &Key,
     resolution: Resolution,
     note: Option<&str>,
+    force: bool,
     out: Out<'_>,
 ) -> Result<(), Failure> {
-    match admin.resolve(key, resolution, &operator(), note)? {
+    match admin.resolve(key, resolution, &operator(), note, force)? {
         None => writeln!(out, "released {key}: the next call runs the body"),
         Some(record) => {
             let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());

@@ -124,7 +124,7 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
 }
 
 #[test]
-fn an_owner_paused_while_an_operator_released_its_key_is_told_it_was_superseded() {
+fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     let Some(url) = common::database_url() else {
         return;
     };
@@ -133,9 +133,18 @@ fn an_owner_paused_while_an_operator_released_its_key_is_told_it_was_superseded(
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
     let paused = Paused::start(&url, &schema, &store);
-    // The key is in doubt for everyone now; an operator finds no charge and releases it.
+    // The key is in doubt for everyone now, but its owner's process still runs on this host:
+    // an operator's release is refused (it could run the effect twice), and changes nothing.
+    let refused =
+        idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None, false);
+    match refused {
+        Err(Error::OwnerAlive { pid, .. }) => assert_eq!(pid, paused.child.id()),
+        other => panic!("a release while the owner's process runs is refused: {other:?}"),
+    }
+    assert_eq!(block_on(store.get(key.as_str())).unwrap().unwrap().status, Status::InFlight);
+    // The operator knows better (say, the process is stuck for good) and forces it.
     let released =
-        idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None);
+        idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None, true);
     assert_eq!(released.unwrap(), None);
     let said = paused.resume();
     assert!(said.starts_with("failed: "), "{said}");

@@ -15,7 +15,7 @@ use crate::exec::block_on;
 use crate::history::Entry;
 use crate::key::Key;
 use crate::lifecycle::transition;
-use crate::lifecycle::{assess, Assessment, Record, Status};
+use crate::lifecycle::{assess, Assessment, Liveness, Record, Status};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -100,6 +100,7 @@ pub trait Admin: sealed::Sealed {
         resolution: Resolution,
         by: &str,
         note: Option<&str>,
+        force: bool,
     ) -> Result<Option<Record>, Error>;
 
     /// Removes finished records with their histories, as [`purge`].
@@ -157,8 +158,9 @@ impl Admin for Local {
         resolution: Resolution,
         by: &str,
         note: Option<&str>,
+        force: bool,
     ) -> Result<Option<Record>, Error> {
-        resolve(self.store.as_ref(), key, resolution, by, note)
+        resolve(self.store.as_ref(), key, resolution, by, note, force)
     }
 
     fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
@@ -233,12 +235,17 @@ pub fn history(store: &dyn Store, key: &Key) -> Result<Vec<Entry>, Error> {
 /// refused with [`Error::NotResolvable`]. Returns the record as it now stands (`None` when
 /// released). The key's history records it as resolved `by` (an operator: `user@host`, see
 /// [`operator`]) with `note`, each made to fit a history entry (one line, bounded).
+///
+/// A record still in flight whose owner's lease ran out, but whose owner is a process that
+/// still runs on this host (stopped, or slow), is refused with [`Error::OwnerAlive`] unless
+/// `force`: settling it could let the effect happen twice when the owner resumes.
 pub fn resolve(
     store: &dyn Store,
     key: &Key,
     resolution: Resolution,
     by: &str,
     note: Option<&str>,
+    force: bool,
 ) -> Result<Option<Record>, Error> {
     let current = show(store, key)?;
     if assess(Some(&current), store.clock(), store.instance()) != Assessment::InDoubt {
@@ -247,6 +254,11 @@ pub fn resolve(
             tool: current.tool,
             status: current.status,
         });
+    }
+    if let (Status::InFlight, Liveness::Alive { pid }, false) =
+        (current.status, current.owner.liveness(), force)
+    {
+        return Err(Error::OwnerAlive { key: key.to_string(), tool: current.tool, pid });
     }
     let step = transition::resolve(&current, &resolution, by, note, store.clock());
     let swapped = block_on(store.compare_and_swap(&current, step.new.as_ref(), step.change))

@@ -193,6 +193,24 @@ pub enum Error {
         now: String,
     },
 
+    /// An operator asked to settle a key whose owner is a process that still runs on this host
+    /// (stopped or slow: its lease ran out before its call ended). Settling it now could let the
+    /// effect happen twice when the owner resumes; nothing was changed.
+    #[error(
+        "key {key} (tool `{tool}`): its owner, process {pid} on this host, still runs (stopped \
+         or slow: its lease ran out before its call ended); settling the key now could run the \
+         effect twice when it resumes, so nothing was changed: stop that process first (or find \
+         why it stalls), or settle anyway with `idem resolve --force`"
+    )]
+    OwnerAlive {
+        /// The key.
+        key: String,
+        /// Its tool.
+        tool: String,
+        /// The owner's process id.
+        pid: u32,
+    },
+
     /// A text given as a key is not one (operator API, `idem show`, `idem resolve`).
     #[error(
         "{text:?} is not a key: a key is 32 lower-case hex digits, such as \
@@ -247,6 +265,7 @@ impl Error {
             | Error::InDoubt { key, .. }
             | Error::SharedToolName { key, .. }
             | Error::Superseded { key, .. }
+            | Error::OwnerAlive { key, .. }
             | Error::NotFound { key }
             | Error::NotResolvable { key, .. } => Some(key),
             Error::Store { key, .. } => key.as_deref(),
@@ -255,7 +274,7 @@ impl Error {
 
     /// What kind of error this is, in one spelling (kebab-case, and a status's own spelling for
     /// `in-flight` and `in-doubt`): `key`, `replay`, `result`, `in-flight`, `in-doubt`,
-    /// `shared-tool-name`, `superseded`, `not-a-key`, `not-found`, `not-resolvable`, `store`.
+    /// `shared-tool-name`, `superseded`, `owner-alive`, `not-a-key`, `not-found`, `not-resolvable`, `store`.
     /// What an MCP
     /// client reads as the error's kind, and what the metrics' outcomes spell.
     pub fn kind(&self) -> &'static str {
@@ -267,6 +286,7 @@ impl Error {
             Error::InDoubt { .. } => Status::InDoubt.as_str(),
             Error::SharedToolName { .. } => "shared-tool-name",
             Error::Superseded { .. } => "superseded",
+            Error::OwnerAlive { .. } => "owner-alive",
             Error::NotAKey { .. } => "not-a-key",
             Error::NotFound { .. } => "not-found",
             Error::NotResolvable { .. } => "not-resolvable",

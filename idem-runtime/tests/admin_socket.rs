@@ -108,13 +108,16 @@ fn remote_operations_act_on_the_running_process_as_after_a_restart() {
     assert_eq!(remote.list(&Filter::default()).unwrap(), records(&store));
     assert_eq!(remote.show(&done).unwrap().result.as_deref(), Some("\"ch_1\""));
     assert_eq!(remote.stats().unwrap(), admin::stats(store.as_ref()).unwrap());
-    assert!(remote.resolve(&released, Resolution::Release, "ann@ops", None).unwrap().is_none());
+    assert!(remote
+        .resolve(&released, Resolution::Release, "ann@ops", None, false)
+        .unwrap()
+        .is_none());
     let now_done = remote
-        .resolve(&settled, Resolution::Done(json!("ch_3")), "ann@ops", None)
+        .resolve(&settled, Resolution::Done(json!("ch_3")), "ann@ops", None, false)
         .unwrap()
         .unwrap();
     assert_eq!(now_done.result.as_deref(), Some("\"ch_3\""));
-    let refused = remote.resolve(&done, Resolution::Release, "ann@ops", None).unwrap_err();
+    let refused = remote.resolve(&done, Resolution::Release, "ann@ops", None, false).unwrap_err();
     assert!(matches!(refused, Error::NotResolvable { .. }), "{refused}");
     let unknown = Key::derive("charge_card", "order-404", &json!({})).unwrap();
     assert!(matches!(remote.show(&unknown).unwrap_err(), Error::NotFound { .. }));

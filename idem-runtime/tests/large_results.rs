@@ -153,7 +153,7 @@ fn an_operator_can_resolve_a_key_with_a_large_result() {
     let key = call(&store, "resolved").key().clone();
     assert_eq!(admin::show(&*store, &key).unwrap().status, Status::InDoubt);
     let big = result_of(200_000);
-    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big)), "ann@ops", None)
+    admin::resolve(&*store, &key, Resolution::Done(serde_json::json!(big)), "ann@ops", None, false)
         .unwrap();
     let runs = AtomicUsize::new(0);
     let replayed = call(&store, "resolved").run(|| {

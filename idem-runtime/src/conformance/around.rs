@@ -62,6 +62,7 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
         Resolution::Done(serde_json::json!("ch_manual")),
         "ann@ops",
         None,
+        false,
     )
     .unwrap();
     let runs = AtomicUsize::new(0);
@@ -77,7 +78,7 @@ pub fn operator_resolves_and_purges(store: Arc<dyn Store>) {
         "the resolved result replays"
     );
 
-    match admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@ops", None) {
+    match admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@ops", None, false) {
         Err(Error::NotResolvable { status: Status::Done, .. }) => {}
         other => panic!("resolving a done record must be refused, got {other:?}"),
     }

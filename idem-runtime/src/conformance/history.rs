@@ -102,6 +102,7 @@ pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn St
         Resolution::Done(serde_json::json!("ch_9")),
         "ann@ops-1",
         Some(&note),
+        false,
     )
     .unwrap();
     let entries = history(&store, &key);

@@ -20,7 +20,7 @@ pub mod transition;
 
 pub use self::assess::{assess, Assessment};
 pub use self::fence::{admits, Fence};
-pub use self::owner::Owner;
+pub use self::owner::{Liveness, Owner};
 pub use self::record::{now_ms, Record, RecordParts};
 pub use self::status::Status;
 pub use self::transition::Resolution;

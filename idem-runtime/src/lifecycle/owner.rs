@@ -65,6 +65,67 @@ impl fmt::Display for Owner {
     }
 }
 
+/// What this machine can tell of the process behind an owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// A process with the owner's pid runs on this host: the owner may still be running its
+    /// body (stopped, or slow), or its pid was reused.
+    Alive {
+        /// The owner's process id.
+        pid: u32,
+    },
+    /// No process has the owner's pid on this host: the owner is gone.
+    Gone {
+        /// The owner's process id.
+        pid: u32,
+    },
+    /// The owner ran on another host, which this machine cannot look into.
+    Elsewhere {
+        /// The owner's host name.
+        host: String,
+    },
+    /// The owner string names no host and process (written by an earlier idem, or by hand).
+    Unknown,
+}
+
+impl Owner {
+    /// The host and process id the owner's instance names
+    /// (`<kind>:<host>:<pid>:<n>:<random>`), if it names them.
+    pub fn process(&self) -> Option<(&str, u32)> {
+        let mut parts = self.instance().split(':');
+        let (_kind, host, pid) = (parts.next()?, parts.next()?, parts.next()?);
+        let (_n, _random) = (parts.next()?, parts.next()?);
+        Some((host, pid.parse().ok()?))
+    }
+
+    /// What this machine can tell of the owner's process.
+    pub fn liveness(&self) -> Liveness {
+        match self.process() {
+            None => Liveness::Unknown,
+            Some((host, _)) if host != host_name() => Liveness::Elsewhere { host: host.to_owned() },
+            Some((_, pid)) if process_exists(pid) => Liveness::Alive { pid },
+            Some((_, pid)) => Liveness::Gone { pid },
+        }
+    }
+}
+
+/// Whether a process `pid` exists on this host (a signal 0 reaches it, or is refused for want
+/// of permission, which also means it exists).
+#[cfg(unix)]
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let sent = unsafe { libc::kill(pid, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Off Unix nothing is looked into: a process is taken to exist, the cautious answer.
+#[cfg(not(unix))]
+fn process_exists(_pid: u32) -> bool {
+    true
+}
+
 /// The store instance the owner string `owner` is a call of.
 pub(crate) fn instance_of(owner: &str) -> &str {
     owner.split_once('#').map_or(owner, |(instance, _)| instance)
@@ -144,6 +205,18 @@ mod tests {
         assert_eq!((parts[0], parts[1]), ("pg", host_name()));
         assert_eq!(parts[2], std::process::id().to_string());
         assert!(!a.contains('#'));
+    }
+
+    #[test]
+    fn an_owner_names_its_host_and_process_and_this_machine_looks_it_up() {
+        let me = Owner::new_call(&new_instance("pg"));
+        assert_eq!(me.process(), Some((host_name(), std::process::id())));
+        assert_eq!(me.liveness(), Liveness::Alive { pid: std::process::id() });
+        let gone = Owner::from(format!("pg:{}:{}:0:00000000#1", host_name(), i32::MAX as u32));
+        assert_eq!(gone.liveness(), Liveness::Gone { pid: i32::MAX as u32 });
+        let far = Owner::from("pg:another-host:1:0:00000000#1");
+        assert_eq!(far.liveness(), Liveness::Elsewhere { host: "another-host".into() });
+        assert_eq!(Owner::from("sled:1:2:3#4").liveness(), Liveness::Unknown);
     }
 
     #[test]

@@ -198,8 +198,9 @@ impl Admin for Remote {
         resolution: Resolution,
         by: &str,
         note: Option<&str>,
+        force: bool,
     ) -> Result<Option<Record>, Error> {
-        match self.call(&Request::resolve(key.as_str(), resolution, by, note))? {
+        match self.call(&Request::resolve(key.as_str(), resolution, by, note, force))? {
             Value::Null => Ok(None),
             value => record(value).map(Some),
         }

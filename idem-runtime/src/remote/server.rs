@@ -247,10 +247,10 @@ fn perform(admin: &mut dyn Admin, request: Request) -> Result<Value, Error> {
         }
         Request::Show { key } => wire::record_to_value(&admin.show(&Key::parse(&key)?)?),
         Request::History { key } => wire::entries_to_value(&admin.history(&Key::parse(&key)?)?),
-        Request::Resolve { key, resolution, by, note } => {
+        Request::Resolve { key, resolution, by, note, force } => {
             let by = by.as_deref().unwrap_or(wire::UNNAMED);
             let key = Key::parse(&key)?;
-            match admin.resolve(&key, resolution.into(), by, note.as_deref())? {
+            match admin.resolve(&key, resolution.into(), by, note.as_deref(), force)? {
                 Some(record) => wire::record_to_value(&record),
                 None => Value::Null,
             }

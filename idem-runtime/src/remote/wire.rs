@@ -71,6 +71,9 @@ pub(crate) enum Request {
         by: Option<String>,
         #[serde(default)]
         note: Option<String>,
+        /// Sent only when true, so that an agent from before it still reads every other resolve.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     Purge {
         which: WirePurge,
@@ -143,12 +146,14 @@ impl Request {
         resolution: Resolution,
         by: &str,
         note: Option<&str>,
+        force: bool,
     ) -> Request {
         Request::Resolve {
             key: key.to_owned(),
             resolution: resolution.into(),
             by: Some(by.to_owned()),
             note: note.map(str::to_owned),
+            force,
         }
     }
 
@@ -345,11 +350,17 @@ mod tests {
 
     #[test]
     fn requests_round_trip_with_their_version() {
-        let line =
-            Request::resolve("k", Resolution::Done(Value::Null), "ann@h", Some("n")).to_line();
+        let line = Request::resolve("k", Resolution::Done(Value::Null), "ann@h", Some("n"), false)
+            .to_line();
         assert!(line.contains("\"v\":1"), "{line}");
         match Request::from_line(line.trim_end().as_bytes()).unwrap() {
-            Request::Resolve { key, resolution: WireResolution::Done(Value::Null), by, note } => {
+            Request::Resolve {
+                key,
+                resolution: WireResolution::Done(Value::Null),
+                by,
+                note,
+                force: false,
+            } => {
                 assert_eq!(
                     (key.as_str(), by.as_deref(), note.as_deref()),
                     ("k", Some("ann@h"), Some("n"))

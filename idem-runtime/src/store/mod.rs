@@ -143,4 +143,6 @@ pub use crate::error::StoreError;
 pub use crate::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;
 pub use crate::lifecycle::owner::new_instance;
-pub use crate::lifecycle::{admits, assess, now_ms, Assessment, Fence, Owner, RecordParts};
+pub use crate::lifecycle::{
+    admits, assess, now_ms, Assessment, Fence, Liveness, Owner, RecordParts,
+};
