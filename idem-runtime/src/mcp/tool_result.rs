@@ -125,6 +125,38 @@ mod tests {
     }
 
     #[test]
+    fn each_outcome_tells_the_model_whether_to_wait_call_again_or_stop() {
+        let key = "82e1e1a327aa97bb3929e05cc4ca3bd5";
+        let in_flight = Error::InFlight { key: key.into(), tool: "pay".into(), since_ms: 0 };
+        let shared = Error::SharedToolName {
+            key: key.into(),
+            tool: "pay".into(),
+            recorded: "a::pay".into(),
+            calling: "b::pay".into(),
+        };
+        let lasting = Error::Store {
+            key: None,
+            tool: None,
+            source: crate::error::StoreError::new("cannot create").lasting(),
+        };
+        let passing =
+            Error::Store { key: None, tool: None, source: crate::error::StoreError::new("down") };
+        for (error, told) in [
+            (in_flight, "Wait, then call `pay` again with the same arguments"),
+            (shared, "Do not retry"),
+            (lasting, "Do not retry"),
+            (passing, "again with the same arguments in a while"),
+        ] {
+            let kind = error.kind();
+            let result = tool_result("pay", &ErrorData::from(error)).expect("an idem error");
+            assert_eq!(result.is_error, Some(true), "{kind}");
+            assert_eq!(result.structured_content.as_ref().unwrap()["idem"]["error"], kind);
+            let text = serde_json::to_string(&result.content).unwrap();
+            assert!(text.contains(told), "{kind}: {text}");
+        }
+    }
+
+    #[test]
     fn other_errors_stay_errors() {
         let mine = ErrorData::invalid_params("no account acct-9", None);
         assert!(tool_result("get_balance", &mine).is_none());
