@@ -7,8 +7,8 @@
 //! cargo run --features rmcp --example mcp_server    # then speak MCP on stdin and stdout
 //! ```
 //!
-//! The idem store opens at `$IDEM_STORE`, else `./idem.sled`. `tests/mcp.rs` drives this same
-//! server as an MCP client would.
+//! The idem store is the default store: `$IDEM_STORE`, else the user's data directory (see the
+//! README). `tests/mcp.rs` drives this same server as an MCP client would.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};

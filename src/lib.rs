@@ -36,7 +36,7 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! // Without this, the store opens at $IDEM_STORE, else ./idem.sled.
+//! // Without this, the store opens at $IDEM_STORE, else in the user's data directory.
 //! let dir = tempfile::tempdir()?;
 //! idem::set_default_store(std::sync::Arc::new(idem::SledStore::open(dir.path())?));
 //!
@@ -72,8 +72,8 @@
 //!   an operator settles a key with [`admin::resolve`] (or `idem resolve`), and every change of
 //!   a record is kept in its key's [`history`].
 //! - Stores: the [`Store`] trait, [`SledStore`] (embedded, one process; see
-//!   [`SledStoreBuilder`] and [`Durability`]), [`set_default_store`] and
-//!   [`default_store`]; `idem-postgres`'s `PgStore` shares one store between processes. The
+//!   [`SledStoreBuilder`] and [`Durability`]), [`set_default_store`],
+//!   [`open_default_store`] and [`default_store`]; `idem-postgres`'s `PgStore` shares one store between processes. The
 //!   [`admin`] module holds the operator's operations, and `remote` reaches the store a running
 //!   process holds (Unix).
 //! - Without the macros: [`Call`] runs one keyed call, and [`Key::derive`] computes a key as a
@@ -288,9 +288,10 @@ pub use idem_runtime::mcp;
 pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store, default_store_path, history,
-    may_have_landed, set_default_store, store, try_current_key, Annotations, Args, Backoff, Call,
-    Durability, Error, InDoubtPolicy, Key, Kind, Reconciled, Record, SledStore, SledStoreBuilder,
-    Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    may_have_landed, open_default_store, set_default_store, store, try_current_key, Annotations,
+    Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key, Kind, Reconciled, Record,
+    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome,
+    SweepReport, Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: the code `idem-macros` generates names

@@ -12,7 +12,8 @@ use crate::duration::parse_duration;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The store: a sled directory, or a postgres:// URL [default: $IDEM_STORE, else ./idem.sled]
+    /// The store: a sled directory, or a postgres:// URL [default: $IDEM_STORE, else ./idem.sled
+    /// if one is there, else $XDG_DATA_HOME/idem/idem.sled or ~/.local/share/idem/idem.sled]
     #[arg(long, global = true, value_name = "PATH")]
     pub(crate) store: Option<OsString>,
 

@@ -18,8 +18,8 @@ use crate::failure::Failure;
 /// the store, so an operator who runs `idem` as the agent exits should not see it as held.
 const SLED_LOCK_WAIT: Duration = Duration::from_secs(1);
 
-/// Opens the store `--store` names, else `$IDEM_STORE`, else `./idem.sled` — the same place the
-/// process default store is. A store that does not exist is an error: creating an empty one at a
+/// Opens the store `--store` names, else the process default store's place
+/// (`idem_runtime::default_store_path`: `$IDEM_STORE`, else the data directory's). A store that does not exist is an error: creating an empty one at a
 /// mistyped path would make every record look gone.
 pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Admin>, Failure> {
     let location: OsString = match store {

@@ -12,7 +12,7 @@ use tempfile::TempDir;
 
 mod common;
 
-use self::common::{idem, idem_in, open, place};
+use self::common::{idem, idem_in, idem_in_with, open, place};
 
 /// A call that finished with `result`; returns its key.
 fn finish(store: &Arc<dyn Store>, tool: &str, scope: &str, args: Value, result: &str) -> Key {
@@ -281,9 +281,14 @@ fn store_defaults_to_idem_store_then_the_current_directory() {
     assert!(output.status.success(), "{output:?}");
     assert_eq!(String::from_utf8(output.stdout).unwrap().lines().count(), 4);
 
-    // No store in the current directory and no $IDEM_STORE: an error naming ./idem.sled.
-    let line = idem_in(elsewhere.path(), &["ls"]).fails(1).to_owned();
-    assert!(line.contains("idem.sled"), "{line}");
+    // No store in the current directory and no $IDEM_STORE: the data directory's, which the
+    // command does not create.
+    let data = elsewhere.path().join("data");
+    let data_env = data.to_str().unwrap();
+    let line =
+        idem_in_with(elsewhere.path(), &["ls"], &[("XDG_DATA_HOME", data_env)]).fails(1).to_owned();
+    let expected = data.join("idem").join("idem.sled");
+    assert!(line.contains(&format!("no idem store at {}", expected.display())), "{line}");
 }
 
 #[test]

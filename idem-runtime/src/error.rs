@@ -10,12 +10,14 @@ use crate::lifecycle::Status;
 pub struct StoreError {
     message: String,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// Whether the same call could succeed later without anyone acting (see [`Error::is_retryable`]).
+    retryable: bool,
 }
 
 impl StoreError {
     /// A store error with a message that says what went wrong and what to do.
     pub fn new(message: impl Into<String>) -> Self {
-        StoreError { message: message.into(), source: None }
+        StoreError { message: message.into(), source: None, retryable: true }
     }
 
     /// A store error caused by `source`.
@@ -23,7 +25,20 @@ impl StoreError {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        StoreError { message: message.into(), source: Some(Box::new(source)) }
+        StoreError { message: message.into(), source: Some(Box::new(source)), retryable: true }
+    }
+
+    /// Marks the failure as one that stays until someone acts (a store that cannot be created
+    /// at its path), so that [`Error::is_retryable`] is false for it and `idem::retry!` stops at
+    /// once. A store error is retryable unless marked so.
+    pub fn lasting(mut self) -> Self {
+        self.retryable = false;
+        self
+    }
+
+    /// Whether calling again could succeed without anyone acting: true unless [`Self::lasting`].
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
     }
 }
 
@@ -295,11 +310,17 @@ impl Error {
     }
 
     /// Whether calling again could succeed: true for [`Error::InFlight`] (the owner may finish)
-    /// and [`Error::Store`] (the backend may recover); false for the rest, which stay as they
-    /// are until someone acts (an in-doubt key is settled, the arguments or the type change).
-    /// `idem::retry!` returns a non-retryable error at once.
+    /// and [`Error::Store`] (the backend may recover), unless the store error is one that stays
+    /// until someone acts ([`StoreError::lasting`]: a store that cannot be created at its path);
+    /// false for the rest, which stay as they are until someone acts (an in-doubt key is
+    /// settled, the arguments or the type change). `idem::retry!` returns a non-retryable error
+    /// at once.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::InFlight { .. } | Error::Store { .. })
+        match self {
+            Error::InFlight { .. } => true,
+            Error::Store { source, .. } => source.is_retryable(),
+            _ => false,
+        }
     }
 
     /// The store failed while working on `key` for `tool`, as far as they are known.

@@ -48,7 +48,9 @@ pub use error::{Error, StoreError};
 pub use key::Key;
 pub use lifecycle::{Record, Resolution, Status};
 pub use retry::Backoff;
-pub use store::default::{default_store, default_store_path, set_default_store};
+pub use store::default::{
+    default_store, default_store_path, open_default_store, set_default_store,
+};
 pub use store::sled::{SledStore, SledStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;

@@ -1,5 +1,6 @@
-//! rmcp without glue (the `rmcp` feature): idem's errors as rmcp's `ErrorData`, and the MCP
-//! hints of an rmcp `ToolRouter` filled from idem's classification.
+//! rmcp without glue (the `rmcp` feature): idem's errors as rmcp's `ErrorData`, the MCP
+//! hints of an rmcp `ToolRouter` filled from idem's classification, and idem's outcomes sent to
+//! the model as tool results (`mcp/tool_result.rs`).
 //!
 //! The `From` impl has to live here: `ErrorData` is rmcp's and [`Error`] is ours, so the orphan
 //! rule allows it only in this crate (or in rmcp).
@@ -10,6 +11,8 @@ use rmcp::ErrorData;
 
 use crate::classify::ToolInfo;
 use crate::error::Error;
+
+mod tool_result;
 
 impl From<Error> for ErrorData {
     /// Arguments that have no key (and a text that is not one) are the caller's to fix (`invalid_params`); everything else is
@@ -48,7 +51,18 @@ impl From<Error> for ErrorData {
 ///
 /// let router = idem::mcp::annotate(Bank::tool_router(), Bank::idem_tools());
 /// ```
-pub fn annotate<S>(mut router: ToolRouter<S>, tools: &[ToolInfo]) -> ToolRouter<S> {
+///
+/// It also makes idem's outcomes reach the model: on every route of `router`, an error made
+/// from an idem [`Error`] (in doubt, in flight elsewhere, a tool name shared by two functions,
+/// a store that failed, …) is answered as a tool result with `isError: true` instead of a
+/// JSON-RPC error, whatever the tool's return type: a text that tells the model what to do
+/// (wait, call again unchanged, or stop and tell the user) and, as `structuredContent`, the
+/// `data` of the error (`{"idem": {"error": kind, "key": …, "retryable": …}}`). Other errors,
+/// and routes added to the router afterwards, are left as they are.
+pub fn annotate<S: rmcp::service::MaybeSend + 'static>(
+    mut router: ToolRouter<S>,
+    tools: &[ToolInfo],
+) -> ToolRouter<S> {
     for info in tools {
         let Some(route) = router.map.get_mut(info.name) else {
             continue;
@@ -60,6 +74,7 @@ pub fn annotate<S>(mut router: ToolRouter<S>, tools: &[ToolInfo]) -> ToolRouter<
         annotations.destructive_hint = Some(hints.destructive_hint);
         route.attr.annotations = Some(annotations);
     }
+    tool_result::report_to_the_model(&mut router);
     router
 }
 

@@ -1,15 +1,20 @@
-//! The process default store.
+//! The process default store, and where it lives when no one says.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::error::Error;
+use crate::error::{Error, StoreError};
 use crate::store::sled::SledStore;
 use crate::store::Store;
 
 static DEFAULT: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
 
-/// Installs the store that idempotent calls use when they name none.
+/// The store directory's name, under the data directory or in the working directory.
+const STORE_DIR: &str = "idem.sled";
+
+/// Installs the store that idempotent calls use when they name none. The store is opened by the
+/// caller, so a store that cannot be opened fails here, at start-up, not at the first call.
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
@@ -21,13 +26,45 @@ pub fn set_default_store(store: Arc<dyn Store>) {
     *DEFAULT.write().unwrap_or_else(|e| e.into_inner()) = Some(store);
 }
 
-/// Where the default store lives when none is installed: `$IDEM_STORE`, else `./idem.sled`.
+/// Where the default store lives when none is installed:
+///
+/// 1. `$IDEM_STORE`;
+/// 2. else `./idem.sled` if a store is already there (where idem put it before it used the
+///    data directory: its records, some perhaps in doubt, stay in use);
+/// 3. else the user's data directory: `$XDG_DATA_HOME/idem/idem.sled`, else
+///    `~/.local/share/idem/idem.sled` (`%LOCALAPPDATA%\idem\idem.sled` on Windows);
+/// 4. else, with no home directory known, `./idem.sled`.
+///
+/// So a server that an MCP host starts in a directory the user did not choose finds the same
+/// store on every start, and so does the `idem` command run from anywhere.
 pub fn default_store_path() -> PathBuf {
-    std::env::var_os("IDEM_STORE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("idem.sled"))
+    let here_has_a_store = Path::new(STORE_DIR).join("conf").exists();
+    store_path(|name| std::env::var_os(name), here_has_a_store)
+}
+
+/// [`default_store_path`] over the environment `env` and whether `./idem.sled` holds a store.
+fn store_path(env: impl Fn(&str) -> Option<OsString>, here_has_a_store: bool) -> PathBuf {
+    if let Some(path) = env("IDEM_STORE").filter(|path| !path.is_empty()) {
+        return PathBuf::from(path);
+    }
+    if here_has_a_store {
+        return PathBuf::from(STORE_DIR);
+    }
+    // Relative values are ignored, as the XDG base directory specification asks.
+    let absolute = |name: &str| env(name).map(PathBuf::from).filter(|path| path.is_absolute());
+    let data_dir = if cfg!(windows) {
+        absolute("LOCALAPPDATA")
+    } else {
+        absolute("XDG_DATA_HOME").or_else(|| absolute("HOME").map(|home| home.join(".local/share")))
+    };
+    match data_dir {
+        Some(dir) => dir.join("idem").join(STORE_DIR),
+        None => PathBuf::from(STORE_DIR),
+    }
 }
 
 /// The process default store: the one installed with [`set_default_store`], else a sled store
-/// opened at [`default_store_path`] on first use.
+/// opened at [`default_store_path`] on first use (creating its parent directories).
 pub fn default_store() -> Result<Arc<dyn Store>, Error> {
     if let Some(store) = DEFAULT.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
         return Ok(Arc::clone(store));
@@ -36,7 +73,109 @@ pub fn default_store() -> Result<Arc<dyn Store>, Error> {
     if let Some(store) = slot.as_ref() {
         return Ok(Arc::clone(store));
     }
-    let store: Arc<dyn Store> = Arc::new(SledStore::open(default_store_path())?);
+    let store: Arc<dyn Store> = Arc::new(open_at(&default_store_path())?);
     *slot = Some(Arc::clone(&store));
     Ok(store)
+}
+
+/// Opens the process default store now, as the first idempotent call would, and returns it.
+/// Call it at start-up so that a server whose store cannot be opened (a path it may not
+/// create, a sled store another process holds) exits with the reason before it serves, rather
+/// than fail its first tool call:
+///
+/// ```no_run
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// let store = idem_runtime::open_default_store()?;
+/// // … serve; every idempotent call uses `store`.
+/// # Ok(()) }
+/// ```
+pub fn open_default_store() -> Result<Arc<dyn Store>, Error> {
+    default_store()
+}
+
+/// Opens (or creates) the sled store at `path`, its parent directories included. A store that
+/// cannot be created is reported as such, naming the path and the cause, and is not retryable:
+/// calling again fails the same way until someone changes the path or its permissions.
+fn open_at(path: &Path) -> Result<SledStore, Error> {
+    if !path.exists() {
+        if let Err(cause) = std::fs::create_dir_all(path) {
+            return Err(cannot_create(path, &cause));
+        }
+    }
+    SledStore::open(path).map_err(|error| {
+        // With no `conf` file, sled never wrote the store: it could not be created (a read-only
+        // directory); a store that exists failed for another reason, reported as it is.
+        if path.join("conf").exists() {
+            error
+        } else {
+            cannot_create(path, &error)
+        }
+    })
+}
+
+/// The error for a store that cannot be created at `path`, for the deepest reason in `cause`.
+fn cannot_create(path: &Path, cause: &(dyn std::error::Error + 'static)) -> Error {
+    let mut root = cause;
+    while let Some(source) = root.source() {
+        root = source;
+    }
+    let message = format!(
+        "cannot create the idem store at {} ({root}): set $IDEM_STORE to a directory this \
+         process may create and write, or install a store with set_default_store",
+        path.display()
+    );
+    Error::store(None, None, StoreError::new(message).lasting())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+        move |name| vars.iter().find(|(n, _)| *n == name).map(|(_, value)| value.into())
+    }
+
+    #[test]
+    #[cfg(not(windows))]
+    fn the_default_store_is_in_the_data_directory_unless_told_or_already_here() {
+        let home = [("HOME", "/home/ann")];
+        assert_eq!(
+            store_path(env(&home), false),
+            Path::new("/home/ann/.local/share/idem/idem.sled")
+        );
+        let xdg = [("HOME", "/home/ann"), ("XDG_DATA_HOME", "/data")];
+        assert_eq!(store_path(env(&xdg), false), Path::new("/data/idem/idem.sled"));
+        let relative = [("HOME", "/home/ann"), ("XDG_DATA_HOME", "data")];
+        assert_eq!(
+            store_path(env(&relative), false),
+            Path::new("/home/ann/.local/share/idem/idem.sled"),
+            "a relative XDG_DATA_HOME is ignored"
+        );
+        assert_eq!(store_path(env(&home), true), Path::new("idem.sled"), "an existing store");
+        let told = [("HOME", "/home/ann"), ("IDEM_STORE", "/srv/agent.sled")];
+        assert_eq!(store_path(env(&told), true), Path::new("/srv/agent.sled"));
+        assert_eq!(store_path(env(&[]), false), Path::new("idem.sled"), "no home known");
+    }
+
+    #[test]
+    fn a_store_is_created_with_its_parent_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data/idem/idem.sled");
+        drop(open_at(&path).expect("the store and its parents are created"));
+        assert!(path.join("conf").exists());
+    }
+
+    #[test]
+    fn a_store_that_cannot_be_created_names_the_path_and_cause_and_is_not_retryable() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "not a directory").unwrap();
+        let path = file.join("idem.sled");
+        let Err(error) = open_at(&path) else { panic!("a store under a file opened") };
+        let message = error.to_string();
+        assert!(message.contains(&format!("cannot create the idem store at {}", path.display())));
+        assert!(message.contains("os error 20"), "the cause (ENOTDIR): {message}");
+        assert!(!error.is_retryable(), "nothing changes by calling again");
+        assert_eq!(error.kind(), "store");
+    }
 }

@@ -151,13 +151,7 @@ impl SledStore {
         let db = match opened {
             Ok(Ok(db)) => db,
             Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
-                return Err(StoreError::new(format!(
-                    "the store at {} is open in another process (sled takes an exclusive \
-                     lock), which does not serve the `idem` command on its admin socket: stop \
-                     that process, or open the store there with the admin socket on (the \
-                     default), or use the PostgreSQL store to share one store between processes",
-                    path.display()
-                )))
+                return Err(held_elsewhere(&path))
             }
             Ok(Err(e)) => {
                 return Err(StoreError::with_source(
@@ -338,4 +332,17 @@ impl SledStore {
         let step = transition::mark_died(&record, &self.owner, now_ms());
         Ok(self.cas(key, Some(bytes), step.new.as_ref(), step.change)?.is_ok())
     }
+}
+
+/// The error for a sled store that another process holds. sled lets one process open a store
+/// at a time, so a second server on the same store needs a store that processes share.
+fn held_elsewhere(path: &std::path::Path) -> StoreError {
+    StoreError::new(format!(
+        "the sled store at {} is open in another process, which holds it: sled lets one \
+         process open a store at a time; stop that process, give this one a store of its own \
+         ($IDEM_STORE), or, for several processes on one store, use the PostgreSQL store \
+         (idem-postgres). The `idem` command reaches a held store's records through the \
+         holder's admin socket, when it serves one (the default)",
+        path.display()
+    ))
 }

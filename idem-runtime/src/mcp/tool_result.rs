@@ -1,0 +1,166 @@
+//! idem's outcomes as MCP tool results rather than JSON-RPC errors.
+//!
+//! MCP keeps two kinds of failure apart: a protocol error (an unknown tool, a malformed request)
+//! is for the client, and a tool result with `isError: true` is for the model, which reads it and
+//! decides what to do next. rmcp sends a tool's `Err(ErrorData)` as a protocol error, so a model
+//! whose tool returns `Result<Json<T>, ErrorData>` never learns that a payment may already have
+//! happened, and calls again. The routes are wrapped here so that an `ErrorData` made from an
+//! idem [`Error`](crate::Error) (its `data.idem` names the kind) comes back as a tool result: a
+//! text that tells the model what to do, and the same `data` as `structuredContent`.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
+use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::service::MaybeSend;
+use rmcp::ErrorData;
+
+/// Wraps every route of `router` so that the idem errors its tools return reach the client as
+/// tool results with `isError: true`; every other error is left as it is. Wrapping twice is
+/// harmless: the outer wrapper sees results, not errors.
+pub(super) fn report_to_the_model<S: MaybeSend + 'static>(router: &mut ToolRouter<S>) {
+    for route in router.map.values_mut() {
+        let call = Arc::clone(&route.call);
+        *route = ToolRoute::new_dyn(route.attr.clone(), move |context| {
+            let tool = context.name.clone();
+            let running = call(context);
+            Box::pin(async move {
+                running.await.or_else(|error| match tool_result(&tool, &error) {
+                    Some(result) => Ok(result.into()),
+                    None => Err(error),
+                })
+            })
+        });
+    }
+}
+
+/// The tool result that tells the model about the idem error in `error`, or `None` when
+/// `error` is not one of idem's (no `data.idem.error`).
+pub(crate) fn tool_result(tool: &str, error: &ErrorData) -> Option<CallToolResult> {
+    let data = error.data.as_ref()?;
+    let idem = data.get("idem")?;
+    let kind = idem.get("error")?.as_str()?;
+    let key = idem.get("key").and_then(|key| key.as_str()).unwrap_or("none");
+    let retryable = idem.get("retryable").and_then(|r| r.as_bool()).unwrap_or(false);
+    let next = what_to_do(tool, kind, key, retryable, &error.message);
+    let details = format!("For the operator: {}", error.message);
+    let mut result =
+        CallToolResult::error(vec![ContentBlock::text(next), ContentBlock::text(details)]);
+    result.structured_content = Some(data.clone());
+    Some(result)
+}
+
+/// What the model should do next, by the error's kind: wait, call again unchanged, or stop and
+/// tell the user. Never "try other arguments" for an effect that may have happened: that is how
+/// a retry becomes a second payment.
+fn what_to_do(tool: &str, kind: &str, key: &str, retryable: bool, message: &str) -> String {
+    match kind {
+        "in-doubt" => format!(
+            "Do not call `{tool}` again for this request, with these or with other arguments: \
+             an earlier attempt was interrupted, and its effect may or may not have happened. \
+             An operator has to check and settle it (idem key {key}); that is not for you to \
+             do. Tell the user that the outcome is not known yet and is being checked."
+        ),
+        "in-flight" => format!(
+            "Another call of `{tool}` with the same intent (idem key {key}) is still running. \
+             Wait, then call `{tool}` again with the same arguments to get its answer; do not \
+             change the arguments to get around this, which would do the work twice."
+        ),
+        "shared-tool-name" => format!(
+            "`{tool}` did not run: on the server, two functions share this tool name (idem key \
+             {key}). Do not retry; tell the user that the server needs fixing."
+        ),
+        "replay" => format!(
+            "`{tool}` already ran for this request (idem key {key}), but its recorded answer \
+             cannot be read back. Do not call it again; tell the user that an operator has to \
+             fix the record."
+        ),
+        "result" => format!(
+            "`{tool}` ran and its effect may have happened, but its answer could not be \
+             recorded, so it is in doubt (idem key {key}). Do not call it again, with these or \
+             with other arguments; tell the user that the outcome is being checked."
+        ),
+        "key" => format!(
+            "`{tool}` did not run: its arguments cannot identify the request ({message}). \
+             Change the argument that was refused, then call again."
+        ),
+        "store" if retryable => format!(
+            "`{tool}` did not run: the server could not reach its record of calls. Call `{tool}` \
+             again with the same arguments in a while; if it keeps failing, tell the user."
+        ),
+        "store" => format!(
+            "`{tool}` did not run: the server's record of calls cannot be used. Do not retry; \
+             tell the user that the server needs fixing."
+        ),
+        _ => format!("`{tool}` failed: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    #[test]
+    fn an_idem_error_becomes_a_tool_result_that_says_what_to_do() {
+        let key = "82e1e1a327aa97bb3929e05cc4ca3bd5";
+        let error = Error::InDoubt {
+            key: key.into(),
+            tool: "send_payment".into(),
+            since_ms: 0,
+            reason: None,
+        };
+        let data = ErrorData::from(error);
+        let result = tool_result("send_payment", &data).expect("an idem error");
+        assert_eq!(result.is_error, Some(true));
+        assert_eq!(
+            result.structured_content,
+            Some(serde_json::json!({
+                "idem": { "error": "in-doubt", "key": key, "retryable": false }
+            }))
+        );
+        let text = serde_json::to_string(&result.content).unwrap();
+        assert!(text.contains("Do not call `send_payment` again"), "{text}");
+        assert!(text.contains(key), "{text}");
+    }
+
+    #[test]
+    fn each_outcome_tells_the_model_whether_to_wait_call_again_or_stop() {
+        let key = "82e1e1a327aa97bb3929e05cc4ca3bd5";
+        let in_flight = Error::InFlight { key: key.into(), tool: "pay".into(), since_ms: 0 };
+        let shared = Error::SharedToolName {
+            key: key.into(),
+            tool: "pay".into(),
+            recorded: "a::pay".into(),
+            calling: "b::pay".into(),
+        };
+        let lasting = Error::Store {
+            key: None,
+            tool: None,
+            source: crate::error::StoreError::new("cannot create").lasting(),
+        };
+        let passing =
+            Error::Store { key: None, tool: None, source: crate::error::StoreError::new("down") };
+        for (error, told) in [
+            (in_flight, "Wait, then call `pay` again with the same arguments"),
+            (shared, "Do not retry"),
+            (lasting, "Do not retry"),
+            (passing, "again with the same arguments in a while"),
+        ] {
+            let kind = error.kind();
+            let result = tool_result("pay", &ErrorData::from(error)).expect("an idem error");
+            assert_eq!(result.is_error, Some(true), "{kind}");
+            assert_eq!(result.structured_content.as_ref().unwrap()["idem"]["error"], kind);
+            let text = serde_json::to_string(&result.content).unwrap();
+            assert!(text.contains(told), "{kind}: {text}");
+        }
+    }
+
+    #[test]
+    fn other_errors_stay_errors() {
+        let mine = ErrorData::invalid_params("no account acct-9", None);
+        assert!(tool_result("get_balance", &mine).is_none());
+        let other_data = ErrorData::internal_error("boom", Some(serde_json::json!({"x": 1})));
+        assert!(tool_result("get_balance", &other_data).is_none());
+    }
+}
