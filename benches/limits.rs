@@ -11,6 +11,7 @@
 //! counting syncs under strace; `-- fill N DIR` and `-- open-at DIR idem|nosync|sled` are
 //! for a profiler.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -341,148 +342,70 @@ fn open_rows(
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    // For a profiler: `fill N DIR` leaves a store of N finished records in DIR (as the memory
-    // child fills it); `open-at DIR idem|nosync|sled` opens it once.
-    if let [mode, a, b] = args.as_slice() {
-        if mode == "fill" {
+    if !one_part(&args) {
+        report();
+    }
+}
+
+/// Runs the part `args` names (a child, or a step for a profiler or strace), if they name one.
+fn one_part(args: &[String]) -> bool {
+    match args {
+        // For a profiler: `fill N DIR` leaves a store of N finished records in DIR (as the
+        // memory child fills it); `open-at DIR idem|nosync|sled` opens it once.
+        [mode, n, dir] if mode == "fill" => {
             let store: Arc<dyn Store> = Arc::new(
-                SledStore::builder(b).durability(Durability::None).open().expect("a new store"),
+                SledStore::builder(dir).durability(Durability::None).open().expect("a new store"),
             );
-            fill(&store, a.parse().expect("a record count"));
-            return;
+            fill(&store, n.parse().expect("a record count"));
         }
-        if mode == "open-at" {
-            let opener = match b.as_str() {
+        [mode, dir, how] if mode == "open-at" => {
+            let opener = match how.as_str() {
                 "sled" => Opener::Sled,
                 "nosync" => Opener::IdemNoSync,
                 _ => Opener::Idem,
             };
-            println!("{:.2} ms", time_open(Path::new(a), opener));
-            return;
+            println!("{:.2} ms", time_open(Path::new(dir), opener));
         }
-    }
-    if let [mode, n] = args.as_slice() {
-        if mode == "memory" {
-            memory_child(n.parse().expect("a record count"));
-            return;
-        }
-        if mode == "open" {
-            // Only the open rows: fill a store of `n` records in the child, time its opens.
-            let records = n.parse().expect("a record count");
-            let began = Instant::now();
-            let mut filled = memory(records).expect("the memory child");
-            let mut row = |what: &str, figure: String| println!("| {what} | {figure} |");
-            let (idem, nosync, sled) = open_rows(records, &mut filled, &mut row);
-            println!(
-                "- open at {records} / empty: {idem:.2} through idem, {nosync:.2} without its \
-                 syncs and socket, {sled:.2} sled alone"
-            );
-            println!("- the run took {:.0} s", began.elapsed().as_secs_f64());
-            return;
-        }
-        if mode == "syncs" {
+        [mode, n] if mode == "memory" => memory_child(n.parse().expect("a record count")),
+        [mode, n] if mode == "open" => only_open_rows(n.parse().expect("a record count")),
+        [mode, n] if mode == "syncs" => {
             // For strace: open a new store and make `n` fresh calls, nothing else. The syncs of
             // `syncs 1` less those of `syncs 0` are one call's.
             let (_dir, store) = temp_store(Durability::Fsync);
             for _ in 0..n.parse().expect("a call count") {
                 fresh_call(&store);
             }
-            return;
         }
+        _ => return false,
     }
+    true
+}
+
+/// Only the open rows: fill a store of `records` records in the child, time its opens.
+fn only_open_rows(records: u64) {
+    let began = Instant::now();
+    let mut filled = memory(records).expect("the memory child");
+    let mut row = |what: &str, figure: String| println!("| {what} | {figure} |");
+    let (idem, nosync, sled) = open_rows(records, &mut filled, &mut row);
+    println!(
+        "- open at {records} / empty: {idem:.2} through idem, {nosync:.2} without its \
+         syncs and socket, {sled:.2} sled alone"
+    );
+    println!("- the run took {:.0} s", began.elapsed().as_secs_f64());
+}
+
+/// The whole run: every row of the table, each also on stderr as it is measured, then the table
+/// and the ratios against the targets.
+fn report() {
     let mut table = String::new();
     let mut row = |what: &str, figure: String| {
         let _ = writeln!(table, "| {what} | {figure} |");
         eprintln!("{what}: {figure}");
     };
-
-    // The rows of the last criterion run of `calls`.
-    let rows = [
-        ("key derivation, 2 fields", "key/derive_2_fields"),
-        ("key derivation, 20 fields", "key/derive_20_fields"),
-        ("canonical JSON alone, 2 fields", "key/canonical_json_2_fields"),
-        ("canonical JSON alone, 20 fields", "key/canonical_json_20_fields"),
-        ("replay, sync (`Call::run`)", "replay/sync"),
-        ("replay, async (`Call::run_async`)", "replay/async"),
-        ("replay through `#[idempotent]`, sync", "replay/macro_sync"),
-        ("replay through `#[idempotent]`, async", "replay/macro_async"),
-        ("fresh call, `Durability::None`", "fresh/none"),
-        ("fresh call, `Durability::Flush`", "fresh/flush"),
-        ("fresh call, `Durability::Fsync`", "fresh/fsync"),
-        ("limit: raw sled durable point (CAS + flush + fdatasync)", "limit/sled_durable_point"),
-        ("limit: 64-byte write + fdatasync", "limit/write_64b_fdatasync"),
-        ("PostgreSQL store: fresh call", "postgres/fresh"),
-        ("PostgreSQL store: replay", "postgres/replay"),
-    ];
-    let mut found = std::collections::HashMap::new();
-    for (what, id) in rows {
-        match criterion(id) {
-            Some(m) => {
-                row(what, format!("{} ({} – {})", human(m.median), human(m.min), human(m.max)));
-                found.insert(id, m.median);
-            }
-            None => row(
-                what,
-                "not measured (run `cargo bench -p idem-benches --bench calls` first)".into(),
-            ),
-        }
-    }
-
-    let mut rates = Vec::new();
-    for callers in [1, 2, 8, 32] {
-        let t = throughput(callers, THROUGHPUT_FOR, None);
-        let rate = t.rate;
-        row(
-            &format!("fresh `Fsync` calls/s, {callers} concurrent callers"),
-            format!(
-                "{rate:.0} ({:.1} writes a durable point of {:.0} µs, {:.0} µs of CPU a call)",
-                t.writes_per_sync,
-                t.sync * 1e6,
-                t.cpu * 1e6
-            ),
-        );
-        rates.push((callers, rate));
-    }
-
-    let (mut from_body, mut from_return) = waiters();
-    let spread = |v: &mut Vec<f64>| {
-        let m = median(v);
-        let p90 = v[v.len() * 9 / 10];
-        format!("{:.0} µs (p90 {:.0} µs, {:.0} – {:.0} µs)", m, p90, v[0], v[v.len() - 1])
-    };
-    row(
-        "waiter wake-up, from the end of the owner's body (8 waiters × 12 rounds)",
-        spread(&mut from_body),
-    );
-    row("waiter wake-up, from the owner's return (its Done durable)", spread(&mut from_return));
-
-    let mut rss_1m = None;
-    let mut open_ratio_1m = None;
-    for records in [100_000u64, 1_000_000] {
-        match memory(records) {
-            Some(mut filled) => {
-                let [rss, peak, sled_size, files] = filled.sizes;
-                row(
-                    &format!("{records} finished records: RSS (peak)"),
-                    format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
-                );
-                row(
-                    &format!("{records} finished records: store size"),
-                    format!(
-                        "{:.1} MiB (sled's size_on_disk {:.1} MiB)",
-                        files as f64 / 1048576.0,
-                        sled_size as f64 / 1048576.0
-                    ),
-                );
-                let ratio = open_rows(records, &mut filled, &mut row);
-                if records == 1_000_000 {
-                    rss_1m = Some(rss as f64 / 1024.0);
-                    open_ratio_1m = Some(ratio);
-                }
-            }
-            None => row(&format!("{records} finished records"), "the child process failed".into()),
-        }
-    }
+    let found = criterion_rows(&mut row);
+    let rates = throughput_rows(&mut row);
+    let mut from_return = waiter_rows(&mut row);
+    let (rss_1m, open_ratio_1m) = memory_rows(&mut row);
 
     println!("\n| what | median (min – max) |\n| --- | --- |\n{table}");
     println!("ratios against the targets, from this run:");
@@ -525,4 +448,108 @@ fn main() {
             ratio.0, ratio.1, ratio.2
         );
     }
+}
+
+/// The rows of the last criterion run of `calls`; returns the medians found, by benchmark id.
+fn criterion_rows(row: &mut impl FnMut(&str, String)) -> HashMap<&'static str, f64> {
+    let rows = [
+        ("key derivation, 2 fields", "key/derive_2_fields"),
+        ("key derivation, 20 fields", "key/derive_20_fields"),
+        ("canonical JSON alone, 2 fields", "key/canonical_json_2_fields"),
+        ("canonical JSON alone, 20 fields", "key/canonical_json_20_fields"),
+        ("replay, sync (`Call::run`)", "replay/sync"),
+        ("replay, async (`Call::run_async`)", "replay/async"),
+        ("replay through `#[idempotent]`, sync", "replay/macro_sync"),
+        ("replay through `#[idempotent]`, async", "replay/macro_async"),
+        ("fresh call, `Durability::None`", "fresh/none"),
+        ("fresh call, `Durability::Flush`", "fresh/flush"),
+        ("fresh call, `Durability::Fsync`", "fresh/fsync"),
+        ("limit: raw sled durable point (CAS + flush + fdatasync)", "limit/sled_durable_point"),
+        ("limit: 64-byte write + fdatasync", "limit/write_64b_fdatasync"),
+        ("PostgreSQL store: fresh call", "postgres/fresh"),
+        ("PostgreSQL store: replay", "postgres/replay"),
+    ];
+    let mut found = HashMap::new();
+    for (what, id) in rows {
+        match criterion(id) {
+            Some(m) => {
+                row(what, format!("{} ({} – {})", human(m.median), human(m.min), human(m.max)));
+                found.insert(id, m.median);
+            }
+            None => row(
+                what,
+                "not measured (run `cargo bench -p idem-benches --bench calls` first)".into(),
+            ),
+        }
+    }
+    found
+}
+
+/// The rows of fresh-call throughput; returns (callers, calls/s) for each.
+fn throughput_rows(row: &mut impl FnMut(&str, String)) -> Vec<(usize, f64)> {
+    let mut rates = Vec::new();
+    for callers in [1, 2, 8, 32] {
+        let t = throughput(callers, THROUGHPUT_FOR, None);
+        let rate = t.rate;
+        row(
+            &format!("fresh `Fsync` calls/s, {callers} concurrent callers"),
+            format!(
+                "{rate:.0} ({:.1} writes a durable point of {:.0} µs, {:.0} µs of CPU a call)",
+                t.writes_per_sync,
+                t.sync * 1e6,
+                t.cpu * 1e6
+            ),
+        );
+        rates.push((callers, rate));
+    }
+    rates
+}
+
+/// The rows of the waiters' wake-up; returns the latencies from the owner's return.
+fn waiter_rows(row: &mut impl FnMut(&str, String)) -> Vec<f64> {
+    let (mut from_body, mut from_return) = waiters();
+    let spread = |v: &mut Vec<f64>| {
+        let m = median(v);
+        let p90 = v[v.len() * 9 / 10];
+        format!("{:.0} µs (p90 {:.0} µs, {:.0} – {:.0} µs)", m, p90, v[0], v[v.len() - 1])
+    };
+    row(
+        "waiter wake-up, from the end of the owner's body (8 waiters × 12 rounds)",
+        spread(&mut from_body),
+    );
+    row("waiter wake-up, from the owner's return (its Done durable)", spread(&mut from_return));
+    from_return
+}
+
+/// The rows of memory, size and opens at 100 k and 1 M records; returns the RSS in MiB and the
+/// open ratios at 1 M.
+fn memory_rows(row: &mut impl FnMut(&str, String)) -> (Option<f64>, Option<(f64, f64, f64)>) {
+    let mut rss_1m = None;
+    let mut open_ratio_1m = None;
+    for records in [100_000u64, 1_000_000] {
+        match memory(records) {
+            Some(mut filled) => {
+                let [rss, peak, sled_size, files] = filled.sizes;
+                row(
+                    &format!("{records} finished records: RSS (peak)"),
+                    format!("{:.1} MiB ({:.1} MiB)", rss as f64 / 1024.0, peak as f64 / 1024.0),
+                );
+                row(
+                    &format!("{records} finished records: store size"),
+                    format!(
+                        "{:.1} MiB (sled's size_on_disk {:.1} MiB)",
+                        files as f64 / 1048576.0,
+                        sled_size as f64 / 1048576.0
+                    ),
+                );
+                let ratio = open_rows(records, &mut filled, row);
+                if records == 1_000_000 {
+                    rss_1m = Some(rss as f64 / 1024.0);
+                    open_ratio_1m = Some(ratio);
+                }
+            }
+            None => row(&format!("{records} finished records"), "the child process failed".into()),
+        }
+    }
+    (rss_1m, open_ratio_1m)
 }

@@ -177,6 +177,14 @@ fn run_to_end(role: &str, dir: &Path) -> Result<Vec<String>, String> {
 }
 
 fn story(dir: &Path) -> Result<(), String> {
+    crash_after_effect(dir)?;
+    let key = restart_in_doubt(dir)?;
+    let result = settle(dir, &key)?;
+    replay_settled(dir, &result)
+}
+
+/// Step 1: the agent charges order o-17, and is killed once the charge has landed.
+fn crash_after_effect(dir: &Path) -> Result<(), String> {
     println!("1. the agent charges order o-17, and is killed once the charge has landed");
     let (mut agent, lines) = spawn("crash", dir)?;
     let landed = lines
@@ -188,7 +196,11 @@ fn story(dir: &Path) -> Result<(), String> {
     agent.kill().map_err(|e| format!("cannot kill the agent: {e}"))?;
     let status = agent.wait().map_err(|e| format!("the agent: {e}"))?;
     println!("   killed ({status})");
+    Ok(())
+}
 
+/// Step 2: the agent restarts and calls again with the same intent, and finds its key in doubt.
+fn restart_in_doubt(dir: &Path) -> Result<Key, String> {
     println!("2. the agent restarts and calls again with the same intent");
     let lines = run_to_end("retry", dir)?;
     let key_text = lines
@@ -205,48 +217,54 @@ fn story(dir: &Path) -> Result<(), String> {
     if key != expected {
         return Err(format!("the key in doubt is {key}, the intent's is {expected}"));
     }
+    Ok(key)
+}
 
+/// Step 3: the operator looks, checks the vendor, and settles the key; returns the result
+/// recorded.
+fn settle(dir: &Path, key: &Key) -> Result<serde_json::Value, String> {
     println!("3. the operator looks, checks the vendor, and settles the key");
     let path = store_path(dir);
-    let result = {
-        let store = SledStore::builder(&path)
-            .create(false)
-            .lock_wait(LOCK_WAIT)
-            .open()
-            .map_err(|e| e.to_string())?;
-        let shown = path.display();
-        println!("   $ idem --store {shown} ls --status in-doubt");
-        let filter = Filter { status: Some(Status::InDoubt), ..Filter::default() };
-        let in_doubt = idem::admin::list(&store, &filter).map_err(|e| e.to_string())?;
-        for record in &in_doubt {
-            println!("     {}  {}  scope {}", record.key, record.tool, record.scope);
-        }
-        if in_doubt.len() != 1 || in_doubt[0].key != key.as_str() {
-            return Err(format!("expected one record in doubt, under {key}"));
-        }
-        // The ledger is the vendor's truth: the charge is there, so the effect landed.
-        let charges = ledger(dir);
-        let [line] = charges.as_slice() else {
-            return Err(format!("expected one charge in the ledger, found {charges:?}"));
-        };
-        let id = line.split(' ').next().unwrap_or_default();
-        let result = serde_json::json!({"id": id, "amount": 4200});
-        println!("   the vendor has {id} for o-17: it landed");
-        println!("   $ idem --store {shown} resolve {key} --done '{result}'");
-        let settled = idem::admin::resolve(
-            &store,
-            &key,
-            Resolution::Done(result.clone()),
-            "operator@example",
-            None,
-        )
+    let store = SledStore::builder(&path)
+        .create(false)
+        .lock_wait(LOCK_WAIT)
+        .open()
         .map_err(|e| e.to_string())?;
-        if settled.map(|record| record.status) != Some(Status::Done) {
-            return Err("the record is not done after resolving it".to_owned());
-        }
-        result
+    let shown = path.display();
+    println!("   $ idem --store {shown} ls --status in-doubt");
+    let filter = Filter { status: Some(Status::InDoubt), ..Filter::default() };
+    let in_doubt = idem::admin::list(&store, &filter).map_err(|e| e.to_string())?;
+    for record in &in_doubt {
+        println!("     {}  {}  scope {}", record.key, record.tool, record.scope);
+    }
+    if in_doubt.len() != 1 || in_doubt[0].key != key.as_str() {
+        return Err(format!("expected one record in doubt, under {key}"));
+    }
+    // The ledger is the vendor's truth: the charge is there, so the effect landed.
+    let charges = ledger(dir);
+    let [line] = charges.as_slice() else {
+        return Err(format!("expected one charge in the ledger, found {charges:?}"));
     };
+    let id = line.split(' ').next().unwrap_or_default();
+    let result = serde_json::json!({"id": id, "amount": 4200});
+    println!("   the vendor has {id} for o-17: it landed");
+    println!("   $ idem --store {shown} resolve {key} --done '{result}'");
+    let settled = idem::admin::resolve(
+        &store,
+        key,
+        Resolution::Done(result.clone()),
+        "operator@example",
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    if settled.map(|record| record.status) != Some(Status::Done) {
+        return Err("the record is not done after resolving it".to_owned());
+    }
+    Ok(result)
+}
 
+/// Step 4: the agent calls again, and gets the settled result without running the body.
+fn replay_settled(dir: &Path, result: &serde_json::Value) -> Result<(), String> {
     println!("4. the agent calls again, and gets the settled result");
     let lines = run_to_end("replay", dir)?;
     let want = format!("replayed: {} ({} cents)", result["id"].as_str().unwrap_or("?"), 4200);

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use idem_runtime::admin::{Admin, Filter, Purge, Resolution};
 use idem_runtime::history::{check_note, Entry};
-use idem_runtime::{assess, now_ms, Assessment, Error, Key, Record, Status};
+use idem_runtime::store::{now_ms, Assessment};
+use idem_runtime::{Error, Key, Record, Status};
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
@@ -155,7 +156,7 @@ fn show(admin: &mut dyn Admin, key: &Key, json: bool, out: Out<'_>) -> Result<()
         return writeln!(out, "{value}").map_err(write_failed);
     }
     let now = now_ms();
-    let assessment = assess(Some(&record), now, |r| admin.owner_alive(r));
+    let assessment = admin.assess(&record);
     let mut text = describe(&record, assessment, now);
     text.push_str(&describe_history(&history, now));
     out.write_all(text.as_bytes()).map_err(write_failed)
@@ -330,10 +331,16 @@ mod tests {
 
     #[test]
     fn show_says_what_a_call_would_make_of_an_in_flight_record_whose_owner_is_gone() {
-        let record = Record::reserve("k", "charge_card", "o-1", "pg:host:1:2:ab#3", 1);
-        let gone = status_text(&record, assess(Some(&record), 2, |_| false));
+        let record: Record = serde_json::from_value(serde_json::json!({
+            "key": "k", "status": "in-flight", "tool": "charge_card", "scope": "o-1",
+            "owner": "pg:host:1:2:ab#3", "attempts": 1, "created_at": 1, "updated_at": 1,
+            "completed_at": null, "expires_at": null, "lease_until": 5, "result": null
+        }))
+        .unwrap();
+        let assess = |now| idem_runtime::store::assess(Some(&record), now, "pg:other:1:0:0");
+        let gone = status_text(&record, assess(6));
         assert!(gone.starts_with("in-flight (its owner is gone, so it is in doubt"), "{gone}");
-        assert_eq!(status_text(&record, assess(Some(&record), 2, |_| true)), "in-flight");
+        assert_eq!(status_text(&record, assess(4)), "in-flight");
     }
 
     #[test]

@@ -307,7 +307,7 @@ fn shows_and_resolves_records_in_a_postgresql_store() {
     // The command uses the default schema and table, which connecting creates.
     let store: Arc<dyn Store> =
         Arc::new(idem_postgres::PgStore::connect(&url).expect("PostgreSQL is reachable"));
-    let scope = format!("cli-test-{}-{}", std::process::id(), idem_runtime::now_ms());
+    let scope = format!("cli-test-{}-{}", std::process::id(), idem_runtime::store::now_ms());
     let done = finish(&store, "charge_card", &scope, json!({"amount": 1}), "ch_pg");
     let doubt = interrupt(&store, "charge_card", &scope, json!({"amount": 2}));
     let dir = tempfile::tempdir().unwrap();

@@ -7,16 +7,18 @@
 
 use std::time::Duration;
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::ItemFn;
 
-use crate::args::{self, Attr, Options};
-use crate::classify;
-use crate::output::{self, Shape};
-use crate::validate::{self, Tool};
+use crate::attr::{take_param_options, Attr, Options};
+use crate::checked::{Reconciler, Tool};
+use crate::companion;
+use crate::signature::{self, Shape};
+use crate::spans::respan;
+use crate::validate;
 
 /// Expands one attribute. On any error the function is still emitted (without our helper
 /// attributes) beside the errors, so that one mistake does not bury the user in others.
@@ -32,7 +34,7 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
         }
     };
     let mut errors = Vec::new();
-    let param_options = args::take_param_options(&mut item, &mut errors);
+    let param_options = take_param_options(&mut item, &mut errors);
     let options = match syn::parse2::<Options>(options) {
         Ok(options) => options,
         Err(error) => {
@@ -44,11 +46,21 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
     if !errors.is_empty() {
         return with_errors(item.into_token_stream(), errors);
     }
-    let companion = classify::companion(&tool, &item);
+    let companion = companion_of(&tool, &item);
     if attr == Attr::Idempotent {
         wrap_body(&tool, &mut item);
     }
     quote!(#item #companion)
+}
+
+/// The companion the attribute declares beside `item`, if it declares one there.
+fn companion_of(tool: &Tool, item: &ItemFn) -> TokenStream {
+    if !companion::declares_companion(item) {
+        return TokenStream::new();
+    }
+    let scope = tool.scope.as_ref().map(|scope| scope.text.as_str());
+    let info = companion::info(&tool.krate, tool.attr, &tool.name, scope);
+    companion::declaration(&tool.krate, &item.vis, &item.sig.ident, &info)
 }
 
 fn with_errors(item: TokenStream, errors: Vec<syn::Error>) -> TokenStream {
@@ -126,7 +138,7 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         Shape::Async | Shape::Boxed => {
             let run = Run { run: run_async, reconciler, reconciled };
             let block = if tool.shape == Shape::Boxed {
-                &mut output::boxed_async_block(&mut item.block)
+                &mut signature::boxed_async_block(&mut item.block)
                     .expect("validated: a boxed async body")
                     .block
             } else {
@@ -148,11 +160,7 @@ struct Run {
 /// The closure that asks a tool's reconciler about its key: `reconcile(&key)`, or for a method
 /// `Self::reconcile(self, &key)`; an async tool's returns the answer's future, which keeps the
 /// key. `self` and `Self` are the user's (call-site), so that they name the method's receiver.
-fn reconcile_closure(
-    krate: &syn::Path,
-    reconciler: &validate::Reconciler,
-    shape: Shape,
-) -> TokenStream {
+fn reconcile_closure(krate: &syn::Path, reconciler: &Reconciler, shape: Shape) -> TokenStream {
     let mixed = Span::mixed_site();
     let path = &reconciler.path;
     let target = if reconciler.method {
@@ -324,24 +332,4 @@ fn prepare_call(tool: &Tool) -> TokenStream {
 fn duration(duration: Duration) -> TokenStream {
     let (secs, nanos) = (duration.as_secs(), duration.subsec_nanos());
     quote_spanned!(Span::mixed_site()=> ::core::time::Duration::new(#secs, #nanos))
-}
-
-/// `tokens` located at `span`, so that a failed bound on a generated call points at the user's
-/// tokens (a path whose tokens mix spans is reported at the attribute), while still resolving
-/// at the mixed site like the rest of the expansion.
-pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut token| {
-            let located = token.span().located_at(span);
-            if let TokenTree::Group(group) = &token {
-                let mut inner =
-                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(located);
-                token = TokenTree::Group(inner);
-            }
-            token.set_span(located);
-            token
-        })
-        .collect()
 }

@@ -1,16 +1,38 @@
 //! Attribute macros of idem. Use them through the `idem` facade, whose docs describe them.
+//!
+//! # Module map
+//!
+//! Each file is one stage, and stages import downward only, in this order:
+//!
+//! - `attr`: the attributes' options and parameter options as written, parsed into views that
+//!   keep the user's tokens for spans.
+//! - `signature`: what a function's syntax says: its body's shape, its `Result`, whether it
+//!   sits in an `impl`.
+//! - `spans`: locating generated tokens on the user's.
+//! - `checked`: a tool as validation leaves it, the view expansion reads.
+//! - `companion`: the hidden constant that classifies a tool at compile time: its name, where
+//!   it is declared, its tokens.
+//! - `lookup`: finding a companion from a path the user wrote.
+//! - `validate` (with `validate/`: `options`, `result`, `params`, `scope`, `key`, `reconcile`):
+//!   every check of `#[idempotent]`, `#[read]` and `#[write]`, producing a `checked::Tool`.
+//! - One file per macro: `expand` (`#[idempotent]`, `#[read]`, `#[write]`), `tools`
+//!   (`#[idem::tools]`), `retry` (`retry!`), `tool_info` (`tool_info!`).
 
-mod args;
-mod classify;
+mod attr;
+mod checked;
+mod companion;
 mod expand;
-mod output;
+mod lookup;
 mod retry;
+mod signature;
+mod spans;
+mod tool_info;
 mod tools;
 mod validate;
 
 use proc_macro::TokenStream;
 
-use args::Attr;
+use attr::Attr;
 
 /// Runs the body at most once per intent key; see `idem::idempotent`.
 #[proc_macro_attribute]
@@ -49,5 +71,5 @@ pub fn tools(args: TokenStream, item: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro]
 pub fn tool_info(input: TokenStream) -> TokenStream {
-    classify::tool_info(input.into()).into()
+    tool_info::expand(input.into()).into()
 }

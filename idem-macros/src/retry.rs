@@ -6,7 +6,11 @@ use quote::{quote, quote_spanned};
 use syn::parse::{Parse, ParseStream};
 use syn::{Expr, ExprCall, LitStr, Path, Token};
 
-use crate::classify::{method_span, Lookup};
+use crate::companion::companion_name;
+use crate::lookup::{
+    function_name, lookup, method_span, method_unclassified, names_a_method, Lookup,
+};
+use crate::spans::respan;
 
 mod kw {
     syn::custom_keyword!(backoff);
@@ -139,27 +143,26 @@ fn expand_input(input: Input) -> syn::Result<TokenStream> {
 }
 
 /// A compile-time check that the tool at `qself` and `path` is safe to repeat: its companion,
-/// found by `classify::lookup` (a method's from `#[idem::tools]`), says it is a read or an
+/// found by `lookup::lookup` (a method's from `#[idem::tools]`), says it is a read or an
 /// idempotent write. A failure is a constant evaluation that panics with our message, located
 /// at the user's path.
 fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenStream {
-    let name = crate::classify::function_name(path);
-    let companion = crate::classify::companion_name(&path.segments.last().expect("a path").ident);
-    let found = crate::classify::lookup(qself, path, &quote!(#krate));
+    let name = function_name(path);
+    let companion = companion_name(&path.segments.last().expect("a path").ident);
+    let found = lookup(qself, path, &quote!(#krate));
     let write = format!(
         "`{name}` is a `#[idem::write]`: repeating it repeats its effect, so retry! never \
          repeats it; key it with `#[idem::idempotent(scope = \"…\")]` to make it safe to retry"
     );
-    let unknown = format!(
-        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
-         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
-         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
-         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
-         A tool declared inside a function's body cannot be looked up: declare it at module \
-         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
-         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
-         `#[idem::write]` or an unclassified function"
-    );
+    let unknown = if names_a_method(qself, path) {
+        format!(
+            "{}; retry! repeats the call, so `{name}` must be a read (`#[idem::read]`) or a keyed \
+             write (`#[idem::idempotent(scope = \"…\")]`)",
+            method_unclassified(&name)
+        )
+    } else {
+        unknown_function(&name, &companion)
+    };
     let mixed = Span::mixed_site();
     let check = |found: TokenStream| {
         let check = quote_spanned! {mixed=>
@@ -169,7 +172,7 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
                 ::core::option::Option::None => ::core::panic!("{}", #unknown),
             }
         };
-        crate::expand::respan(check, method_span(path))
+        respan(check, method_span(path))
     };
     match found {
         Lookup::Module(module) => {
@@ -178,7 +181,21 @@ fn safety_check(qself: Option<&syn::QSelf>, path: &Path, krate: &Path) -> TokenS
         }
         Lookup::Inline(found) => {
             let check = check(found);
-            crate::expand::respan(quote_spanned!(mixed=> const { #check };), method_span(path))
+            respan(quote_spanned!(mixed=> const { #check };), method_span(path))
         }
     }
+}
+
+/// The message for a function that has no companion where it is named.
+fn unknown_function(name: &str, companion: &syn::Ident) -> String {
+    format!(
+        "`{name}` has no idem classification here. If it is a `#[idem::read]` or \
+         `#[idem::idempotent]` tool imported from elsewhere, import its hidden companion with it: \
+         `use …::{{{name}, {companion}}};` (importing the function alone, as `pub use \
+         {name}::{name};` beside a module named `{name}` does, leaves the companion behind). \
+         A tool declared inside a function's body cannot be looked up: declare it at module \
+         level. Otherwise classify it: retry! repeats the call, so it takes only a read \
+         (`#[idem::read]`) or a keyed write (`#[idem::idempotent(scope = \"…\")]`), never a \
+         `#[idem::write]` or an unclassified function"
+    )
 }

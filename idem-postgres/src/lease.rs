@@ -10,7 +10,8 @@ use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use idem_runtime::{Owner, Record, StoreError};
+use idem_runtime::store::Owner;
+use idem_runtime::{Record, StoreError};
 use tokio::sync::Notify;
 
 /// Who holds a record: the owner and attempt this instance wrote.

@@ -27,10 +27,10 @@ mod builder;
 mod fault;
 mod lease;
 mod listen;
+mod operations;
 mod runtime;
-mod sql;
+mod schema;
 mod store;
-mod table;
 
 pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
 pub use store::PgStore;

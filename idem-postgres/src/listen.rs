@@ -1,4 +1,4 @@
-//! One listening connection per store, fanning `NOTIFY`s out to the waiters of this process.
+//! One listening connection per store, handing `NOTIFY`s to the waiters of this process.
 //!
 //! Every settling write (an update or a delete) is announced by its writer, with the key as
 //! payload, once it has committed (`Statements::notify`; inserts need none, since nobody waits
@@ -8,93 +8,35 @@
 //! waiter is woken to read again, and until the connection is back waiters re-read at a bounded
 //! interval instead of relying on notifications.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::store::Notifier;
 use idem_runtime::StoreError;
-use tokio::sync::watch;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 /// The interval at which waiters re-read while the listening connection is down.
 pub(crate) const DEGRADED_RECHECK: Duration = Duration::from_millis(500);
 
-/// The waiters of this process, per key.
+/// The waiters of this process (the runtime's one [`Notifier`], which the writes of this
+/// process notify as well), and whether notifications from other processes are arriving.
 #[derive(Default)]
-pub(crate) struct Fanout {
-    keys: Mutex<HashMap<String, watch::Sender<u64>>>,
+pub(crate) struct Listener {
+    pub(crate) notifier: Arc<Notifier>,
     listening: AtomicBool,
 }
 
-/// A waiter's interest in one key; dropping it unsubscribes.
-pub(crate) struct Subscription<'a> {
-    fanout: &'a Fanout,
-    key: String,
-    receiver: Option<watch::Receiver<u64>>,
-}
-
-impl Fanout {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Subscribes to changes of `key` from now on.
-    pub(crate) fn subscribe(&self, key: &str) -> Subscription<'_> {
-        let mut keys = self.lock();
-        let sender = keys.entry(key.to_owned()).or_insert_with(|| watch::channel(0).0);
-        Subscription { fanout: self, key: key.to_owned(), receiver: Some(sender.subscribe()) }
-    }
-
-    /// How many waiters are subscribed to `key`.
-    pub(crate) fn subscribers(&self, key: &str) -> usize {
-        self.lock().get(key).map_or(0, |sender| sender.receiver_count())
-    }
-
+impl Listener {
     /// Whether notifications are arriving (false while the listening connection is down).
     pub(crate) fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)
     }
 
-    fn notify(&self, key: &str) {
-        if let Some(sender) = self.lock().get(key) {
-            sender.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    fn notify_all(&self) {
-        for sender in self.lock().values() {
-            sender.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
     fn set_listening(&self, on: bool) {
         self.listening.store(on, Ordering::Release);
         // Either way a waiter must look again: notifications may have been lost in the gap.
-        self.notify_all();
-    }
-}
-
-impl Subscription<'_> {
-    /// Resolves at the next notification for the key since the last one seen.
-    pub(crate) async fn next(&mut self) {
-        if let Some(receiver) = self.receiver.as_mut() {
-            if receiver.changed().await.is_err() {
-                // The sender is kept while any receiver lives, so this cannot happen; never
-                // spin if it does.
-                std::future::pending::<()>().await;
-            }
-        }
-    }
-}
-
-impl Drop for Subscription<'_> {
-    fn drop(&mut self) {
-        drop(self.receiver.take());
-        let mut keys = self.fanout.lock();
-        if keys.get(&self.key).is_some_and(|sender| sender.receiver_count() == 0) {
-            keys.remove(&self.key);
-        }
+        self.notifier.notify_all();
     }
 }
 
@@ -103,10 +45,10 @@ impl Drop for Subscription<'_> {
 pub(crate) async fn start(
     config: tokio_postgres::Config,
     channel: String,
-    fanout: Arc<Fanout>,
+    listener: Arc<Listener>,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, StoreError> {
-    let first = listen_once(&config, &channel, &fanout).await?;
-    fanout.set_listening(true);
+    let first = listen_once(&config, &channel, &listener).await?;
+    listener.set_listening(true);
     Ok(async move {
         let mut session = first;
         // Grows while sessions die young (a server that kills the connection as soon as it is
@@ -115,12 +57,12 @@ pub(crate) async fn start(
         loop {
             let began = tokio::time::Instant::now();
             session.await;
-            fanout.set_listening(false);
+            listener.set_listening(false);
             tracing::warn!(channel = %channel, "idem: the PostgreSQL listening connection dropped; reconnecting");
             backoff = if began.elapsed() >= STEADY { MIN_BACKOFF } else { next(backoff) };
             session = loop {
                 tokio::time::sleep(backoff).await;
-                match listen_once(&config, &channel, &fanout).await {
+                match listen_once(&config, &channel, &listener).await {
                     Ok(session) => break session,
                     Err(e) => {
                         tracing::warn!(channel = %channel, error = %e, "idem: cannot reconnect the PostgreSQL listening connection");
@@ -128,7 +70,7 @@ pub(crate) async fn start(
                     }
                 }
             };
-            fanout.set_listening(true);
+            listener.set_listening(true);
         }
     })
 }
@@ -151,16 +93,16 @@ fn next(backoff: Duration) -> Duration {
 async fn listen_once(
     config: &tokio_postgres::Config,
     channel: &str,
-    fanout: &Arc<Fanout>,
+    listener: &Arc<Listener>,
 ) -> Result<impl std::future::Future<Output = ()> + Send + 'static, StoreError> {
     let (client, mut connection) = config.connect(NoTls).await.map_err(|e| {
         StoreError::with_source("cannot open the PostgreSQL listening connection", e)
     })?;
-    let deliver = Arc::clone(fanout);
+    let deliver = Arc::clone(listener);
     let driver = tokio::spawn(async move {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notification(n))) => deliver.notify(n.payload()),
+                Some(Ok(AsyncMessage::Notification(n))) => deliver.notifier.notify(n.payload()),
                 Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "idem: the PostgreSQL listening connection failed");

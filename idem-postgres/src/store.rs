@@ -1,23 +1,24 @@
 //! [`PgStore`]: the [`Store`] interface over a PostgreSQL table, and connecting to it.
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::{Change, Entry};
-use idem_runtime::{Record, Reserved, Store, StoreError, StoreFuture};
+use idem_runtime::store::{new_instance, Inserted, StoreError};
+use idem_runtime::{Record, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
 use crate::builder::PgStoreBuilder;
-use crate::lease::{self, Holder, Leases};
-use crate::listen::{self, Fanout};
+use crate::lease::{Holder, Leases};
+use crate::listen::Listener;
+use crate::operations::Table;
 use crate::runtime::{Detached, OwnRuntime, Writes};
-use crate::sql::{self, ChangeValues, Names, Statements};
-use crate::table::Shared;
+use crate::schema::{self, ChangeValues, Names, Statements};
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
 ///
@@ -65,15 +66,13 @@ use crate::table::Shared;
 /// # Ok(()) }
 /// ```
 pub struct PgStore {
-    shared: Arc<Shared>,
+    shared: Arc<Table>,
     runtime: OwnRuntime,
 }
 
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
     idem_runtime::Error::Store { key: None, tool: None, source }
 }
-
-static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
 impl PgStoreBuilder {
     /// Connects, blocking this thread until the store is ready. Safe to call from any thread,
@@ -87,31 +86,6 @@ impl PgStoreBuilder {
     pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
         PgStore::open(self).await.map_err(store_error)
     }
-}
-
-/// A store owner id unique across processes and machines: host, process, start time, instance
-/// and some randomness (two hosts may share a name).
-fn new_owner_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".to_owned());
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0),
-    );
-    format!(
-        "pg:{host}:{}:{}:{:08x}",
-        std::process::id(),
-        INSTANCE.fetch_add(1, Ordering::Relaxed),
-        hasher.finish() as u32
-    )
 }
 
 impl PgStore {
@@ -131,86 +105,29 @@ impl PgStore {
     }
 
     pub(crate) async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
-        sql::check_identifier("schema", &options.schema)?;
-        sql::check_identifier("table", &options.table)?;
-        if options.lease < Duration::from_millis(100) {
-            return Err(StoreError::new("the lease must be at least 100 ms"));
-        }
-        let heartbeat = options.heartbeat.unwrap_or(options.lease / 3);
-        if heartbeat >= options.lease {
-            return Err(StoreError::new(
-                "the heartbeat must be shorter than the lease, or leases lapse while bodies run",
-            ));
-        }
-        let mut config = tokio_postgres::Config::from_str(&options.url).map_err(|e| {
-            // The URL may hold a password: never echo it.
-            StoreError::with_source(
-                "the PostgreSQL URL is not valid: use postgres://user@host:port/database",
-                e,
-            )
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("idem");
-        }
+        schema::check_identifier("schema", &options.schema)?;
+        schema::check_identifier("table", &options.table)?;
+        let heartbeat = checked_heartbeat(&options)?;
+        let config = client_config(&options.url)?;
         let runtime = OwnRuntime::new()?;
         let names = Names { schema: options.schema.clone(), table: options.table.clone() };
-        let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
-            // A connection the server closed while it sat in the pool (idle_session_timeout, a
-            // terminated backend) is found out by a round trip before it is handed out again.
-            ManagerConfig { recycling_method: RecyclingMethod::Verified },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(30)))
-            .create_timeout(Some(Duration::from_secs(15)))
-            .build()
-            .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))?;
-        let shared = Arc::new(Shared {
-            pool,
+        let shared = Arc::new(Table {
+            pool: pool(&config, options.pool_size)?,
             statements: Statements::new(&names),
             names,
-            owner: new_owner_id(),
+            owner: new_instance("pg"),
             lease: options.lease,
             heartbeat,
             default_wait: options.default_wait,
             clock_offset: AtomicI64::new(0),
-            fanout: Arc::new(Fanout::default()),
+            listener: Arc::new(Listener::default()),
             leases: Leases::default(),
             detached: Detached::default(),
             writes: Arc::new(Writes::default()),
         });
         let setup = Arc::clone(&shared);
         let create = options.create;
-        runtime
-            .spawn_store(async move {
-                // Opening fails fast: a server that cannot be reached now is most often a wrong
-                // URL, which waiting would only hide.
-                let now = Instant::now();
-                if create {
-                    setup.migrate(now).await?;
-                } else {
-                    setup.check_table(now).await?;
-                }
-                setup.measure_clock(now).await?;
-                let listener =
-                    listen::start(config, setup.names.channel(), Arc::clone(&setup.fanout)).await?;
-                tokio::spawn(listener);
-                tokio::spawn(async move {
-                    let beat = |holding| {
-                        let setup = Arc::clone(&setup);
-                        async move { setup.beat(holding).await }
-                    };
-                    lease::heartbeat(&setup.leases, setup.heartbeat, beat).await
-                });
-                Ok(())
-            })
-            .await?;
+        runtime.spawn_store(async move { setup.start(config, create).await }).await?;
         Ok(PgStore { shared, runtime })
     }
 
@@ -249,15 +166,67 @@ impl PgStore {
     }
 }
 
+/// The heartbeat the options give, checked against the lease.
+fn checked_heartbeat(options: &PgStoreBuilder) -> Result<Duration, StoreError> {
+    if options.lease < Duration::from_millis(100) {
+        return Err(StoreError::new("the lease must be at least 100 ms"));
+    }
+    let heartbeat = options.heartbeat.unwrap_or(options.lease / 3);
+    if heartbeat >= options.lease {
+        return Err(StoreError::new(
+            "the heartbeat must be shorter than the lease, or leases lapse while bodies run",
+        ));
+    }
+    Ok(heartbeat)
+}
+
+/// The client configuration of `url`, with a connect timeout and the application name set
+/// unless the URL sets them.
+fn client_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        // The URL may hold a password: never echo it.
+        StoreError::with_source(
+            "the PostgreSQL URL is not valid: use postgres://user@host:port/database",
+            e,
+        )
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("idem");
+    }
+    Ok(config)
+}
+
+/// The connection pool of the store.
+fn pool(config: &tokio_postgres::Config, size: usize) -> Result<Pool, StoreError> {
+    let manager = Manager::from_config(
+        config.clone(),
+        NoTls,
+        // A connection the server closed while it sat in the pool (idle_session_timeout, a
+        // terminated backend) is found out by a round trip before it is handed out again.
+        ManagerConfig { recycling_method: RecyclingMethod::Verified },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .wait_timeout(Some(Duration::from_secs(30)))
+        .create_timeout(Some(Duration::from_secs(15)))
+        .build()
+        .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))
+}
+
 impl Store for PgStore {
-    fn owner_id(&self) -> &str {
+    fn instance(&self) -> &str {
         &self.shared.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
-        if let Err(e) = checked(record, &change) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
+    fn insert_if_absent<'a>(
+        &'a self,
+        record: &'a Record,
+        change: Change<'a>,
+    ) -> StoreFuture<'a, Inserted> {
         let (shared, record) = (Arc::clone(&self.shared), record.clone());
         let change = ChangeValues::of(&change);
         let writing = self.shared.writes.start(record.owner.as_str());
@@ -275,16 +244,13 @@ impl Store for PgStore {
         })
     }
 
-    fn replace<'a>(
+    fn compare_and_swap<'a>(
         &'a self,
-        current: &'a Record,
+        expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
-        if let Err(e) = checked(current, &change) {
-            return Box::pin(std::future::ready(Err(e)));
-        }
-        let (shared, current, new) = (Arc::clone(&self.shared), current.clone(), new.cloned());
+        let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
         let change = ChangeValues::of(&change);
         let writing =
             self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
@@ -294,13 +260,14 @@ impl Store for PgStore {
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
-        if let Err(e) = checked(current, &change) {
-            tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
-            return;
-        }
+    fn compare_and_swap_detached(
+        &self,
+        expected: &Record,
+        new: Option<Record>,
+        change: Change<'_>,
+    ) {
         let change = ChangeValues::of(&change);
-        let (shared, current) = (Arc::clone(&self.shared), current.clone());
+        let (shared, current) = (Arc::clone(&self.shared), expected.clone());
         let pending = self.shared.detached.start();
         let earlier = self.shared.writes.settled(current.owner.as_str());
         // Not cancelled with the caller: a settling write must land. It goes out after the
@@ -316,14 +283,14 @@ impl Store for PgStore {
         });
     }
 
-    fn changed<'a>(
+    fn watch<'a>(
         &'a self,
         key: &'a str,
         seen: &'a Record,
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
-        self.runtime.spawn_store(async move { shared.changed(&key, &seen, deadline).await })
+        self.runtime.spawn_store(async move { shared.watch(&key, &seen, deadline).await })
     }
 
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
@@ -334,8 +301,8 @@ impl Store for PgStore {
         })
     }
 
-    fn owner_alive(&self, record: &Record) -> bool {
-        self.shared.lease_left(record).is_some()
+    fn clock(&self) -> u64 {
+        self.shared.db_now()
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
@@ -354,17 +321,6 @@ impl Store for PgStore {
     fn default_wait(&self) -> Duration {
         self.shared.default_wait
     }
-
-    fn waiters(&self, key: &str) -> Option<usize> {
-        Some(self.shared.fanout.subscribers(key))
-    }
-}
-
-/// Refuses a change the history would not keep, before anything is sent.
-fn checked(record: &Record, change: &Change<'_>) -> Result<(), StoreError> {
-    change
-        .check()
-        .map_err(|why| StoreError::new(format!("key {}: {why}; nothing was written", record.key)))
 }
 
 impl std::fmt::Debug for PgStore {

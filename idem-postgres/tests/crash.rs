@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
+use idem_runtime::conformance::transition;
 use idem_runtime::for_stores::block_on;
-use idem_runtime::history::{Change, Event};
+use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 
 // Long beside the heartbeat (250 ms), so that a child starved of CPU on a loaded machine still
@@ -87,7 +88,10 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     );
     let stale = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
     assert_eq!(stale.status, Status::InFlight);
-    assert!(store.owner_alive(&stale), "the heartbeat keeps the owner's lease");
+    assert!(
+        lease::holds(&stale, store.clock(), store.instance()),
+        "the heartbeat keeps the owner's lease"
+    );
 
     child.kill().expect("SIGKILL the owner");
     child.wait().unwrap();
@@ -127,13 +131,14 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     );
 
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
-    let late = stale.done(serde_json::json!("from the dead owner"), idem_runtime::now_ms(), None);
+    let late = transition::complete(&stale, r#""from the dead owner""#.into(), None, 0);
     assert!(
-        !block_on(store.replace(&stale, Some(&late), Change::new(Event::Done, "test"))).unwrap(),
+        !block_on(store.compare_and_swap(&stale, late.new.as_ref(), late.change)).unwrap(),
         "a stale write is refused"
     );
+    let late = transition::release(&stale);
     assert!(
-        !block_on(store.replace(&stale, None, Change::new(Event::Released, "test"))).unwrap(),
+        !block_on(store.compare_and_swap(&stale, None, late.change)).unwrap(),
         "a stale release is refused"
     );
     assert!(!block_on(pg.renew(&stale)).unwrap(), "a stale heartbeat is refused");

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
+use idem_runtime::conformance::{new_call, transition};
 use idem_runtime::for_stores::block_on;
-use idem_runtime::history::{Change, Event};
-use idem_runtime::{now_ms, Call, Error, Record, Reserved, Store};
+use idem_runtime::store::Inserted;
+use idem_runtime::{Call, Error, Store};
 
 fn store(url: &str, schema: &str, lease: Duration) -> Arc<dyn Store> {
     Arc::new(
@@ -209,23 +210,24 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let schema = common::unique_schema("sibling");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
-    let owner = format!("{}#1", store.owner_id());
-    let mine = Record::reserve("k", "sibling", "s", &owner, now_ms());
+    let owner = new_call(store.instance());
+    let mine = transition::reserve("k", "sibling", "s", None, &owner, store.clock());
     assert_eq!(
-        block_on(store.reserve(&mine, Change::new(Event::Reserved, "test"))).unwrap(),
-        Reserved::Mine,
+        block_on(store.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
+        Inserted::New,
         "the first call reserves"
     );
     let held = block_on(store.get("k")).unwrap().expect("the record is there");
 
     // A sibling of the same store instance, believing the lease lapsed, tries to take over.
-    let sibling = held.taken_over(format!("{}#2", store.owner_id()), now_ms());
+    let sibling_owner = new_call(store.instance());
+    let sibling = transition::take_over(&held, &sibling_owner, None, store.clock());
     assert!(
-        !block_on(store.replace(&held, Some(&sibling), Change::new(Event::Done, "test"))).unwrap(),
+        !block_on(store.compare_and_swap(&held, sibling.new.as_ref(), sibling.change)).unwrap(),
         "a live lease is not taken over, by a sibling either"
     );
     let now = block_on(store.get("k")).unwrap().unwrap();
-    assert_eq!((now.owner.as_str(), now.attempts), (owner.as_str(), held.attempts));
+    assert_eq!((&now.owner, now.attempts), (&owner, held.attempts));
 
     // Once the lease has lapsed by the database's clock, the sibling may.
     common::run_sql(
@@ -234,20 +236,21 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     )
     .unwrap();
     let lapsed = block_on(store.get("k")).unwrap().unwrap();
-    let sibling = lapsed.taken_over(format!("{}#2", store.owner_id()), now_ms());
+    let sibling = transition::take_over(&lapsed, &sibling_owner, None, store.clock());
     assert!(
-        block_on(store.replace(&lapsed, Some(&sibling), Change::new(Event::Done, "test"))).unwrap(),
+        block_on(store.compare_and_swap(&lapsed, sibling.new.as_ref(), sibling.change)).unwrap(),
         "a lapsed lease is"
     );
     // And the owner's own settling write is still accepted while its lease lives.
-    let other = Record::reserve("k2", "sibling", "s", &owner, now_ms());
+    let other = transition::reserve("k2", "sibling", "s", None, &owner, store.clock());
+    let other_record = other.new.clone().unwrap();
     assert_eq!(
-        block_on(store.reserve(&other, Change::new(Event::Reserved, "test"))).unwrap(),
-        Reserved::Mine
+        block_on(store.insert_if_absent(&other_record, other.change)).unwrap(),
+        Inserted::New
     );
-    let done = other.done(serde_json::json!(1), now_ms(), None);
+    let done = transition::complete(&other_record, "1".into(), None, store.clock());
     assert!(
-        block_on(store.replace(&other, Some(&done), Change::new(Event::Done, "test"))).unwrap(),
+        block_on(store.compare_and_swap(&other_record, done.new.as_ref(), done.change)).unwrap(),
         "the owner settles its own"
     );
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
+use idem_runtime::conformance::{new_call, transition};
 use idem_runtime::for_stores::block_on;
-use idem_runtime::history::{Change, Event};
-use idem_runtime::{now_ms, Call, Error, Record, Reserved, Status, Store};
+use idem_runtime::store::{lease, Inserted};
+use idem_runtime::{Call, Error, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
     PgStore::builder(url).schema(schema).pool_size(4).connect().expect("the store connects")
@@ -23,30 +24,34 @@ fn a_live_lease_cannot_be_taken_over() {
     let schema = common::unique_schema("live");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
-    let mine = Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
+    let owner = new_call(a.instance());
+    let mine = transition::reserve("k1", "charge_card", "s", None, &owner, a.clock());
     assert_eq!(
-        block_on(a.reserve(&mine, Change::new(Event::Reserved, "test"))).unwrap(),
-        Reserved::Mine,
+        block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
+        Inserted::New,
         "a reserves"
     );
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
-    assert!(b.owner_alive(&held), "the lease is live");
+    assert!(lease::holds(&held, b.clock(), b.instance()), "the lease is live");
     assert!(held.lease_until.is_some());
 
-    let takeover = held.taken_over(format!("{}#1", b.owner_id()), now_ms());
+    let other = new_call(b.instance());
+    let takeover = transition::take_over(&held, &other, None, b.clock());
     assert!(
-        !block_on(b.replace(&held, Some(&takeover), Change::new(Event::Done, "test"))).unwrap(),
+        !block_on(b.compare_and_swap(&held, takeover.new.as_ref(), takeover.change)).unwrap(),
         "a live owner's record is not taken over"
     );
+    // b writing under a's owner: the store refuses an owner that is not one of its calls.
+    let release = transition::release(&held);
     assert!(
-        !block_on(b.replace(&held, None, Change::new(Event::Released, "test"))).unwrap(),
+        !block_on(b.compare_and_swap(&held, None, release.change)).unwrap(),
         "nor released by another"
     );
     assert!(block_on(a.renew(&held)).unwrap(), "the owner renews its lease");
 
-    let done = held.done(serde_json::json!(1), now_ms(), None);
+    let done = transition::complete(&held, "1".into(), None, a.clock());
     assert!(
-        block_on(a.replace(&held, Some(&done), Change::new(Event::Done, "test"))).unwrap(),
+        block_on(a.compare_and_swap(&held, done.new.as_ref(), done.change)).unwrap(),
         "the owner finishes"
     );
     let finished = block_on(b.get("k1")).unwrap().unwrap();
@@ -290,9 +295,9 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
         client
     });
     let reserving = std::thread::spawn(move || {
-        let mine =
-            Record::reserve("k1", "charge_card", "s", format!("{}#1", a.owner_id()), now_ms());
-        block_on(a.reserve(&mine, Change::new(Event::Reserved, "test")))
+        let owner = new_call(a.instance());
+        let mine = transition::reserve("k1", "charge_card", "s", None, &owner, a.clock());
+        block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change))
     });
     // The reservation's insert waits for the other's to end.
     let waiting = format!(
@@ -305,13 +310,13 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
     );
     runtime.block_on(other.batch_execute("COMMIT")).unwrap();
     match reserving.join().unwrap().expect("the reservation answers") {
-        Reserved::Taken(found) => {
+        Inserted::Existing(found) => {
             assert_eq!(found.owner.as_str(), "another-process#1");
             assert_eq!(
                 (found.status, found.result.as_deref()),
                 (Status::Done, Some("\"ch_other\""))
             );
         }
-        Reserved::Mine => panic!("reserved a key another writer holds"),
+        Inserted::New => panic!("reserved a key another writer holds"),
     }
 }

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::history::{Change, Entry, Event};
+use crate::history::Entry;
 use crate::key::Key;
-use crate::protocol::{assess, Assessment, Status};
-use crate::record::{now_ms, Record};
+use crate::lifecycle::transition;
+use crate::lifecycle::{assess, Assessment, Record, Status};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -27,14 +27,8 @@ pub struct Filter {
     pub tool: Option<String>,
 }
 
-/// How an operator settles an in-doubt record.
-#[derive(Clone, Debug)]
-pub enum Resolution {
-    /// The effect did not land: delete the record, so that the next call runs the body.
-    Release,
-    /// The effect landed: record this result, which later calls replay.
-    Done(serde_json::Value),
-}
+pub use crate::lifecycle::owner::operator;
+pub use crate::lifecycle::Resolution;
 
 /// Which finished records [`purge`] removes.
 #[derive(Clone, Copy, Debug)]
@@ -114,9 +108,10 @@ pub trait Admin: sealed::Sealed {
     /// Counts records by status and tool, as [`stats`].
     fn stats(&mut self) -> Result<Stats, Error>;
 
-    /// Whether the owner of an in-flight record still runs it (see [`Store::owner_alive`]),
-    /// for telling an operator what a call would make of the record.
-    fn owner_alive(&self, record: &Record) -> bool;
+    /// What a call would make of `record` now (see [`crate::store::assess`]), for telling an
+    /// operator where the record's status alone does not say (an in-flight record whose owner
+    /// is gone).
+    fn assess(&self, record: &Record) -> Assessment;
 }
 
 mod sealed {
@@ -176,8 +171,8 @@ impl Admin for Local {
         stats(self.store.as_ref())
     }
 
-    fn owner_alive(&self, record: &Record) -> bool {
-        self.store.owner_alive(record)
+    fn assess(&self, record: &Record) -> Assessment {
+        assess(Some(record), self.store.clock(), self.store.instance())
     }
 }
 
@@ -239,8 +234,7 @@ pub fn history(store: &dyn Store, key: &Key) -> Result<Vec<Entry>, Error> {
 /// Settles an in-doubt record (or an in-flight one whose owner is gone); anything else is
 /// refused with [`Error::NotResolvable`]. Returns the record as it now stands (`None` when
 /// released). The key's history records it as resolved `by` (an operator: `user@host`, see
-/// [`crate::history::operator`]) with `note`; a `by` or note the history would not keep
-/// ([`Change::check`]) is refused before anything is read.
+/// [`operator`]) with `note`, each made to fit a history entry (one line, bounded).
 pub fn resolve(
     store: &dyn Store,
     key: &Key,
@@ -248,22 +242,16 @@ pub fn resolve(
     by: &str,
     note: Option<&str>,
 ) -> Result<Option<Record>, Error> {
-    let mut change = Change::new(Event::Resolved, by);
-    change.note = note;
-    change.check().map_err(|why| store_error(Some(key.as_str()), crate::StoreError::new(why)))?;
     let current = show(store, key)?;
-    if assess(Some(&current), now_ms(), |r| store.owner_alive(r)) != Assessment::InDoubt {
+    if assess(Some(&current), store.clock(), store.instance()) != Assessment::InDoubt {
         return Err(Error::NotResolvable {
             key: key.to_string(),
             tool: current.tool,
             status: current.status,
         });
     }
-    let new = match resolution {
-        Resolution::Release => None,
-        Resolution::Done(result) => Some(current.done(result, now_ms(), None)),
-    };
-    let swapped = block_on(store.replace(&current, new.as_ref(), change))
+    let step = transition::resolve(&current, &resolution, by, note, store.clock());
+    let swapped = block_on(store.compare_and_swap(&current, step.new.as_ref(), step.change))
         .map_err(|e| store_error(Some(key.as_str()), e))?;
     if !swapped {
         return Err(Error::store(
@@ -275,15 +263,13 @@ pub fn resolve(
         ));
     }
     tracing::info!(key = %key, tool = %current.tool, "idem: resolved by an operator");
-    Ok(new)
+    Ok(step.new)
 }
 
 /// Removes finished records as `which` says, with their histories; never an in-flight or
 /// in-doubt one. `by` is who purges (an operator's `user@host`). Returns how many were removed.
 pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<usize, Error> {
-    let change = Change::new(Event::Purged, by);
-    change.check().map_err(|why| store_error(None, crate::StoreError::new(why)))?;
-    let now = now_ms();
+    let now = store.clock();
     // A record that cannot be read is not known to be finished: it is kept, and logged.
     let (records, unreadable) = read_all(store)?;
     for error in &unreadable {
@@ -298,8 +284,9 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<usize, Error> 
                 now.saturating_sub(finished) > age.as_millis() as u64
             }
         };
+        let step = transition::purge(by);
         if remove
-            && block_on(store.replace(record, None, change))
+            && block_on(store.compare_and_swap(record, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?
         {
             removed += 1;

@@ -111,7 +111,7 @@ pub(crate) fn scope(name: &str) -> String {
     format!(
         "{name}-{}-{}-{}",
         std::process::id(),
-        crate::now_ms(),
+        crate::store::now_ms(),
         NONCE.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -126,19 +126,12 @@ pub(crate) fn status(store: &Arc<dyn Store>, key: &Key) -> Option<Status> {
     block_on(store.get(key.as_str())).expect("the store answers get").map(|r| r.status)
 }
 
-/// Returns once a caller waits for `key` to change (the store says it has registered for the
-/// change, so it cannot miss it): a check of the wait path must not race the waiter.
-pub(crate) fn until_waiting(store: &Arc<dyn Store>, key: &Key) {
+/// Returns once a caller waits for `key` to change (it has read the record and waits on the
+/// store, so a change from now on reaches it): a check of the wait path must not race the
+/// waiter.
+pub(crate) fn until_waiting(key: &Key) {
     let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        match store.waiters(key.as_str()) {
-            Some(n) if n > 0 => return,
-            Some(_) => {}
-            None => panic!(
-                "the store does not report its waiters (`Store::waiters`): the suite needs it to \
-                 know that a waiter is waiting"
-            ),
-        }
+    while crate::engine::waiting(key.as_str()) == 0 {
         assert!(Instant::now() < until, "no caller ever waited for key {key}");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -311,7 +304,7 @@ pub fn waiter_gets_owner_result(store: Arc<dyn Store>) {
             })
         })
     };
-    until_waiting(&store, call(&store, "book_room", &scope).key());
+    until_waiting(call(&store, "book_room", &scope).key());
     let finished = Instant::now();
     finish_tx.send(()).unwrap();
     assert_eq!(owner.join().unwrap().unwrap(), "room-1");
@@ -352,7 +345,7 @@ pub fn waiter_takes_over_after_release(store: Arc<dyn Store>) {
             })
         })
     };
-    until_waiting(&store, call(&store, "book_room", &scope).key());
+    until_waiting(call(&store, "book_room", &scope).key());
     let released = Instant::now();
     finish_tx.send(()).unwrap();
     assert!(matches!(owner.join().unwrap(), Err(ToolError::Declined)));
@@ -523,4 +516,13 @@ pub fn distinct_keys_each_run_once(store: Arc<dyn Store>) {
     let counts = counts.lock().unwrap();
     let wrong: Vec<_> = counts.iter().enumerate().filter(|(_, &c)| c != 1).collect();
     assert!(wrong.is_empty(), "each of 4000 keys runs exactly once; (key, runs) off: {wrong:?}");
+}
+
+/// The lifecycle's transitions, for the tests of a store outside this crate: they write records
+/// and changes as the engine would, through the store's own interface.
+pub use crate::lifecycle::transition;
+
+/// A new call of the store instance `instance`, as the engine makes one for each call.
+pub fn new_call(instance: &str) -> crate::store::Owner {
+    crate::store::Owner::new_call(instance)
 }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::protocol::Status;
+use crate::lifecycle::Status;
 
 /// A failure of the store backend, with its source. Backend-neutral: sled, PostgreSQL and any
 /// other store report through this type.
@@ -174,6 +174,25 @@ pub enum Error {
         calling: String,
     },
 
+    /// This call's body ran, but while it ran the key was taken over or settled by someone else
+    /// (its owner was presumed dead: a process paused past its lease, or an operator's
+    /// resolve), and the store holds no result to return in its place. Its own result was not
+    /// recorded, and the effect may have run twice.
+    #[error(
+        "key {key} (tool `{tool}`): this call's effect ran, but the key was taken over or \
+         settled while it ran (its owner was taken for dead), so its result was not recorded \
+         and the store holds {now}; the effect may have run twice: check the target system and \
+         `idem show {key}` before calling again"
+    )]
+    Superseded {
+        /// The key of the call.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// What the store holds now: a status, or `absent`.
+        now: String,
+    },
+
     /// A text given as a key is not one (operator API, `idem show`, `idem resolve`).
     #[error(
         "{text:?} is not a key: a key is 32 lower-case hex digits, such as \
@@ -227,9 +246,31 @@ impl Error {
             | Error::InFlight { key, .. }
             | Error::InDoubt { key, .. }
             | Error::SharedToolName { key, .. }
+            | Error::Superseded { key, .. }
             | Error::NotFound { key }
             | Error::NotResolvable { key, .. } => Some(key),
             Error::Store { key, .. } => key.as_deref(),
+        }
+    }
+
+    /// What kind of error this is, in one spelling (kebab-case, and a status's own spelling for
+    /// `in-flight` and `in-doubt`): `key`, `replay`, `result`, `in-flight`, `in-doubt`,
+    /// `shared-tool-name`, `superseded`, `not-a-key`, `not-found`, `not-resolvable`, `store`.
+    /// What an MCP
+    /// client reads as the error's kind, and what the metrics' outcomes spell.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Key { .. } => "key",
+            Error::Replay { .. } => "replay",
+            Error::Result { .. } => "result",
+            Error::InFlight { .. } => Status::InFlight.as_str(),
+            Error::InDoubt { .. } => Status::InDoubt.as_str(),
+            Error::SharedToolName { .. } => "shared-tool-name",
+            Error::Superseded { .. } => "superseded",
+            Error::NotAKey { .. } => "not-a-key",
+            Error::NotFound { .. } => "not-found",
+            Error::NotResolvable { .. } => "not-resolvable",
+            Error::Store { .. } => "store",
         }
     }
 

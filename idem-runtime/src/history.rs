@@ -10,11 +10,12 @@
 //! An entry never holds a tool's arguments or result: only the time, the event, the state the
 //! record was left in, who made the change, and a short note.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::Status;
+use crate::lifecycle::Status;
 
 /// The longest note an entry keeps, in bytes of UTF-8.
 pub const MAX_NOTE: usize = 1024;
@@ -25,6 +26,7 @@ pub const MAX_BY: usize = 512;
 /// What a reconciler learnt when it asked the vendor whether an in-doubt effect landed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Answer {
     /// The effect landed: the record is settled as done with the vendor's result.
     Landed,
@@ -59,6 +61,7 @@ impl Answer {
 /// as `"answer"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Event {
     /// A call reserved the absent key (in flight).
     Reserved,
@@ -115,9 +118,8 @@ impl Event {
         matches!(self, Event::Purged)
     }
 
-    /// Every kind of event, with each answer of a reconcile: for stores that keep the event as
-    /// a number (the sled store stores an event as its index here: append new events, never
-    /// reorder), and for tests.
+    /// Every kind of event, with each answer of a reconcile. A store that keeps an event as a
+    /// number gives each its own explicit tag (the order here is no format).
     pub const ALL: [Event; 12] = [
         Event::Reserved,
         Event::TookOver,
@@ -152,74 +154,107 @@ impl fmt::Display for Event {
 }
 
 /// The description of a write that a store records in the key's history with it: what happened,
-/// who did it, and why. Cheap to build at a call site:
+/// who did it, and why. Only the lifecycle makes one (see `lifecycle/transition.rs`), so a
+/// history holds only changes that a transition made; a store reads it with [`Change::event`],
+/// [`Change::by`] and [`Change::note`].
 ///
-/// ```
-/// use idem_runtime::history::{Answer, Change, Event};
-/// let owner = "sled:1:2:3#4";
-/// let change = Change::new(Event::Reconciled { answer: Answer::Landed }, owner)
-///     .note("the vendor has charge ch_1 under this key");
-/// assert_eq!(change.event.as_str(), "reconciled");
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Any text that reaches a change from user code (a reconciler's error, a panic message, an
+/// operator's note) is made to fit as it is given: a control character is written as its escape
+/// (`\n`), and text past the bound is cut at a character boundary and ends with [`TRUNCATED`].
+/// A note never makes a write fail.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Change<'a> {
-    /// What happened.
-    pub event: Event,
-    /// Who made the change: the owner of the call, the store instance that opened the store,
-    /// or an operator's `user@host`.
-    pub by: &'a str,
-    /// Why, when there is something to say: the reason a key is in doubt, an operator's note.
-    pub note: Option<&'a str>,
+    event: Event,
+    by: Cow<'a, str>,
+    note: Option<Cow<'a, str>>,
 }
 
 impl<'a> Change<'a> {
     /// A change `event` made by `by`, with no note.
-    pub const fn new(event: Event, by: &'a str) -> Change<'a> {
-        Change { event, by, note: None }
+    pub(crate) fn new(event: Event, by: &'a str) -> Change<'a> {
+        Change { event, by: fit(by, MAX_BY), note: None }
     }
 
     /// This change with `note`.
-    pub const fn note(self, note: &'a str) -> Change<'a> {
+    pub(crate) fn with_note(self, note: impl Into<Cow<'a, str>>) -> Change<'a> {
+        let note = match note.into() {
+            Cow::Borrowed(text) => fit(text, MAX_NOTE),
+            Cow::Owned(text) => Cow::Owned(fit(&text, MAX_NOTE).into_owned()),
+        };
         Change { note: Some(note), ..self }
     }
 
-    /// Refuses what a history does not keep: a `by` or a note too long, or with control
-    /// characters (an entry is printed on one line). Stores call it before they write anything;
-    /// the message names the input.
-    pub fn check(&self) -> Result<(), String> {
-        check_text("the author of the change", self.by, MAX_BY)?;
-        if let Some(note) = self.note {
-            check_note(note)?;
-        }
-        Ok(())
+    /// What happened.
+    pub fn event(&self) -> Event {
+        self.event
+    }
+
+    /// Who made the change: the owner of the call, the store instance that opened the store,
+    /// or an operator's `user@host`. At most [`MAX_BY`] bytes, on one line.
+    pub fn by(&self) -> &str {
+        &self.by
+    }
+
+    /// Why, when there is something to say: the reason a key is in doubt, an operator's note.
+    /// At most [`MAX_NOTE`] bytes, on one line.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
     }
 }
 
-/// Refuses a note the history would not keep: longer than [`MAX_NOTE`] bytes, or holding a
-/// control character (a newline, a tab, an escape sequence), since an entry prints on one line.
+/// Whether `note` fits a history entry as it is (at most [`MAX_NOTE`] bytes, no control
+/// character), for a front end that would rather refuse an operator's note than have it cut and
+/// escaped (the `idem` command does, before it writes anything); the message names the input.
 pub fn check_note(note: &str) -> Result<(), String> {
-    check_text("the note", note, MAX_NOTE)
+    if note.len() > MAX_NOTE {
+        return Err(format!(
+            "the note is {} bytes, more than the {MAX_NOTE} a history entry keeps: shorten it",
+            note.len()
+        ));
+    }
+    match note.chars().find(|c| c.is_control()) {
+        Some(c) => Err(format!(
+            "the note holds the control character {c:?} (U+{:04X}); a history entry is one line \
+             of text: remove it",
+            c as u32
+        )),
+        None => Ok(()),
+    }
 }
 
-fn check_text(what: &str, text: &str, max: usize) -> Result<(), String> {
-    if text.len() > max {
-        return Err(format!(
-            "{what} is {} bytes, more than the {max} a history entry keeps: shorten it",
-            text.len()
-        ));
+/// What ends a text that was cut to fit a history entry.
+pub const TRUNCATED: &str = "…(truncated)";
+
+/// `text` as a history entry keeps it: one line of at most `max` bytes (see [`Change`]).
+fn fit(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max && !text.chars().any(char::is_control) {
+        return Cow::Borrowed(text);
     }
-    if let Some(c) = text.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "{what} holds the control character {:?} (U+{:04X}); a history entry is one line of \
-             text: remove it",
-            c, c as u32
-        ));
+    let mut out = String::with_capacity(text.len().min(max + 16));
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+        if out.len() > max {
+            break;
+        }
     }
-    Ok(())
+    if out.len() > max {
+        let mut end = max - TRUNCATED.len();
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push_str(TRUNCATED);
+    }
+    Cow::Owned(out)
 }
 
 /// One change in a key's history, as a store reads it back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Entry {
     /// Milliseconds since the Unix epoch when the change was made (the store's clock).
     pub at: u64,
@@ -236,14 +271,25 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry as a store reads it back from what it stored.
+    pub fn new(
+        at: u64,
+        event: Event,
+        status: Option<Status>,
+        by: String,
+        note: Option<String>,
+    ) -> Entry {
+        Entry { at, event, status, by, note }
+    }
+
     /// The entry a store records for `change`, made at `at`, which left the record in `status`.
     pub fn of(change: &Change<'_>, status: Option<Status>, at: u64) -> Entry {
         Entry {
             at,
             event: change.event,
             status,
-            by: change.by.to_owned(),
-            note: change.note.map(str::to_owned),
+            by: change.by().to_owned(),
+            note: change.note().map(str::to_owned),
         }
     }
 
@@ -252,11 +298,6 @@ impl Entry {
     pub fn state(&self) -> &'static str {
         self.status.map_or("absent", Status::as_str)
     }
-}
-
-/// Who an operator is, as a history records them: `user@host`.
-pub fn operator(user: &str, host: &str) -> String {
-    format!("{user}@{host}")
 }
 
 #[cfg(test)]
@@ -284,15 +325,17 @@ mod tests {
     }
 
     #[test]
-    fn a_note_is_bounded_and_one_line() {
-        assert!(check_note("called the vendor: no charge").is_ok());
-        assert!(check_note(&"é".repeat(MAX_NOTE / 2)).is_ok());
-        let long = check_note(&"x".repeat(MAX_NOTE + 1)).unwrap_err();
-        assert!(long.contains("the note") && long.contains("1025 bytes"), "{long}");
-        let odd = check_note("two\nlines").unwrap_err();
-        assert!(odd.contains("the note") && odd.contains("U+000A"), "{odd}");
-        assert!(check_note("bell\u{7}").is_err() && check_note("esc\u{1b}[2J").is_err());
-        let by = Change::new(Event::Resolved, &"u".repeat(MAX_BY + 1)).check().unwrap_err();
-        assert!(by.contains("author"), "{by}");
+    fn text_from_user_code_is_made_to_fit_never_refused() {
+        let plain = Change::new(Event::InDoubt, "me").with_note("called the vendor: no charge");
+        assert_eq!(plain.note(), Some("called the vendor: no charge"));
+        let odd = Change::new(Event::InDoubt, "me").with_note("two\nlines\u{1b}[2J");
+        assert_eq!(odd.note(), Some("two\\nlines\\u{1b}[2J"));
+        let long = "é".repeat(MAX_NOTE);
+        let cut = Change::new(Event::InDoubt, "me").with_note(long.as_str());
+        let note = cut.note().unwrap();
+        assert!(note.len() <= MAX_NOTE && note.ends_with(TRUNCATED), "{}", note.len());
+        assert!(note.starts_with("éé"));
+        let by = "u".repeat(MAX_BY + 1);
+        assert!(Change::new(Event::Resolved, &by).by().len() <= MAX_BY);
     }
 }

@@ -21,18 +21,7 @@ impl From<Error> for ErrorData {
             Error::Key { .. } | Error::NotAKey { .. } => ErrorCode::INVALID_PARAMS,
             _ => ErrorCode::INTERNAL_ERROR,
         };
-        let kind = match error {
-            Error::Key { .. } => "key",
-            Error::Replay { .. } => "replay",
-            Error::Result { .. } => "result",
-            Error::InFlight { .. } => "in_flight",
-            Error::InDoubt { .. } => "in_doubt",
-            Error::SharedToolName { .. } => "shared_tool_name",
-            Error::NotAKey { .. } => "not_a_key",
-            Error::NotFound { .. } => "not_found",
-            Error::NotResolvable { .. } => "not_resolvable",
-            Error::Store { .. } => "store",
-        };
+        let kind = error.kind();
         let data = serde_json::json!({
             "idem": { "error": kind, "key": error.key(), "retryable": error.is_retryable() }
         });
@@ -95,7 +84,7 @@ mod tests {
         assert_eq!(
             data.data,
             Some(serde_json::json!({
-                "idem": { "error": "in_doubt", "key": key, "retryable": false }
+                "idem": { "error": "in-doubt", "key": key, "retryable": false }
             }))
         );
 

@@ -35,7 +35,7 @@ impl Outcome {
             Outcome::Replay => "replay",
             Outcome::Waited => "waited",
             Outcome::Reconciled => "reconciled",
-            Outcome::InDoubt => "in-doubt",
+            Outcome::InDoubt => crate::lifecycle::Status::InDoubt.as_str(),
             Outcome::Released => "released",
             Outcome::Error => "error",
         }

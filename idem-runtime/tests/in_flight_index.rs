@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Filter};
-use idem_runtime::{now_ms, Call, Error, Key, Record, SledStore, Status, Store};
+use idem_runtime::store::now_ms;
+use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
 use serde_json::json;
 
 const CHILD: &str = "IDEM_INDEX_CHILD";
@@ -112,21 +113,15 @@ fn old_record(order: usize, status: Status) -> (Key, Vec<u8>) {
     let call = charge(order);
     let key = call.key().clone();
     let now = now_ms();
-    let reserved = Record::reserve(
-        key.as_str(),
-        "charge_card",
-        &format!("order-{order}"),
-        "sled:1:1:0#1",
-        now,
-    );
-    let record = match status {
-        Status::InFlight => reserved,
-        Status::Done => reserved.done(json!(format!("ch_{order}")), now, None),
-        Status::InDoubt => reserved.in_doubt(now),
-    };
+    let done = status == Status::Done;
     // That format also kept a fingerprint of the arguments, which the store now skips.
-    let mut value = serde_json::to_value(&record).unwrap();
-    value["fingerprint"] = json!("00");
+    let value = json!({
+        "key": key.as_str(), "status": status.as_str(), "tool": "charge_card",
+        "scope": format!("order-{order}"), "owner": "sled:1:1:0#1", "attempts": 1,
+        "created_at": now, "updated_at": now, "completed_at": if done { Some(now) } else { None },
+        "expires_at": null, "result": if done { Some(format!("ch_{order}")) } else { None },
+        "fingerprint": "00",
+    });
     (key, serde_json::to_vec(&value).unwrap())
 }
 

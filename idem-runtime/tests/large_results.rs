@@ -129,7 +129,10 @@ fn a_new_run_over_an_expired_record_removes_its_results_chunks() {
         let store = open(dir.path());
         let expiring = || call(&store, "expired").ttl(Duration::from_millis(1));
         expiring().run(|| Ok::<_, Error>(result_of(100_000))).unwrap();
-        while !admin::show(&*store, expiring().key()).unwrap().is_expired(idem_runtime::now_ms()) {
+        while !admin::show(&*store, expiring().key())
+            .unwrap()
+            .is_expired(idem_runtime::store::now_ms())
+        {
             std::thread::yield_now();
         }
         let small = expiring().run(|| Ok::<_, Error>("small".to_owned()));

@@ -10,7 +10,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use idem_runtime::admin::{self, Filter};
-use idem_runtime::{now_ms, Call, Error, InDoubtPolicy, Key, SledStore, Status, Store};
+use idem_runtime::store::now_ms;
+use idem_runtime::{Call, Error, InDoubtPolicy, Key, SledStore, Status, Store};
 
 fn sled() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();

@@ -1,13 +1,12 @@
-//! The parameters' side of validation: plain and wrapped names, the flattened argument object,
-//! and the scope path that names a parameter or one of its fields.
+//! The typed parameters as the checks see them: plain and wrapped names, and the flattened
+//! argument object.
 
 use proc_macro2::{Span, TokenStream};
 use quote::ToTokens;
-use syn::ext::IdentExt;
-use syn::{FnArg, Ident, LitStr, Member, Pat, Type};
+use syn::{FnArg, Ident, Pat, Type};
 
-use super::{Flatten, Scope};
-use crate::args::ParamOptions;
+use crate::attr::ParamOptions;
+use crate::checked::Flatten;
 
 pub(super) fn plain_name(pat: &Pat) -> Option<&Ident> {
     match pat {
@@ -22,6 +21,24 @@ pub(super) struct Param<'a> {
     pub(super) name: Option<&'a Ident>,
     pub(super) typed: &'a syn::PatType,
     pub(super) options: ParamOptions,
+}
+
+/// The typed parameters of `sig` (not its receiver), each with its `#[idem(…)]` options.
+pub(super) fn typed<'a>(sig: &'a syn::Signature, param_options: &[ParamOptions]) -> Vec<Param<'a>> {
+    sig.inputs
+        .iter()
+        .zip(param_options)
+        .filter_map(|(input, options)| match input {
+            FnArg::Receiver(_) => None,
+            FnArg::Typed(typed) => {
+                // A flattened parameter may be a one-field wrapper pattern: its binding is the
+                // argument object.
+                let name = plain_name(&typed.pat)
+                    .or_else(|| options.flatten.and_then(|_| wrapped_name(&typed.pat)));
+                Some(Param { name, typed, options: *options })
+            }
+        })
+        .collect()
 }
 
 /// `req` in `Parameters(req)` or `Wrapper { 0: req }`: the one name a wrapper pattern binds.
@@ -116,85 +133,6 @@ pub(super) fn not_an_object(ty: &Type) -> bool {
     }
 }
 
-pub(super) fn parse_scope(
-    lit: &LitStr,
-    params: &[Param],
-    flatten: Option<&Flatten>,
-    sig: &syn::Signature,
-    errors: &mut Vec<syn::Error>,
-) -> Option<Scope> {
-    let written = lit.value();
-    let mut segments = written.split('.').peekable();
-    let first = segments.peek().copied().unwrap_or_default();
-    let first = first.strip_prefix("r#").unwrap_or(first);
-    let param = params.iter().find_map(|p| p.name.filter(|n| n.unraw() == first));
-    // The scope's text as a user reads it: unrawed, and without the flattened object's name.
-    let mut text = String::new();
-    let param = match (param, flatten) {
-        (Some(param), _) => {
-            segments.next();
-            text.push_str(first);
-            param.clone()
-        }
-        // Not a parameter: a field of the argument object, as the client names it.
-        (None, Some(flat)) => flat.name.clone(),
-        (None, None) => {
-            let names: Vec<String> = sig
-                .inputs
-                .iter()
-                .map(|input| match input {
-                    FnArg::Receiver(receiver) => receiver.self_token.to_token_stream().to_string(),
-                    FnArg::Typed(typed) => pattern_text(&typed.pat),
-                })
-                .collect();
-            let known = match names.as_slice() {
-                [] => "the function has no parameters".to_owned(),
-                names => format!("the function's parameters are: {}", names.join(", ")),
-            };
-            let patterned = params.iter().any(|p| p.name.is_none());
-            let hint = if patterned {
-                "; a pattern's binding such as `req` in `Parameters(req)` can be named once the \
-                 parameter is marked `#[idem(flatten)]`, which also lets the scope name a field \
-                 of it directly (\"invoice_id\")"
-            } else {
-                ""
-            };
-            errors.push(syn::Error::new_spanned(
-                lit,
-                format!(
-                    "`scope = \"{written}\"` names no parameter ({known}); the scope is a parameter, \
-                     or a field path into one such as \"req.order_id\"{hint}"
-                ),
-            ));
-            return None;
-        }
-    };
-    let mut fields = Vec::new();
-    for segment in segments {
-        let Some(member) = field(segment, lit.span()) else {
-            errors.push(syn::Error::new_spanned(
-                lit,
-                format!("`{segment}` in `scope = \"{written}\"` is not a field name"),
-            ));
-            return None;
-        };
-        if !text.is_empty() {
-            text.push('.');
-        }
-        match &member {
-            Member::Named(ident) => text.push_str(&ident.unraw().to_string()),
-            Member::Unnamed(index) => text.push_str(&index.index.to_string()),
-        }
-        fields.push(member);
-    }
-    Some(Scope { text, param, fields })
-}
-
-/// A parameter's pattern as the user wrote it, spaced the way rustfmt would.
-pub(super) fn pattern_text(pat: &Pat) -> String {
-    tidy(pat.to_token_stream())
-}
-
 /// Tokens as text without the spaces `to_string` puts between every two of them.
 pub(super) fn tidy(tokens: TokenStream) -> String {
     let text = tokens.to_string();
@@ -202,17 +140,4 @@ pub(super) fn tidy(tokens: TokenStream) -> String {
         .into_iter()
         .chain([(" >", ">"), (" :: ", "::"), (":: ", "::"), ("& ", "&")])
         .fold(text, |text, (from, to)| text.replace(from, to))
-}
-
-/// A field of a scope path, `r#type` or `type` alike naming the field `r#type`.
-pub(super) fn field(segment: &str, span: Span) -> Option<Member> {
-    if let Ok(index) = segment.parse::<u32>() {
-        return Some(Member::Unnamed(syn::Index { index, span }));
-    }
-    let plain = segment.strip_prefix("r#").unwrap_or(segment);
-    let mut ident = syn::parse_str::<Ident>(plain)
-        .or_else(|_| syn::parse_str::<Ident>(&format!("r#{plain}")))
-        .ok()?;
-    ident.set_span(span);
-    Some(Member::Named(ident))
 }

@@ -1,19 +1,9 @@
 //! The check of `reconcile = "…"`: the function it names, and whether the tool can lend it its
 //! receiver.
 
-use proc_macro2::Span;
 use syn::{LitStr, Path};
 
-/// The reconciler named by `reconcile = "…"`.
-pub(crate) struct Reconciler {
-    /// Its path, spanned on the literal.
-    pub(crate) path: Path,
-    /// Whether it is a method of the tool's type, called with the tool's `&self`: the tool takes
-    /// `&self` and the path is one name.
-    pub(crate) method: bool,
-    /// The literal, for spans.
-    pub(crate) span: Span,
-}
+use crate::checked::Reconciler;
 
 /// The reconciler `reconcile = "…"` names: a path, called with the key; for a tool taking
 /// `&self`, one name is a method of the same type, called with `&self` and the key. A method

@@ -24,7 +24,7 @@ pub fn unique_schema(prefix: &str) -> String {
     format!(
         "t_{prefix}_{}_{}_{}",
         std::process::id(),
-        idem_runtime::now_ms() % 1_000_000_000,
+        idem_runtime::store::now_ms() % 1_000_000_000,
         NONCE.fetch_add(1, Ordering::Relaxed)
     )
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{call, eventually_status, scope, status, ToolError};
 use crate::admin::{self, Filter, Purge, Resolution};
 use crate::exec::block_on;
-use crate::history::{Change, Event};
+use crate::lifecycle::transition;
 use crate::{Call, Error, InDoubtPolicy, Status, Store};
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
@@ -24,15 +24,14 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
         .in_doubt(InDoubtPolicy::Rerun)
         .run(|| Ok::<_, Error>("sent".into()))
         .unwrap();
-    let stale_done = doubtful.done(serde_json::json!("late"), crate::now_ms(), None);
-    let by = doubtful.owner.as_str();
+    let stale = transition::complete(&doubtful, r#""late""#.into(), None, store.clock());
     assert!(
-        !block_on(store.replace(&doubtful, Some(&stale_done), Change::new(Event::Done, by)))
-            .unwrap(),
+        !block_on(store.compare_and_swap(&doubtful, stale.new.as_ref(), stale.change)).unwrap(),
         "a stale write is refused"
     );
+    let stale = transition::release(&doubtful);
     assert!(
-        !block_on(store.replace(&doubtful, None, Change::new(Event::Released, by))).unwrap(),
+        !block_on(store.compare_and_swap(&doubtful, None, stale.change)).unwrap(),
         "a stale release is refused"
     );
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
@@ -195,7 +194,7 @@ fn undo_one_takeover(store: &Arc<dyn Store>, expired: bool) -> bool {
             call(store, "charge_card", &scope).ttl(Duration::from_millis(1)).run(|| Ok(1));
         assert_eq!(first.unwrap(), 1);
         let expires = block_on(store.get(key.as_str())).unwrap().unwrap().expires_at.unwrap();
-        while crate::now_ms() <= expires {
+        while crate::store::now_ms() <= expires {
             std::thread::yield_now();
         }
     } else {
@@ -237,7 +236,7 @@ fn undo_one_takeover(store: &Arc<dyn Store>, expired: bool) -> bool {
             std::time::Instant::now() < until,
             "the key is left in flight by a caller that has gone ({now:?})"
         );
-        now = block_on(store.changed(key.as_str(), &now, until)).unwrap().unwrap();
+        now = block_on(store.watch(key.as_str(), &now, until)).unwrap().unwrap();
     }
     assert_eq!(now.status, before.status, "the key is as it was before the takeover");
     assert_eq!(now.result, before.result);

@@ -8,7 +8,9 @@ use std::time::Duration;
 use super::{call, eventually_status, scope, status, ToolError};
 use crate::admin::{self, Purge, Resolution};
 use crate::exec::block_on;
-use crate::history::{Answer, Change, Entry, Event, MAX_NOTE};
+use crate::history::{Answer, Entry, Event, MAX_NOTE};
+use crate::lifecycle::transition;
+use crate::store::Inserted;
 use crate::{Error, InDoubtPolicy, Key, Status, Store};
 
 fn history(store: &Arc<dyn Store>, key: &Key) -> Vec<Entry> {
@@ -91,32 +93,27 @@ pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn St
     eventually_status(&store, &key, Status::InDoubt);
     let before = history(&store, &key);
 
-    let long = "x".repeat(MAX_NOTE + 1);
-    for bad in [long.as_str(), "two\nlines"] {
-        let refused = admin::resolve(store.as_ref(), &key, Resolution::Release, "ann@h", Some(bad));
-        let message =
-            refused.expect_err("a note the history would not keep is refused").to_string();
-        assert!(message.contains("the note"), "the error names the input: {message}");
-    }
-    assert_eq!(status(&store, &key), Some(Status::InDoubt), "a refused resolve changes nothing");
-    assert_eq!(history(&store, &key), before, "nor the history");
-
-    let note = "vendor dashboard shows ch_9 — «paid» ✓";
+    // An operator's note longer than an entry keeps, over two lines: made to fit, never a
+    // reason for the resolve to fail.
+    let note = format!("vendor dashboard shows ch_9 — «paid» ✓\n{}", "x".repeat(MAX_NOTE));
     admin::resolve(
         store.as_ref(),
         &key,
         Resolution::Done(serde_json::json!("ch_9")),
         "ann@ops-1",
-        Some(note),
+        Some(&note),
     )
     .unwrap();
     let entries = history(&store, &key);
     let last = entries.last().expect("an entry for the resolve");
     assert_eq!(
-        (last.event, last.status, last.by.as_str(), last.note.as_deref()),
-        (Event::Resolved, Some(Status::Done), "ann@ops-1", Some(note)),
+        (last.event, last.status, last.by.as_str()),
+        (Event::Resolved, Some(Status::Done), "ann@ops-1"),
         "{entries:?}"
     );
+    let kept = last.note.as_deref().expect("the note is kept");
+    assert!(kept.starts_with("vendor dashboard shows ch_9 — «paid» ✓\\nxxx"), "{kept}");
+    assert!(kept.len() <= MAX_NOTE && kept.ends_with(crate::history::TRUNCATED), "{kept}");
     assert_eq!(entries.len(), before.len() + 1);
 
     std::thread::sleep(Duration::from_millis(5));
@@ -143,27 +140,29 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     }));
     eventually_status(&store, &key, Status::InDoubt);
     let doubtful = block_on(store.get(key.as_str())).unwrap().unwrap();
-    let owner = doubtful.owner.as_str();
+    let now = store.clock();
 
-    // A reconciler's write, which the store must spell back with its answer.
-    let asked = Change::new(Event::Reconciled { answer: Answer::CannotTell }, owner)
-        .note("the vendor has no record of this key yet");
-    let still = doubtful.in_doubt(crate::now_ms());
-    assert!(block_on(store.replace(&doubtful, Some(&still), asked)).unwrap());
-    let landed = Change::new(Event::Reconciled { answer: Answer::Landed }, owner);
-    let done = still.done(serde_json::json!("sent"), crate::now_ms(), None);
-    assert!(block_on(store.replace(&still, Some(&done), landed)).unwrap());
+    // A reconciler's write, which the store must spell back with its answer; its note came from
+    // user code, and is made to fit one line.
+    let why = "the vendor has no record\nof this key yet";
+    let asked = transition::settle_cannot_tell(&doubtful, Answer::CannotTell, why, now);
+    let still = asked.new.clone().unwrap();
+    assert!(block_on(store.compare_and_swap(&doubtful, Some(&still), asked.change)).unwrap());
+    let landed = transition::settle_landed(&still, r#""sent""#.into(), None, now);
+    let done = landed.new.clone().unwrap();
+    assert!(block_on(store.compare_and_swap(&still, Some(&done), landed.change)).unwrap());
     let before = history(&store, &key);
+    let noted = before.iter().rev().find(|e| e.note.is_some()).unwrap();
+    assert_eq!(noted.note.as_deref(), Some("the vendor has no record\\nof this key yet"));
 
     // Stale writes are refused by the fence, and leave no entry.
-    let stale = Change::new(Event::Done, owner);
-    assert!(!block_on(store.replace(&doubtful, Some(&done), stale)).unwrap());
-    assert!(!block_on(store.replace(&still, None, Change::new(Event::Released, owner))).unwrap());
-    let taken = block_on(store.reserve(&doubtful, Change::new(Event::Reserved, owner))).unwrap();
-    assert!(matches!(taken, crate::Reserved::Taken(_)), "{taken:?}");
-    // A change the history would not keep is refused before anything is written.
-    let odd = Change::new(Event::Purged, owner).note("\u{1b}[2J");
-    assert!(block_on(store.replace(&done, None, odd)).is_err(), "an odd note is refused");
+    let stale = transition::complete(&doubtful, r#""sent""#.into(), None, now);
+    assert!(!block_on(store.compare_and_swap(&doubtful, Some(&done), stale.change)).unwrap());
+    let stale = transition::release(&still);
+    assert!(!block_on(store.compare_and_swap(&still, None, stale.change)).unwrap());
+    let again = transition::reserve(key.as_str(), "send_email", &scope, None, &doubtful.owner, now);
+    let found = block_on(store.insert_if_absent(again.new.as_ref().unwrap(), again.change));
+    assert!(matches!(found.unwrap(), Inserted::Existing(_)), "a reservation finds the record");
     assert_eq!(status(&store, &key), Some(Status::Done), "and the record stays");
 
     let after = history(&store, &key);
@@ -178,7 +177,7 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     );
     assert_eq!(
         after[after.len() - 2].note.as_deref(),
-        Some("the vendor has no record of this key yet")
+        Some("the vendor has no record\\nof this key yet")
     );
 }
 

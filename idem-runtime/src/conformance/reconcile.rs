@@ -189,7 +189,7 @@ pub fn two_callers_on_a_key_in_doubt_reconcile_once(store: Arc<dyn Store>) {
             )
         })
     };
-    until_waiting(&store, &key);
+    until_waiting(&key);
     answer_tx.send(()).unwrap();
     assert_eq!(first.join().unwrap().unwrap(), "ch_vendor");
     assert_eq!(second.join().unwrap().unwrap(), "ch_vendor", "the waiter gets the answer");

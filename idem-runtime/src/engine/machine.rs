@@ -1,42 +1,25 @@
-//! The state machine of one call, every transition in this file:
-//!
-//! ```text
-//! absent ──reserve──▶ in-flight ──complete──▶ done ──(ttl passes)──▶ taken over ──▶ in-flight
-//!                        │  ▲
-//!           release ◀────┤  └──take over (in_doubt = "rerun")── in-doubt
-//!  (Err; dropped before  │
-//!   the body: undone)    └──leave_in_doubt──▶ in-doubt
-//!                           (Err after may_have_landed(), a panic, a future dropped while
-//!                            the body ran, a result that cannot be stored)
-//!
-//! in-doubt ──take over to reconcile──▶ in-flight (same attempts; the reconciler runs)
-//!                                        ├─ landed(v) ──settle_landed──▶ done(v)
-//!                                        ├─ not landed ──settle_not_landed──▶ absent (reserve again)
-//!                                        └─ cannot tell, an error, a panic, a dropped future
-//!                                             ──settle_cannot_tell──▶ in-doubt
-//! ```
-//!
-//! [`Call::acquire`] is one `loop { match … }` over the [`assess`]ment of the record found.
-//! A [`Reservation`] is what a call holds while it owns the key; it is settled by an explicit
-//! call ([`Reservation::complete`], [`Reservation::release`],
-//! [`Reservation::leave_in_doubt`]), and its `Drop` is only a safety net that calls the same
-//! transitions without waiting. Outside the engine, two more transitions exist: a sled store
-//! marks at open the in-flight records a dead process left in doubt, and an operator settles an
-//! in-doubt record (`admin::resolve`).
+//! The state machine of one call: [`Call::acquire`] is one `loop { match … }` over the
+//! [`assess`]ment of the record found, and a [`Reservation`] is what a call holds while it owns
+//! the key. Every transition is a function of `lifecycle/transition.rs`; this file decides which
+//! one a call makes, and writes it through [`Reservation::take`] (to own the key) or
+//! [`Reservation::settle`] (to give it up). The reservation's `Drop` is only a safety net that
+//! makes the same transitions without waiting.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::reconcile::{ask, Reconciled};
+use super::reconciler::{ask, Reconciled};
+use super::waiting::Waiting;
 use super::{Call, Codec, InDoubtPolicy};
 use crate::error::{Error, StoreError};
-use crate::history::{Answer, Change, Event};
+use crate::history::Answer;
 use crate::key::Key;
+use crate::lifecycle::transition::{self, Step};
+use crate::lifecycle::{assess, Assessment, Owner, Record, Status};
 use crate::meter::{self, Outcome};
-use crate::protocol::{assess, Assessment, Owner, Status};
-use crate::record::{now_ms, Record};
-use crate::store::{Reserved, Store};
+use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
 
 /// What [`Call::acquire`] ends with.
@@ -50,8 +33,18 @@ pub(super) enum Acquired<T> {
     Reconciled(T),
 }
 
+/// What [`Reservation::take`] found.
+// Taken apart at once, as `Inserted` is: boxing the record would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Taken {
+    /// The key is this call's.
+    Mine(Box<Reservation>),
+    /// The record was no longer as seen: here it is now (`None`: absent).
+    Moved(Option<Record>),
+}
+
 /// How asking a reconciler about a key in doubt ended.
-pub(super) enum Reconciliation<T> {
+enum Reconciliation<T> {
     /// It landed: the result is recorded `Done`.
     Landed(T),
     /// It did not land: the key is released, for the body to run.
@@ -59,26 +52,74 @@ pub(super) enum Reconciliation<T> {
     /// The key is in doubt again, for `reason`; the record as written.
     InDoubt { record: Box<Record>, reason: String },
     /// Someone else took the record over or settled it first: nothing was asked.
-    Moved,
+    Moved(Option<Record>),
 }
 
-/// The reservation a call holds while it owns the key: a first reservation and a takeover
-/// alike, from the moment the write that makes it is sent.
+/// The reservation a call holds while it owns the key: a first reservation, a takeover and a
+/// takeover to reconcile alike, from the moment the write that makes it is sent.
 pub(super) struct Reservation {
     store: Arc<dyn Store>,
     record: Record,
-    /// What is put back if the call ends before its body starts: the record a takeover
-    /// replaced, or for a reconciliation the key in doubt, written as this call; `None` for a
-    /// first reservation, which is then deleted.
+    /// What [`transition::undo`] puts back if the call ends before its body starts: the record
+    /// a takeover replaced (for a reconciliation, the key in doubt); `None` for a first
+    /// reservation, which is then deleted.
     before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
-    settled: bool,
+    /// Whether a settling write landed (an atomic, so that settling takes `&self` while the
+    /// transition borrows the held record).
+    settled: AtomicBool,
 }
 
 impl Reservation {
-    fn new(store: &Arc<dyn Store>, record: Record, before: Option<Record>) -> Reservation {
-        Reservation { store: Arc::clone(store), record, before, started: false, settled: false }
+    /// Makes `step` (a reservation or a takeover, whose new record is in flight) over `found`,
+    /// the record the call saw (`None`: absent). Guarded from before the write is sent, so that
+    /// a call dropped while the write is under way undoes it.
+    pub(super) async fn take(
+        store: &Arc<dyn Store>,
+        found: Option<Record>,
+        step: Step<'_>,
+    ) -> Result<Taken, StoreError> {
+        let record = step.new.expect("a reservation or takeover leaves a record in flight");
+        let pending = Box::new(Reservation {
+            store: Arc::clone(store),
+            record,
+            before: found,
+            started: false,
+            settled: AtomicBool::new(false),
+        });
+        let written = match &pending.before {
+            None => match store.insert_if_absent(&pending.record, step.change).await? {
+                Inserted::New => None,
+                Inserted::Existing(existing) => Some(Some(existing)),
+            },
+            Some(before) => {
+                match store.compare_and_swap(before, Some(&pending.record), step.change).await? {
+                    true => None,
+                    false => Some(store.get(&pending.record.key).await?),
+                }
+            }
+        };
+        match written {
+            None => Ok(Taken::Mine(pending)),
+            Some(now) => {
+                pending.settled.store(true, Ordering::Relaxed);
+                Ok(Taken::Moved(now))
+            }
+        }
+    }
+
+    /// Takes `found` (in doubt, or in flight under an owner that no longer holds it) over to ask
+    /// the tool's reconciler, for a new call of `store`; `function` is the calling function's
+    /// path (a sweep has none, and keeps the record's).
+    pub(super) async fn take_to_reconcile(
+        store: &Arc<dyn Store>,
+        found: Record,
+        function: Option<&str>,
+    ) -> Result<Taken, StoreError> {
+        let owner = Owner::new_call(store.instance());
+        let step = transition::take_over_to_reconcile(&found, &owner, function, store.clock());
+        Reservation::take(store, Some(found), step).await
     }
 
     /// From here on, the body runs: dropping the reservation leaves the key in doubt.
@@ -86,22 +127,25 @@ impl Reservation {
         self.started = true;
     }
 
-    /// The description of a change this call makes to its record, for the key's history.
-    fn change(&self, event: Event) -> Change<'_> {
-        Change::new(event, self.record.owner.as_str())
+    /// Writes `step`, a transition away from the held record; whether it was stored (`false`:
+    /// the record changed hands meanwhile, and that write stands), and the record it wrote.
+    /// Settled either way; on an error the reservation stays unsettled, and its `Drop` tries
+    /// again.
+    async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
+        let Step { new, change } = step;
+        let stored = self.store.compare_and_swap(&self.record, new.as_ref(), change).await?;
+        self.settled.store(true, Ordering::Relaxed);
+        Ok((stored, new))
     }
 
-    /// in-flight → done: records `json`, the body's result. Returns whether it was stored
-    /// (`false`: the record changed hands while the body ran, and that write stands).
-    async fn complete(&mut self, json: String, ttl: Option<Duration>) -> Result<bool, Error> {
-        let done = self.record.done_json(json, now_ms(), ttl);
-        let change = self.change(Event::Done);
-        let stored = self.store.replace(&self.record, Some(&done), change).await.map_err(|e| {
-            // Unsettled, the reservation leaves the key in doubt as it drops.
-            Error::store(Some(&self.record.key), Some(&self.record.tool), e)
-        })?;
-        self.settled = true;
-        Ok(stored)
+    /// in-flight → done with `json`, the body's result.
+    async fn complete(&self, json: String, ttl: Option<Duration>) -> Result<bool, Error> {
+        let step = transition::complete(&self.record, json, ttl, self.store.clock());
+        // Unsettled after an error, the reservation leaves the key in doubt as it drops.
+        match self.settle(step).await {
+            Ok((stored, _)) => Ok(stored),
+            Err(e) => Err(Error::store(Some(&self.record.key), Some(&self.record.tool), e)),
+        }
     }
 
     /// in-flight → absent: nothing landed, so the next call runs the body.
@@ -110,169 +154,87 @@ impl Reservation {
         // as it drops, rather than marking the key in doubt.
         self.started = false;
         meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
-        match self.store.replace(&self.record, None, self.change(Event::Released)).await {
-            Ok(_) => {
-                self.settled = true;
-                tracing::debug!(key = %self.record.key, tool = %self.record.tool, "idem: released after an error")
-            }
+        let step = transition::release(&self.record);
+        let (key, tool) = (&self.record.key, &self.record.tool);
+        match self.settle(step).await {
+            Ok(_) => tracing::debug!(key = %key, tool = %tool, "idem: released after an error"),
             Err(e) => {
-                tracing::error!(key = %self.record.key, tool = %self.record.tool, error = %e, "idem: cannot release the key after an error")
+                tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot release the key after an error")
             }
         }
     }
 
-    /// in-flight → in-doubt: the effect may have landed, and only an operator or the
-    /// `in_doubt` policy may decide; `why` goes into the key's history.
-    async fn leave_in_doubt(&mut self, why: &str) {
-        let doubt = self.record.in_doubt(now_ms());
-        let change = self.change(Event::InDoubt).note(why);
-        match self.store.replace(&self.record, Some(&doubt), change).await {
+    /// in-flight → in-doubt, for the reason `why`.
+    async fn leave_in_doubt(&self, why: &str) {
+        let step = transition::leave_in_doubt(&self.record, why, self.store.clock());
+        let (key, tool) = (&self.record.key, &self.record.tool);
+        match self.settle(step).await {
             Ok(_) => {
-                self.settled = true;
-                meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
-                tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body failed after its effect may have landed");
+                meter::call(tool, Outcome::InDoubt, Duration::ZERO);
+                tracing::warn!(key = %key, tool = %tool, "idem: in doubt: the body failed after its effect may have landed");
             }
             // Unsettled, the reservation tries once more as it drops.
             Err(e) => {
-                tracing::error!(key = %self.record.key, tool = %self.record.tool, error = %e, "idem: cannot mark the key in doubt")
+                tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot mark the key in doubt")
             }
         }
     }
 
-    /// in-doubt → in-flight, to ask the reconciler: takes `existing` (in doubt, or in flight
-    /// under a dead owner) over for a new call of `store`, with the same `attempts`. Guarded from
-    /// before the write is sent, like a takeover: dropped unsettled (the call is cancelled while
-    /// the reconciler runs), it puts the key back in doubt. `None` when the record had moved on.
-    /// `function` is the calling function's path, recorded as a rerun records it (a sweep has
-    /// none, and keeps the record's).
-    pub(super) async fn take_over_to_reconcile(
-        store: &Arc<dyn Store>,
-        existing: &Record,
-        function: Option<&str>,
-    ) -> Result<Option<Box<Reservation>>, StoreError> {
-        let now = now_ms();
-        let mut record = existing.reconciling(Owner::new_call(store.owner_id()), now);
-        if let Some(function) = function {
-            record.function = Some(function.to_owned());
-        }
-        // What a cancelled reconciliation puts back: in doubt, written as this call, so that a
-        // store with leases takes it as the owner's own settling write.
-        let doubt = record.in_doubt(now);
-        let mut pending = Box::new(Reservation::new(store, record, Some(doubt)));
-        let change = Change::new(Event::TookOver, pending.record.owner.as_str())
-            .note("to ask the tool's reconciler whether the effect landed");
-        if store.replace(existing, Some(&pending.record), change).await? {
-            tracing::info!(key = %existing.key, tool = %existing.tool, "idem: took over to reconcile");
-            Ok(Some(pending))
-        } else {
-            pending.settled = true;
-            Ok(None)
-        }
-    }
-
-    /// in-flight (reconciling) → done: the reconciler found the effect landed, with `json`.
-    /// Returns whether it was stored (`false`: the record changed hands meanwhile, as when an
-    /// operator resolved it; that write stands).
-    pub(super) async fn settle_landed(
-        &mut self,
-        json: String,
+    /// Settles a reconciliation by the reconciler's answer: landed (`Ok(json)`), not landed
+    /// (`None`), or still in doubt (`Err((answer, reason))`). Returns whether it was stored,
+    /// and the record written.
+    pub(super) async fn settle_reconciled(
+        &self,
+        answer: Result<Option<String>, (Answer, &str)>,
         ttl: Option<Duration>,
-    ) -> Result<bool, StoreError> {
-        let done = self.record.done_json(json, now_ms(), ttl);
-        let change = self.change(Event::Reconciled { answer: Answer::Landed });
-        let stored = self.store.replace(&self.record, Some(&done), change).await?;
-        self.settled = true;
-        meter::reconciliation(&self.record.tool, Answer::Landed);
-        tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect landed; its result is recorded");
-        Ok(stored)
-    }
-
-    /// in-flight (reconciling) → absent: the reconciler found the effect did not land, so the
-    /// key is released and the next reservation runs the body.
-    pub(super) async fn settle_not_landed(&mut self) -> Result<bool, StoreError> {
-        let change = self.change(Event::Reconciled { answer: Answer::NotLanded });
-        let released = self.store.replace(&self.record, None, change).await?;
-        self.settled = true;
-        meter::reconciliation(&self.record.tool, Answer::NotLanded);
-        tracing::info!(key = %self.record.key, tool = %self.record.tool, "idem: reconciled: the effect did not land; the key is released");
-        Ok(released)
-    }
-
-    /// in-flight (reconciling) → in-doubt: the reconciler could not tell, erred or panicked
-    /// (`reason` says which), or its answer cannot be stored. Returns the record as written.
-    pub(super) async fn settle_cannot_tell(
-        &mut self,
-        answer: Answer,
-        reason: &str,
-    ) -> Result<Record, StoreError> {
-        let doubt = self.record.in_doubt(now_ms());
-        let change = self.change(Event::Reconciled { answer }).note(reason);
-        self.store.replace(&self.record, Some(&doubt), change).await?;
-        self.settled = true;
+    ) -> Result<(bool, Option<Record>), StoreError> {
+        let now = self.store.clock();
+        let record = &self.record;
+        let (step, counted) = match answer {
+            Ok(Some(json)) => (transition::settle_landed(record, json, ttl, now), Answer::Landed),
+            Ok(None) => (transition::settle_not_landed(record), Answer::NotLanded),
+            Err((answer, reason)) => {
+                (transition::settle_cannot_tell(record, answer, reason, now), answer)
+            }
+        };
+        let (stored, written) = self.settle(step).await?;
         // Only the answer is counted here: a call that then returns `Error::InDoubt` is counted
         // as it returns, and a sweep is no call.
-        meter::reconciliation(&self.record.tool, answer);
-        tracing::warn!(key = %self.record.key, tool = %self.record.tool, reason, "idem: still in doubt: the reconciler did not settle it");
-        Ok(doubt)
+        meter::reconciliation(&record.tool, counted);
+        tracing::info!(key = %record.key, tool = %record.tool, answer = counted.as_str(), stored, "idem: reconciled");
+        Ok((stored, written))
     }
 
-    /// in-flight → as it was before this call, without waiting, for `Drop`: the body never
-    /// started, so nothing landed. A first reservation is deleted; a takeover puts back the
-    /// record it replaced (an in-doubt key stays in doubt, an expired result stays expired), and
-    /// a reconciliation puts the key back in doubt.
-    fn undo_detached(&mut self) {
-        self.settled = true;
-        // Put back as this call's own write: on a store with leases, only the owner may replace
-        // an in-flight record while its lease holds, and this call's lease holds until the
-        // write lands (it would otherwise be renewed, and the key kept in flight, for as long
-        // as the store lives). The owner of a record that is not in flight means nothing else.
-        let back =
-            self.before.take().map(|before| Record { owner: self.record.owner.clone(), ..before });
-        let change = Change::new(Event::Undone, self.record.owner.as_str())
-            .note("the call ended before its body started");
-        self.store.replace_detached(&self.record, back, change);
+    /// The record as this reservation wrote it.
+    pub(super) fn record(&self) -> &Record {
+        &self.record
     }
 
-    /// [`Reservation::leave_in_doubt`] without waiting, for `Drop`.
-    fn leave_in_doubt_detached(&mut self) {
-        self.settled = true;
-        meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
-        tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
-        let change = self
-            .change(Event::InDoubt)
-            .note("the body panicked, its future was dropped, or its result could not be stored");
-        self.store.replace_detached(&self.record, Some(self.record.in_doubt(now_ms())), change);
+    /// The store this reservation writes to.
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 }
 
 impl Drop for Reservation {
     /// The safety net of a call that ended without settling: a panic, a dropped future, or a
-    /// settling write that failed.
+    /// settling write that failed. It makes the same transitions, without waiting.
     fn drop(&mut self) {
-        if !self.settled {
-            if self.started {
-                self.leave_in_doubt_detached();
-            } else {
-                self.undo_detached();
-            }
+        if self.settled.swap(true, Ordering::Relaxed) {
+            return;
         }
+        let step = if self.started {
+            meter::call(&self.record.tool, Outcome::InDoubt, Duration::ZERO);
+            tracing::warn!(key = %self.record.key, tool = %self.record.tool, "idem: in doubt: the body panicked or its future was dropped");
+            transition::leave_in_doubt(&self.record, transition::DROPPED, self.store.clock())
+        } else {
+            transition::undo(&self.record, self.before.as_ref(), self.store.clock())
+        };
+        self.store.compare_and_swap_detached(&self.record, step.new, step.change);
     }
 }
 
 impl Call {
-    /// A record for this call, owned by a new call of `store`.
-    fn fresh_record(&self, store: &dyn Store) -> Record {
-        let mut record = Record::reserve(
-            self.key.as_str(),
-            &self.tool,
-            &self.scope,
-            Owner::new_call(store.owner_id()),
-            now_ms(),
-        );
-        record.function.clone_from(&self.function);
-        record
-    }
-
     /// Refuses a record another function wrote: the two share a tool name, and so its keys.
     /// Records that name no function (written by `Call` without one, or by another language's
     /// client) are taken as this call's.
@@ -313,133 +275,132 @@ impl Call {
         Rf: FnOnce(Key) -> Fut,
         Fut: Future<Output = Result<Reconciled<T>, String>>,
     {
-        let key = self.key.as_str();
         let failed = |e| self.store_error(e);
         // Taken when the first wait begins: a replay never needs the clock for it.
         let mut deadline = None;
         // Why the reconciler left the key in doubt, once it was asked.
         let mut unsettled = None;
-        let mut found = store.peek(key).await.map_err(failed)?;
+        let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
         loop {
             if let Some(found) = &found {
                 self.check_function(found)?;
             }
-            let takeover = match assess(found.as_ref(), now_ms(), |r| store.owner_alive(r)) {
-                Assessment::Absent => {
-                    let fresh = self.fresh_record(store.as_ref());
-                    let mut pending = Reservation::new(store, fresh, None);
-                    let change = Change::new(Event::Reserved, pending.record.owner.as_str());
-                    match store.reserve(&pending.record, change).await {
-                        Ok(Reserved::Mine) => {
-                            tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
-                            return Ok(Acquired::Owned(Box::new(pending)));
-                        }
-                        Ok(Reserved::Taken(existing)) => {
-                            pending.settled = true;
-                            found = Some(existing);
-                            continue;
-                        }
-                        // The insert may or may not have happened: the reservation undoes it if
-                        // it did.
-                        Err(e) => return Err(failed(e)),
-                    }
-                }
+            match assess(found.as_ref(), store.clock(), store.instance()) {
                 Assessment::Replay => {
                     let existing = found.as_ref().expect("assessed a found record");
                     return self.replay(existing, codec).map(Acquired::Replay);
                 }
-                Assessment::Expired => self.fresh_record(store.as_ref()),
                 Assessment::Running => {
                     let existing = found.take().expect("assessed a found record");
-                    tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
                     let deadline = *deadline.get_or_insert_with(|| {
                         let now = *waited_since.insert(Instant::now());
                         deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
-                    found = store.changed(key, &existing, deadline).await.map_err(failed)?;
-                    let unchanged =
-                        found.as_ref().is_some_and(|now| now.fence() == existing.fence());
-                    if unchanged && Instant::now() >= deadline {
-                        return Err(Error::InFlight {
-                            key: self.key.to_string(),
-                            tool: self.tool.clone(),
-                            since_ms: existing.created_at,
-                        });
-                    }
+                    found = self.wait_for_owner(store, existing, deadline).await?;
                     continue;
                 }
                 Assessment::InDoubt if reconcile.is_some() => {
                     let existing = found.take().expect("assessed a found record");
                     let ask = reconcile.take().expect("a reconciler to ask");
-                    match self.reconcile(codec, store, &existing, ask).await? {
+                    match self.reconcile(codec, store, existing, ask).await? {
                         Reconciliation::Landed(value) => return Ok(Acquired::Reconciled(value)),
                         Reconciliation::Released => found = None,
                         Reconciliation::InDoubt { record, reason } => {
                             unsettled = Some(reason);
                             found = Some(*record);
                         }
-                        Reconciliation::Moved => found = store.get(key).await.map_err(failed)?,
+                        Reconciliation::Moved(now) => found = now,
                     }
                     continue;
                 }
-                Assessment::InDoubt => {
+                Assessment::InDoubt if self.in_doubt == InDoubtPolicy::Fail => {
                     let existing = found.as_ref().expect("assessed a found record");
-                    match self.in_doubt {
-                        InDoubtPolicy::Fail => {
-                            tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: not running");
-                            return Err(Error::InDoubt {
-                                key: self.key.to_string(),
-                                tool: self.tool.clone(),
-                                since_ms: existing.updated_at,
-                                reason: unsettled.take(),
-                            });
-                        }
-                        InDoubtPolicy::Rerun => {
-                            let mut takeover =
-                                existing.taken_over(Owner::new_call(store.owner_id()), now_ms());
-                            if self.function.is_some() {
-                                takeover.function.clone_from(&self.function);
-                            }
-                            takeover
-                        }
-                    }
+                    return Err(self.in_doubt_error(existing, unsettled.take()));
                 }
-            };
-            // Expired or in doubt: take the record over, if it is still as it was found. Guarded
-            // like a first reservation from before the write is sent, so that a call dropped
-            // while it waits for the write undoes it instead of leaving the key in flight.
-            let existing = found.take().expect("assessed a found record");
-            let mut pending = Reservation::new(store, takeover, Some(existing));
-            let before = pending.before.as_ref().expect("a takeover replaces a record");
-            let why = match before.status {
-                Status::Done => "its result expired",
-                _ => "in doubt, and the call reruns it (in_doubt = \"rerun\")",
-            };
-            let change = Change::new(Event::TookOver, pending.record.owner.as_str()).note(why);
-            match store.replace(before, Some(&pending.record), change).await {
-                Ok(true) => {
-                    meter::takeover(&self.tool);
-                    tracing::info!(key = %self.key, tool = %self.tool, attempts = pending.record.attempts, "idem: took over");
-                    return Ok(Acquired::Owned(Box::new(pending)));
-                }
-                Ok(false) => pending.settled = true,
-                // The write may or may not have happened: the reservation undoes it if it did.
-                Err(e) => return Err(failed(e)),
+                // Absent, expired, or in doubt under `in_doubt = "rerun"`: claim the key.
+                _ => {}
             }
-            found = store.get(key).await.map_err(failed)?;
+            match self.claim(store, found.take()).await.map_err(failed)? {
+                Taken::Mine(owned) => return Ok(Acquired::Owned(owned)),
+                Taken::Moved(now) => found = now,
+            }
         }
     }
 
+    /// Waits for the owner of `existing` until the record changes or `deadline` passes; the
+    /// record then (`None`: released). [`Error::InFlight`] when it never changed.
+    async fn wait_for_owner(
+        &self,
+        store: &Arc<dyn Store>,
+        existing: Record,
+        deadline: Instant,
+    ) -> Result<Option<Record>, Error> {
+        let key = self.key.as_str();
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
+        let _waiting = Waiting::start(key);
+        let now = store.watch(key, &existing, deadline).await.map_err(|e| self.store_error(e))?;
+        match now {
+            Some(now) if now.is_as(&existing) && Instant::now() >= deadline => {
+                Err(Error::InFlight {
+                    key: self.key.to_string(),
+                    tool: self.tool.clone(),
+                    since_ms: existing.created_at,
+                })
+            }
+            now => Ok(now),
+        }
+    }
+
+    /// The error of a call that finds its key in doubt and may not run, with why the
+    /// reconciler (if one was asked) left it so.
+    fn in_doubt_error(&self, existing: &Record, reason: Option<String>) -> Error {
+        tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: not running");
+        Error::InDoubt {
+            key: self.key.to_string(),
+            tool: self.tool.clone(),
+            since_ms: existing.updated_at,
+            reason,
+        }
+    }
+
+    /// Makes this call the owner of its key, found as `found` (`None`: absent): a reservation,
+    /// or a takeover.
+    async fn claim(
+        &self,
+        store: &Arc<dyn Store>,
+        found: Option<Record>,
+    ) -> Result<Taken, StoreError> {
+        let owner = Owner::new_call(store.instance());
+        let function = self.function.as_deref();
+        let (key, now) = (self.key.as_str(), store.clock());
+        let step = match &found {
+            None => transition::reserve(key, &self.tool, &self.scope, function, &owner, now),
+            Some(found) => transition::take_over(found, &owner, function, now),
+        };
+        let takeover = found.is_some();
+        let taken = Reservation::take(store, found, step).await?;
+        if let Taken::Mine(owned) = &taken {
+            if takeover {
+                meter::takeover(&self.tool);
+                tracing::info!(key = %self.key, tool = %self.tool, attempts = owned.record().attempts, "idem: took over");
+            } else {
+                tracing::debug!(key = %self.key, tool = %self.tool, "idem: reserved");
+            }
+        }
+        Ok(taken)
+    }
+
     /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
-    /// the record in doubt. Only a result that reads back into `T` is recorded: what is recorded
-    /// `Done` must replay, and JSON cannot carry some values (NaN is written as `null`, and a
-    /// value nested past serde_json's 128 levels does not read back).
+    /// the record in doubt. Only a result that reads back into `T` is recorded. When the write
+    /// is refused because the key moved on while the body ran, the caller gets what the store
+    /// holds instead (`Some`: the result recorded in its place), or [`Error::Superseded`]: never
+    /// its own result as if it were recorded.
     pub(super) async fn complete<T, E>(
         &self,
         codec: Codec<T, E>,
-        mut owned: Box<Reservation>,
+        owned: Box<Reservation>,
         value: &T,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<T>, Error> {
         let json = match encode_for_replay(codec, value) {
             Ok(json) => json,
             Err(reason) => {
@@ -453,21 +414,30 @@ impl Call {
         };
         if owned.complete(json, self.ttl).await? {
             tracing::debug!(key = %self.key, tool = %self.tool, "idem: done");
-        } else {
-            // Someone settled or took the record over while the body ran (an operator, or a
-            // fleet peer after our lease lapsed): their write stands, ours is refused.
-            tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+            return Ok(None);
         }
-        Ok(())
+        // Someone settled or took the record over while the body ran (an operator, or a fleet
+        // peer after our lease lapsed): their write stands, ours is refused.
+        tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+        let store = owned.store();
+        let now = store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?;
+        match now {
+            Some(record) if record.status == Status::Done => self.replay(&record, codec).map(Some),
+            now => Err(Error::Superseded {
+                key: self.key.to_string(),
+                tool: self.tool.clone(),
+                now: now.map_or("absent", |record| record.status.as_str()).to_owned(),
+            }),
+        }
     }
 
-    /// Asks `ask` whether the effect of the call that left `existing` in doubt landed, holding
-    /// the key meanwhile, and settles the record by the answer.
+    /// Asks `ask_it` whether the effect of the call that left `existing` in doubt landed,
+    /// holding the key meanwhile, and settles the record by the answer.
     async fn reconcile<T, E, Rf, Fut>(
         &self,
         codec: Codec<T, E>,
         store: &Arc<dyn Store>,
-        existing: &Record,
+        existing: Record,
         ask_it: Rf,
     ) -> Result<Reconciliation<T>, Error>
     where
@@ -475,19 +445,22 @@ impl Call {
         Fut: Future<Output = Result<Reconciled<T>, String>>,
     {
         let failed = |e| self.store_error(e);
-        let Some(mut pending) =
-            Reservation::take_over_to_reconcile(store, existing, self.function.as_deref())
-                .await
-                .map_err(failed)?
-        else {
-            return Ok(Reconciliation::Moved);
+        let function = self.function.as_deref();
+        let pending = match Reservation::take_to_reconcile(store, existing, function).await {
+            Ok(Taken::Mine(pending)) => pending,
+            Ok(Taken::Moved(now)) => return Ok(Reconciliation::Moved(now)),
+            Err(e) => return Err(failed(e)),
         };
         // Unsettled until one of the settling writes below lands: a cancelled call, or a write
         // that fails, puts the key back in doubt as the reservation drops.
         let (answer, reason) = match ask(ask_it, self.key.clone()).await {
             Ok(Reconciled::Landed(value)) => match encode_for_replay(codec, &value) {
                 Ok(json) => {
-                    if !pending.settle_landed(json, self.ttl).await.map_err(failed)? {
+                    let (stored, _) = pending
+                        .settle_reconciled(Ok(Some(json)), self.ttl)
+                        .await
+                        .map_err(failed)?;
+                    if !stored {
                         tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the reconciler ran; its answer was not stored");
                     }
                     return Ok(Reconciliation::Landed(value));
@@ -495,14 +468,16 @@ impl Call {
                 Err(reason) => (Answer::Erred, format!("its answer cannot be recorded: {reason}")),
             },
             Ok(Reconciled::NotLanded) => {
-                pending.settle_not_landed().await.map_err(failed)?;
+                pending.settle_reconciled(Ok(None), self.ttl).await.map_err(failed)?;
                 return Ok(Reconciliation::Released);
             }
             Ok(Reconciled::CannotTell) => (Answer::CannotTell, "it could not tell".to_owned()),
             Err(reason) => (Answer::Erred, reason),
         };
-        let record = pending.settle_cannot_tell(answer, &reason).await.map_err(failed)?;
-        Ok(Reconciliation::InDoubt { record: Box::new(record), reason })
+        let (_, written) =
+            pending.settle_reconciled(Err((answer, &reason)), self.ttl).await.map_err(failed)?;
+        let record = Box::new(written.expect("still in doubt leaves a record"));
+        Ok(Reconciliation::InDoubt { record, reason })
     }
 
     /// Settles the record after the body returned `Err`: released, unless the body said its

@@ -9,6 +9,7 @@
 use std::fmt::Display;
 use std::future::{ready, Future};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use serde::de::DeserializeOwned;
@@ -28,11 +29,16 @@ use crate::store::Store;
 mod args;
 mod context;
 mod machine;
-pub(crate) mod reconcile;
+mod reconciler;
+mod sweep;
+mod waiting;
 
 pub use self::args::Args;
 pub use self::context::{current_key, may_have_landed, try_current_key};
-pub use self::reconcile::{Reconciled, Sweep, SweepOutcome, SweepReport, Swept};
+pub(crate) use self::reconciler::erred;
+pub use self::reconciler::Reconciled;
+pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
+pub use self::waiting::waiting;
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -160,7 +166,7 @@ impl Call {
     fn resolve_store(&self) -> Result<Arc<dyn Store>, Error> {
         match &self.store {
             Some(store) => Ok(Arc::clone(store)),
-            None => crate::default::default_store().map_err(|e| match e {
+            None => crate::store::default::default_store().map_err(|e| match e {
                 Error::Store { source, .. } => self.store_error(source),
                 other => other,
             }),
@@ -202,18 +208,7 @@ impl Call {
         T: Serialize + DeserializeOwned,
         E: From<Error>,
     {
-        self.run_with(Codec::serde(), body)
-    }
-
-    /// [`Call::run`] with the result's encoding and the error's conversion given as a
-    /// [`Codec`]: no trait bounds, for generated code.
-    #[doc(hidden)]
-    pub fn run_with<T, E>(
-        self,
-        codec: Codec<T, E>,
-        body: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, E> {
-        self.run_sync_inner(codec, None::<fn(Key) -> Ready<T>>, body)
+        block_on(self.execute(Codec::serde(), None::<fn(Key) -> Ready<T>>, sync_body(body)))
     }
 
     /// [`Call::run`] for a tool with a reconciler: a call that finds its key in doubt (or in
@@ -256,58 +251,8 @@ impl Call {
         E: From<Error>,
         R: Display,
     {
-        let reconcile = move |key: Key| ready(reconcile(&key).map_err(reconcile::erred));
-        self.run_sync_inner(Codec::serde(), Some(reconcile), body)
-    }
-
-    /// [`Call::run_reconciled`] with a [`Codec`], and the reconciler's error already a reason.
-    #[doc(hidden)]
-    pub fn run_reconciled_with<T, E>(
-        self,
-        codec: Codec<T, E>,
-        reconcile: impl FnOnce(&Key) -> Result<Reconciled<T>, String>,
-        body: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, E> {
-        let reconcile = move |key: Key| ready(reconcile(&key));
-        self.run_sync_inner(codec, Some(reconcile), body)
-    }
-
-    fn run_sync_inner<T, E, Rf, Fut>(
-        self,
-        codec: Codec<T, E>,
-        mut reconcile: Option<Rf>,
-        body: impl FnOnce() -> Result<T, E>,
-    ) -> Result<T, E>
-    where
-        Rf: FnOnce(Key) -> Fut,
-        Fut: Future<Output = Result<Reconciled<T>, String>>,
-    {
-        let fail = |e| (codec.error)(raise(e));
-        let started = Instant::now();
-        let mut waited_since = None;
-        let acquired = self.resolve_store().and_then(|store| {
-            block_on(self.acquire(codec, &store, &mut waited_since, &mut reconcile))
-        });
-        let mut owned = match self.count_acquired(acquired, started, waited_since).map_err(fail)? {
-            Acquired::Replay(value) | Acquired::Reconciled(value) => return Ok(value),
-            Acquired::Owned(owned) => owned,
-        };
-        failpoint("after_reserve");
-        owned.start();
-        let call = Current::new(&self.key);
-        match call.enter_sync(body) {
-            Ok(value) => {
-                failpoint("after_body");
-                block_on(self.complete(codec, owned, &value)).map_err(fail)?;
-                meter::call(&self.tool, Outcome::Fresh, started.elapsed());
-                failpoint("after_complete");
-                Ok(value)
-            }
-            Err(e) => {
-                block_on(self.after_error(owned, call.may_have_landed()));
-                Err(e)
-            }
-        }
+        let reconcile = move |key: Key| ready(reconcile(&key).map_err(reconciler::erred));
+        block_on(self.execute(Codec::serde(), Some(reconcile), sync_body(body)))
     }
 
     /// Runs an async body at most once for this key. The future is `Send` when the body's is;
@@ -319,19 +264,7 @@ impl Call {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, E>>,
     {
-        self.run_async_with(Codec::serde(), body).await
-    }
-
-    /// [`Call::run_async`] with a [`Codec`]. The future's type has no bounds on `T` and `E`, so
-    /// awaiting it cannot report an unmet one again: generated code makes the codec in a sync
-    /// call first, where each unmet bound is reported once.
-    #[doc(hidden)]
-    pub async fn run_async_with<T, E, F, Fut>(self, codec: Codec<T, E>, body: F) -> Result<T, E>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        self.run_async_inner(codec, None::<fn(Key) -> Ready<T>>, body).await
+        self.execute(Codec::serde(), None::<fn(Key) -> Ready<T>>, body).await
     }
 
     /// [`Call::run_async`] for a tool with a reconciler, as [`Call::run_reconciled`] describes.
@@ -353,30 +286,18 @@ impl Call {
     {
         let reconcile = move |key: Key| {
             let answer = reconcile(key);
-            async move { answer.await.map_err(reconcile::erred) }
+            async move { answer.await.map_err(reconciler::erred) }
         };
-        self.run_async_inner(Codec::serde(), Some(reconcile), body).await
+        self.execute(Codec::serde(), Some(reconcile), body).await
     }
 
-    /// [`Call::run_async_reconciled`] with a [`Codec`], and the reconciler's error already a
-    /// reason: no bounds on the types, for generated code.
-    #[doc(hidden)]
-    pub async fn run_async_reconciled_with<T, E, Rf, RFut, F, Fut>(
-        self,
-        codec: Codec<T, E>,
-        reconcile: Rf,
-        body: F,
-    ) -> Result<T, E>
-    where
-        Rf: FnOnce(Key) -> RFut,
-        RFut: Future<Output = Result<Reconciled<T>, String>>,
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-    {
-        self.run_async_inner(codec, Some(reconcile), body).await
-    }
-
-    async fn run_async_inner<T, E, Rf, RFut, F, Fut>(
+    /// The one run path of every call, sync and async, generated or written by hand: acquire
+    /// the key (replay, wait, reconcile, or own it), run the body once with the call as the
+    /// current one, and settle the record by how the body ended. A sync call drives it with
+    /// [`block_on`]. `codec` carries the result's encoding and the error's conversion, so that
+    /// this future has no bounds on `T` and `E` (generated code checks them once, in its own
+    /// words, before it awaits).
+    pub(crate) async fn execute<T, E, Rf, RFut, F, Fut>(
         self,
         codec: Codec<T, E>,
         mut reconcile: Option<Rf>,
@@ -405,10 +326,11 @@ impl Call {
         match call.enter_async(body()).await {
             Ok(value) => {
                 failpoint("after_body");
-                self.complete(codec, owned, &value).await.map_err(fail)?;
+                let recorded = self.complete(codec, owned, &value).await.map_err(fail)?;
                 meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
-                Ok(value)
+                // The key moved on while the body ran: every caller gets what is recorded.
+                Ok(recorded.unwrap_or(value))
             }
             Err(e) => {
                 self.after_error(owned, call.may_have_landed()).await;
@@ -418,8 +340,29 @@ impl Call {
     }
 }
 
+/// A sync body as the run path's async body: it runs at the first poll, inside the call (the
+/// call is entered for the length of each poll), not when the closure is called.
+pub(crate) fn sync_body<B>(body: B) -> impl FnOnce() -> SyncBody<B> {
+    move || SyncBody(Some(body))
+}
+
+/// The future of a sync body: ready at its first poll.
+pub(crate) struct SyncBody<B>(Option<B>);
+
+// The body is moved out whole, never pinned in place.
+impl<B> Unpin for SyncBody<B> {}
+
+impl<B: FnOnce() -> R, R> Future for SyncBody<B> {
+    type Output = R;
+
+    fn poll(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<R> {
+        let body = self.get_mut().0.take().expect("a sync body is polled once");
+        Poll::Ready(body())
+    }
+}
+
 /// The reconciler's future of a call that has none.
-type Ready<T> = std::future::Ready<Result<Reconciled<T>, String>>;
+pub(crate) type Ready<T> = std::future::Ready<Result<Reconciled<T>, String>>;
 
 /// How the engine turns a tool's `Ok` value into stored JSON and back, and an idem [`Error`]
 /// into the tool's error type: plain function pointers, so that the engine's futures carry no

@@ -13,7 +13,7 @@ use crate::admin::{Admin, Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
-use crate::record::Record;
+use crate::lifecycle::{assess, now_ms, Assessment, Record, Status};
 
 /// A connection to the admin socket of the process that holds a sled store. Its [`Admin`]
 /// operations run in that process, on [`crate::admin::Local`], and return the same values and
@@ -214,8 +214,11 @@ impl Admin for Remote {
 
     /// The process that answers holds the store, and marked every record a dead process left
     /// in flight as in doubt when it opened it: a record in flight there is its own, running.
-    fn owner_alive(&self, _record: &Record) -> bool {
-        true
+    fn assess(&self, record: &Record) -> Assessment {
+        match record.status {
+            Status::InFlight => Assessment::Running,
+            _ => assess(Some(record), now_ms(), ""),
+        }
     }
 }
 

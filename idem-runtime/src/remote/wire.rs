@@ -21,8 +21,8 @@ use std::time::Duration;
 use crate::admin::{Filter, Listing, Purge, Resolution};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
-use crate::protocol::Status;
-use crate::record::Record;
+use crate::lifecycle::Record;
+use crate::lifecycle::Status;
 
 /// Who a history records for a resolve or purge whose request names no one (a client from
 /// before histories).

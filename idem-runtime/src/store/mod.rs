@@ -1,13 +1,13 @@
-//! The backend-neutral store interface, and the stores this crate ships.
+//! The storage interface a backend implements ([`Store`]), what an implementor needs with it,
+//! the process default store, and the stores this crate ships.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use crate::error::StoreError;
-use crate::history::{Change, Entry};
-use crate::record::Record;
+use crate::lifecycle::Record;
 
+pub(crate) mod default;
 mod notify;
 pub(crate) mod sled;
 pub(crate) mod sync;
@@ -30,111 +30,117 @@ pub enum Durability {
     None,
 }
 
-/// A durable map from keys to [`Record`]s with the few atomic operations the engine needs.
+/// What a backend stores: a durable map from keys to [`Record`]s, each key with its history, and
+/// the few atomic operations the engine builds every rule on. A backend knows no policy: the
+/// lifecycle (`idem::store::transition` rules, [`admits`],
+/// [`assess()`]) decides, and the backend stores atomically, durably, and
+/// tells waiters.
 ///
 /// Every method that changes a record returns only once the change is as durable as the store's
-/// [`Durability`] says. Implementations must be linearizable per key.
-///
-/// Every change carries a [`Change`] saying what it is, and the store appends its
-/// [`Entry`](crate::history::Entry) to the key's history in the same atomic step as the change
-/// itself, with no durable point of its own: a change that landed is in the history, and one
+/// [`Durability`] says, and appends the [`Change`]'s [`Entry`] to the key's history in the same
+/// atomic step (no durable point of its own): a change that landed is in the history, and one
 /// that did not is not. A change whose event [ends the
-/// history](crate::history::Event::ends_history) (a purge) removes the history with the record
-/// instead. A store refuses a change that [`Change::check`] refuses, before writing anything.
+/// history](crate::history::Event::ends_history) (a purge) removes the history with the record.
+/// Implementations must be linearizable per key. The conformance suite
+/// (`idem_runtime::conformance_suite!`, feature `conformance`) checks all of it.
 pub trait Store: Send + Sync + 'static {
-    /// The identity this store instance writes into the records it reserves or takes over.
-    fn owner_id(&self) -> &str;
+    /// The instance this store opened as ([`new_instance`]): the
+    /// engine writes it into the owners of the records its calls reserve.
+    fn instance(&self) -> &str;
 
-    /// Inserts `record` under `record.key` if no record is there, durably: [`Reserved::Mine`]
-    /// when the insert happened, [`Reserved::Taken`] with the record already there otherwise.
-    /// The history gets `change` only when the insert happened.
-    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved>;
-
-    /// The record under `key`, if any.
+    /// The record under `key`, if any, once it is durable.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
 
-    /// Replaces `current` by `new` (or deletes it when `new` is `None`) only if the stored
-    /// record is still in the state `current` was ([`Record::fence`], and
-    /// [`Fence::admits`](crate::Fence::admits)), durably. Returns whether the swap happened. This
-    /// is the fence: a caller that lost its record cannot write. The history gets `change`
-    /// only when the swap happened.
-    fn replace<'a>(
+    /// The record under `key` when the backend has it at hand without a round trip (a cache, a
+    /// local file): the engine asks first, so that a replay builds no record to insert. A
+    /// record returned is durable, as from [`Store::get`]; `None` means absent or not looked
+    /// up. The default looks nothing up: a networked store answers both questions with one
+    /// round trip in [`Store::insert_if_absent`].
+    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+        let _ = key;
+        Box::pin(std::future::ready(Ok(None)))
+    }
+
+    /// Inserts `record` under its key if no record is there, durably: [`Inserted::New`] when
+    /// it did, [`Inserted::Existing`] with the record already there (durable) otherwise.
+    fn insert_if_absent<'a>(
         &'a self,
-        current: &'a Record,
+        record: &'a Record,
+        change: Change<'a>,
+    ) -> StoreFuture<'a, Inserted>;
+
+    /// Replaces the record `expected` by `new` (deletes it when `new` is `None`) only if
+    /// [`admits`] lets `change`'s author do it now, on this store's
+    /// [`clock`](Store::clock), durably. Returns whether it did: a caller that lost its record
+    /// cannot write.
+    fn compare_and_swap<'a>(
+        &'a self,
+        expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, bool>;
 
-    /// Like [`Store::replace`], but does not wait: it is called from `Drop` (a panic or a
-    /// dropped future), where nothing can be awaited. Failures are logged.
-    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>);
+    /// [`Store::compare_and_swap`] without waiting: called from `Drop` (a panic, a dropped
+    /// future), where nothing can be awaited. Failures are logged.
+    fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>);
 
     /// The history of `key`, oldest first: one entry per change that landed, including those
     /// before a release deleted the record (a later reservation continues it), none from before
-    /// a purge. Empty when the key has none. What it returns is durable, as from [`Store::get`].
+    /// a purge. Empty when the key has none. Durable, as from [`Store::get`].
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
-    /// Resolves once the record under `key` differs from `seen` (returning it, or `None` when
-    /// it is gone), or at `deadline` (returning it unchanged). Must not poll in a loop.
-    fn changed<'a>(
+    /// Resolves once the record under `key` is no longer in the state `seen` was in (returning
+    /// it, or `None` when it is gone), or at `deadline` (returning it unchanged). Must not poll
+    /// in a loop. A store with leases also returns when `seen`'s lease lapses.
+    fn watch<'a>(
         &'a self,
         key: &'a str,
         seen: &'a Record,
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>>;
 
-    /// Whether the owner of an `InFlight` record is still running it: a fact only the store
-    /// knows (on sled, whether the owner is this process; on PostgreSQL, whether its lease
-    /// holds). [`assess`](crate::assess) treats a dead owner's record as in doubt.
-    fn owner_alive(&self, record: &Record) -> bool;
-
-    /// Every record, in no particular order (for the operator commands). A record that cannot
+    /// Every record, in no particular order (for the operator interface). A record that cannot
     /// be read is an `Err` naming its key, in its place: one bad record must not hide the rest.
     /// An `Err` of the whole future means the store itself could not be read.
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>>;
+
+    /// Now, in milliseconds since the Unix epoch, on the clock this store's leases are read on
+    /// (a shared database's clock for a store that several machines share). This machine's
+    /// clock by default.
+    fn clock(&self) -> u64 {
+        now_ms()
+    }
 
     /// Bytes the store takes on disk, when the backend can tell.
     fn size_on_disk(&self) -> Option<u64> {
         None
     }
 
-    /// The record under `key` when the store can tell without a round trip: the engine asks
-    /// before it builds a reservation, so that a replay (the common case of a key that is
-    /// there) builds none. A record returned is durable, as from [`Store::get`]; `None` means
-    /// absent or not looked up, and need not wait for durability, since the engine then calls
-    /// [`Store::reserve`], which decides atomically. The default looks nothing up: a networked
-    /// store answers both questions in one round trip with `reserve`.
-    fn peek<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        let _ = key;
-        Box::pin(std::future::ready(Ok(None)))
-    }
-
     /// How long a caller waits for an in-flight owner when the call sets no `wait`.
     fn default_wait(&self) -> Duration {
         DEFAULT_WAIT
-    }
-
-    /// How many callers of [`Store::changed`] for `key` have registered for its next change
-    /// (and so cannot miss it), or `None` when the store cannot tell. For tests, which must know
-    /// that a waiter is waiting before they change the record; the conformance suite needs it.
-    #[doc(hidden)]
-    fn waiters(&self, key: &str) -> Option<usize> {
-        let _ = key;
-        None
     }
 }
 
 /// The wait used when neither the call nor the store sets one.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
-/// What [`Store::reserve`] found.
+/// What [`Store::insert_if_absent`] found.
 // Returned once per reservation and taken apart at once: boxing the record would only add an
 // allocation to the common path.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reserved {
-    /// The record was inserted: the caller owns the key.
-    Mine,
+pub enum Inserted {
+    /// The record was inserted.
+    New,
     /// A record was already there; here it is, as stored.
-    Taken(Record),
+    Existing(Record),
 }
+
+// What a store implementor needs besides the trait, in one place.
+pub use self::notify::{Notifier, Watch};
+pub use crate::error::StoreError;
+pub use crate::history::{Answer, Change, Entry, Event};
+pub use crate::lifecycle::lease;
+pub use crate::lifecycle::owner::new_instance;
+pub use crate::lifecycle::{admits, assess, now_ms, Assessment, Fence, Owner, RecordParts};

@@ -6,13 +6,14 @@ use std::time::{Duration, Instant};
 use self::chunks::{Chunks, MAX_RESULT};
 use self::encoding::decode;
 use self::history::History;
-use super::notify::Hub;
+use super::notify::Notifier;
 use super::sync::{Syncer, Ticket};
-use super::{Durability, Reserved, Store, StoreFuture, DEFAULT_WAIT};
+use super::{Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
 use crate::history::{Change, Entry};
+use crate::lifecycle::fence::admits_stored;
+use crate::lifecycle::{now_ms, Record};
 use crate::loom::Arc;
-use crate::record::Record;
 
 mod chunks;
 mod encoding;
@@ -81,7 +82,7 @@ pub struct SledStore {
     /// Shared with the admin socket's handle, so that both see one poisoning and one group
     /// commit.
     syncer: Option<std::sync::Arc<Syncer>>,
-    hub: Arc<Hub>,
+    notifier: Arc<Notifier>,
     /// Serialise the writes of one key (see `cas`), and a history's read against them;
     /// striped, since contention on a key is rare.
     key_locks: std::sync::Arc<[std::sync::Mutex<()>]>,
@@ -180,21 +181,24 @@ impl SledStore {
         }
     }
 
-    /// Swaps `current` for `new` if it is still stored; the ticket of the swap, or `None`
-    /// when it was not (`Some(None)`: swapped, nothing to wait for).
-    fn replace_now(
+    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the ticket of the swap,
+    /// or `None` when it was refused (`Some(None)`: swapped, nothing to wait for).
+    fn swap_now(
         &self,
-        current: &Record,
+        expected: &Record,
         new: Option<&Record>,
         change: Change<'_>,
     ) -> Result<Option<Option<Ticket>>, StoreError> {
-        let key = current.key.as_bytes();
-        match self.read(&current.key)? {
-            Some(bytes) if current.fence().admits(decode(key, &bytes)?.fence()) => {
-                Ok(self.cas(key, Some(&bytes), new, change)?.ok())
-            }
-            _ => Ok(None),
+        let key = expected.key.as_bytes();
+        let Some(bytes) = self.read(&expected.key)? else { return Ok(None) };
+        let stored = decode(key, &bytes)?;
+        let (fence, lease) = (stored.fence(), stored.lease_until);
+        if !admits_stored(expected.fence(), fence, lease, change.by(), now_ms(), &self.owner) {
+            return Ok(None);
         }
+        // The bytes read are those swapped: a write between the read and the swap (which would
+        // have to be fenced again) makes the swap fail.
+        Ok(self.cas(key, Some(&bytes), new, change)?.ok())
     }
 
     /// The record under `key`, once it is durable.
@@ -206,25 +210,29 @@ impl SledStore {
 }
 
 impl Store for SledStore {
-    fn owner_id(&self) -> &str {
+    fn instance(&self) -> &str {
         &self.owner
     }
 
-    fn reserve<'a>(&'a self, record: &'a Record, change: Change<'a>) -> StoreFuture<'a, Reserved> {
+    fn insert_if_absent<'a>(
+        &'a self,
+        record: &'a Record,
+        change: Change<'a>,
+    ) -> StoreFuture<'a, Inserted> {
         Box::pin(async move {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
             // the record or attempting a swap. The insert below stays atomic either way.
             if let Some(existing) = self.load(&record.key)? {
                 self.durable().await?;
-                return Ok(Reserved::Taken(existing));
+                return Ok(Inserted::Existing(existing));
             }
             match self.cas(key, None, Some(record), change)? {
                 Ok(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(Reserved::Mine)
+                    Ok(Inserted::New)
                 }
                 Err(Some(bytes)) => {
                     let view = decode(key, &bytes)?;
@@ -234,7 +242,7 @@ impl Store for SledStore {
                     };
                     self.durable().await?;
                     match existing {
-                        Some(existing) => Ok(Reserved::Taken(existing)),
+                        Some(existing) => Ok(Inserted::Existing(existing)),
                         // Purged again since the swap saw it: the caller tries again.
                         None => Err(StoreError::new(format!(
                             "key {}: the record appeared and was removed while this call \
@@ -256,14 +264,14 @@ impl Store for SledStore {
         Box::pin(self.read_durable(key))
     }
 
-    fn replace<'a>(
+    fn compare_and_swap<'a>(
         &'a self,
-        current: &'a Record,
+        expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            match self.replace_now(current, new, change)? {
+            match self.swap_now(expected, new, change)? {
                 Some(ticket) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -275,18 +283,23 @@ impl Store for SledStore {
         })
     }
 
-    fn replace_detached(&self, current: &Record, new: Option<Record>, change: Change<'_>) {
-        match self.replace_now(current, new.as_ref(), change) {
+    fn compare_and_swap_detached(
+        &self,
+        expected: &Record,
+        new: Option<Record>,
+        change: Change<'_>,
+    ) {
+        match self.swap_now(expected, new.as_ref(), change) {
             // The sync is asked for but not awaited: a crash before it lands leaves the record
             // in flight, which the next open marks in doubt, the same outcome.
             Ok(_) => {}
             Err(e) => {
-                tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record")
+                tracing::error!(key = %expected.key, tool = %expected.tool, error = %e, "idem: cannot settle record")
             }
         }
     }
 
-    fn changed<'a>(
+    fn watch<'a>(
         &'a self,
         key: &'a str,
         seen: &'a Record,
@@ -294,10 +307,10 @@ impl Store for SledStore {
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             // Watch before reading, so that a change between the read and the wait is seen.
-            let watch = Hub::watch(&self.hub, key);
+            let watch = Notifier::watch(&self.notifier, key);
             let current = self.read_durable(key).await?;
             match &current {
-                Some(record) if record.fence() == seen.fence() => {}
+                Some(record) if record.is_as(seen) => {}
                 _ => return Ok(current),
             }
             let _ = crate::exec::until(watch, deadline).await;
@@ -323,11 +336,6 @@ impl Store for SledStore {
             self.durable().await?;
             Ok(entries)
         })
-    }
-
-    fn owner_alive(&self, record: &Record) -> bool {
-        // sled is single-process: only this instance can be running a body.
-        record.owner.is_of(&self.owner)
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
@@ -356,7 +364,7 @@ impl Store for SledStore {
         self.db.size_on_disk().ok()
     }
 
-    fn peek<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
             // Absent is not waited for: the reservation that follows is atomic and durable, and
             // waiting here would make a fresh call wait for its neighbours' syncs.
@@ -372,10 +380,6 @@ impl Store for SledStore {
 
     fn default_wait(&self) -> Duration {
         self.default_wait
-    }
-
-    fn waiters(&self, key: &str) -> Option<usize> {
-        Some(self.hub.watchers(key))
     }
 }
 

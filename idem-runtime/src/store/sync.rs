@@ -72,12 +72,12 @@ impl Gather {
 /// not matched by a wait a caller would feel as latency of its own.
 const MAX_ADAPTIVE_GATHER: Duration = Duration::from_millis(1);
 
-struct Shared {
+struct SyncState {
     state: Mutex<State>,
     wanted: Condvar,
 }
 
-impl Shared {
+impl SyncState {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -107,14 +107,14 @@ impl Shared {
 }
 
 pub(crate) struct Syncer {
-    shared: Arc<Shared>,
+    shared: Arc<SyncState>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Syncer {
     pub(crate) fn start(name: &str, gather: Gather, mut sync: SyncFn) -> std::io::Result<Syncer> {
         let shared =
-            Arc::new(Shared { state: Mutex::new(State::default()), wanted: Condvar::new() });
+            Arc::new(SyncState { state: Mutex::new(State::default()), wanted: Condvar::new() });
         let worker = Arc::clone(&shared);
         let mut last_sync = Duration::ZERO;
         let thread = thread::Builder::new().name(name.to_owned()).spawn(move || loop {
@@ -222,7 +222,7 @@ impl Drop for Syncer {
 }
 
 pub(crate) struct Ticket {
-    shared: Arc<Shared>,
+    shared: Arc<SyncState>,
     generation: u64,
 }
 

@@ -29,8 +29,8 @@
 use std::borrow::Cow;
 
 use crate::error::StoreError;
-use crate::protocol::{Fence, Status};
-use crate::record::Record;
+use crate::lifecycle::Record;
+use crate::lifecycle::{Fence, Status};
 
 const FORMAT: u8 = 1;
 const COMPLETED: u8 = 1;
@@ -329,7 +329,7 @@ mod tests {
     use super::*;
 
     fn done() -> Record {
-        Record::reserve("k", "charge_card", "order-17", "sled:1:2:3#4", 7).done(
+        Record::reserve("k", "charge_card", "order-17", &"sled:1:2:3#4".into(), 7).done(
             serde_json::json!({"id": "ch_1", "amount": 4200}),
             9,
             Some(std::time::Duration::from_secs(1)),
@@ -341,7 +341,7 @@ mod tests {
         for record in [
             done(),
             done().in_doubt(10),
-            Record { lease_until: Some(11), ..done().taken_over("other#1", 10) },
+            Record { lease_until: Some(11), ..done().taken_over(&"other#1".into(), 10) },
             Record { function: Some("billing::send".into()), ..done() },
         ] {
             let bytes = encode(&record, None);

@@ -26,7 +26,7 @@
 //!
 //! ```text
 //! 0      format (1)
-//! 1      event         the index of the event in `Event::ALL`
+//! 1      event         its tag (`event_tag`: an explicit number per event, never reused)
 //! 2      state         the status the change left the record in (as a record stores it), or 3:
 //!                      absent
 //! 3..11  at            u64, little-endian
@@ -38,8 +38,8 @@ use sled::{IVec, Tree};
 
 use super::encoding::{status_byte, status_of};
 use crate::error::StoreError;
-use crate::history::{Change, Entry, Event};
-use crate::protocol::Status;
+use crate::history::{Answer, Change, Entry, Event};
+use crate::lifecycle::Status;
 
 const FORMAT: u8 = 1;
 const ABSENT: u8 = 3;
@@ -70,21 +70,45 @@ fn seq_of(key: &[u8], entry_key: &[u8]) -> Option<u64> {
     (seq.len() == 8).then(|| u64::from_be_bytes(seq.try_into().expect("eight bytes")))
 }
 
+/// The byte an event is stored as. Explicit, so that no reordering of `Event` moves it; a new
+/// event takes the next free number.
+const fn event_tag(event: Event) -> u8 {
+    match event {
+        Event::Reserved => 0,
+        Event::TookOver => 1,
+        Event::Done => 2,
+        Event::Released => 3,
+        Event::Undone => 4,
+        Event::InDoubt => 5,
+        Event::Resolved => 6,
+        Event::Reconciled { answer: Answer::Landed } => 7,
+        Event::Reconciled { answer: Answer::NotLanded } => 8,
+        Event::Reconciled { answer: Answer::CannotTell } => 9,
+        Event::Reconciled { answer: Answer::Erred } => 10,
+        Event::Purged => 11,
+    }
+}
+
+/// The event stored as `tag`, if it is one.
+fn event_of(tag: u8) -> Option<Event> {
+    Event::ALL.into_iter().find(|event| event_tag(*event) == tag)
+}
+
+const PURGED: u8 = event_tag(Event::Purged);
+
 /// The bytes of the entry for `change`, which left the record in `status`, made at `at`.
 pub(crate) fn encode(change: &Change<'_>, status: Option<Status>, at: u64) -> Vec<u8> {
-    let event = Event::ALL.iter().position(|e| *e == change.event).expect("every event is listed");
-    let note = change.note.unwrap_or("");
-    let mut out = Vec::with_capacity(12 + 4 + change.by.len() + 4 + note.len());
+    let (by, note) = (change.by(), change.note());
+    let mut out = Vec::with_capacity(12 + 4 + by.len() + 4 + note.map_or(0, str::len));
     out.push(FORMAT);
-    // At most a dozen events.
-    out.push(event as u8);
+    out.push(event_tag(change.event()));
     out.push(status.map_or(ABSENT, status_byte));
     out.extend_from_slice(&at.to_le_bytes());
-    out.push(if change.note.is_some() { NOTE } else { 0 });
-    // Both bounded by `Change::check`, far below 4 GiB.
-    out.extend_from_slice(&(change.by.len() as u32).to_le_bytes());
-    out.extend_from_slice(change.by.as_bytes());
-    if let Some(note) = change.note {
+    out.push(if note.is_some() { NOTE } else { 0 });
+    // Both bounded by `Change`, far below 4 GiB.
+    out.extend_from_slice(&(by.len() as u32).to_le_bytes());
+    out.extend_from_slice(by.as_bytes());
+    if let Some(note) = note {
         out.extend_from_slice(&(note.len() as u32).to_le_bytes());
         out.extend_from_slice(note.as_bytes());
     }
@@ -98,8 +122,7 @@ fn leaves_absent(bytes: &[u8]) -> bool {
 }
 
 fn is_purge(bytes: &[u8]) -> bool {
-    let purged = Event::ALL.iter().position(|e| *e == Event::Purged).expect("listed");
-    bytes.get(1).is_some_and(|&event| usize::from(event) == purged)
+    bytes.get(1) == Some(&PURGED)
 }
 
 fn decode(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
@@ -120,9 +143,7 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
     if bytes.first() != Some(&FORMAT) {
         return Err(damaged());
     }
-    let event = *Event::ALL
-        .get(usize::from(*take(1, 1)?.first().expect("one byte")))
-        .ok_or_else(damaged)?;
+    let event = event_of(take(1, 1)?[0]).ok_or_else(damaged)?;
     let status = match take(2, 1)?[0] {
         ABSENT => None,
         byte => Some(status_of(byte).ok_or_else(damaged)?),
@@ -143,7 +164,7 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
     if end != bytes.len() {
         return Err(damaged());
     }
-    Ok(Entry { at, event, status, by, note })
+    Ok(Entry::new(at, event, status, by, note))
 }
 
 impl History {
@@ -251,7 +272,7 @@ mod tests {
             (Change::new(Event::Reserved, by), Some(Status::InFlight)),
             (Change::new(Event::Released, by), None),
             (
-                Change::new(Event::Reconciled { answer: Answer::CannotTell }, by).note("é ✓"),
+                Change::new(Event::Reconciled { answer: Answer::CannotTell }, by).with_note("é ✓"),
                 Some(Status::InDoubt),
             ),
         ] {
@@ -306,6 +327,9 @@ mod tests {
         assert_eq!(code(Event::Done), 2);
         assert_eq!(code(Event::Reconciled { answer: Answer::Landed }), 7);
         assert_eq!(code(Event::Purged), 11);
+        for event in Event::ALL {
+            assert_eq!(event_of(event_tag(event)), Some(event), "{event}");
+        }
     }
 
     #[test]

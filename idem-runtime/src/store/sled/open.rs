@@ -3,7 +3,6 @@
 //! socket.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::chunks::Chunks;
@@ -12,11 +11,11 @@ use super::files::Files;
 use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
-use crate::history::{Change, Event};
+use crate::lifecycle::now_ms;
+use crate::lifecycle::transition;
+use crate::lifecycle::Status;
 use crate::loom::Arc;
-use crate::protocol::Status;
-use crate::record::now_ms;
-use crate::store::notify::Hub;
+use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
 
@@ -110,11 +109,6 @@ impl SledStoreBuilder {
     }
 }
 
-static INSTANCE: AtomicU64 = AtomicU64::new(0);
-
-/// The note of the in-doubt mark an open makes.
-const DIED: &str = "left in flight by a process that died; marked when the store opened";
-
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
         let path = options.path.clone();
@@ -197,12 +191,7 @@ impl SledStore {
         let index = db
             .open_tree(IN_FLIGHT)
             .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
-        let owner = format!(
-            "sled:{}:{}:{}",
-            std::process::id(),
-            now_ms(),
-            INSTANCE.fetch_add(1, Ordering::Relaxed)
-        );
+        let owner = crate::lifecycle::owner::new_instance("sled");
         let syncer = match options.durability {
             Durability::None => None,
             durability => {
@@ -241,7 +230,7 @@ impl SledStore {
             durability: options.durability,
             default_wait: options.default_wait,
             syncer,
-            hub: Arc::new(Hub::default()),
+            notifier: Arc::new(Notifier::default()),
             key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
             recent: std::sync::Arc::new(super::recent::Recent::new(options.recent_bytes)),
         };
@@ -270,7 +259,7 @@ impl SledStore {
             durability: self.durability,
             default_wait: self.default_wait,
             syncer: self.syncer.clone(),
-            hub: Arc::clone(&self.hub),
+            notifier: Arc::clone(&self.notifier),
             key_locks: std::sync::Arc::clone(&self.key_locks),
             recent: std::sync::Arc::clone(&self.recent),
         };
@@ -345,9 +334,8 @@ impl SledStore {
             return Ok(false);
         }
         let record = view.to_record(&String::from_utf8_lossy(key));
-        let doubt = record.in_doubt(now_ms());
         tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-        let change = Change::new(Event::InDoubt, &self.owner).note(DIED);
-        Ok(self.cas(key, Some(bytes), Some(&doubt), change)?.is_ok())
+        let step = transition::mark_died(&record, &self.owner, now_ms());
+        Ok(self.cas(key, Some(bytes), step.new.as_ref(), step.change)?.is_ok())
     }
 }

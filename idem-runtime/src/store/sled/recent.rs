@@ -18,8 +18,8 @@ use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
 use super::encoding::decode;
-use crate::protocol::Status;
-use crate::record::Record;
+use crate::lifecycle::Record;
+use crate::lifecycle::Status;
 
 /// What an entry costs beyond its bytes: the map's slot, the key's allocation, the buffer's
 /// header.
@@ -85,7 +85,7 @@ mod tests {
     #[test]
     fn keeps_a_finished_record_and_forgets_the_key_on_any_other_write() {
         let recent = Recent::new(1 << 20);
-        let reserved = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1);
+        let reserved = Record::reserve("k1", "charge_card", "s", &"owner#1".into(), 1);
         let done = reserved.done(serde_json::json!("ch_1"), 2, None);
         recent.set(b"k1", Some(&bytes(&done)));
         assert_eq!(recent.get("k1"), Some(done.clone()), "a finished record is kept as stored");
@@ -102,7 +102,7 @@ mod tests {
     #[test]
     fn a_record_too_large_to_keep_does_not_leave_the_one_it_replaces() {
         let recent = Recent::new(64 * 1024);
-        let reserved = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1);
+        let reserved = Record::reserve("k1", "charge_card", "s", &"owner#1".into(), 1);
         let small = reserved.done(serde_json::json!("ch_1"), 2, None);
         recent.set(b"k1", Some(&bytes(&small)));
         assert!(recent.get("k1").is_some());
@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn a_store_opened_without_the_cache_keeps_nothing() {
         let recent = Recent::new(0);
-        let done = Record::reserve("k1", "charge_card", "s", "owner#1".to_owned(), 1).done(
+        let done = Record::reserve("k1", "charge_card", "s", &"owner#1".into(), 1).done(
             serde_json::json!(1),
             2,
             None,

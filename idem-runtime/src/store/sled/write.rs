@@ -11,8 +11,8 @@ use super::history;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
 use crate::history::Change;
-use crate::protocol::Status;
-use crate::record::{now_ms, Record};
+use crate::lifecycle::Status;
+use crate::lifecycle::{now_ms, Record};
 use crate::store::sync::Ticket;
 
 /// What a swap wrote that its settling must know: its history entry's number, whether it
@@ -40,13 +40,6 @@ impl SledStore {
         let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
         let old_history = old_view.as_ref().map(|view| view.history);
         let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        // Everything that could refuse the write is checked before anything is written.
-        change.check().map_err(|why| {
-            StoreError::new(format!(
-                "key {}: {why}; nothing was written",
-                String::from_utf8_lossy(key)
-            ))
-        })?;
         let (mut bytes, spilled) = match new {
             Some(record) => {
                 let (bytes, spilled) = self.lay_out(record)?;
@@ -55,7 +48,7 @@ impl SledStore {
             None => (None, None),
         };
         let entry = history::encode(&change, new.map(|record| record.status), now_ms());
-        let purge = change.event.ends_history();
+        let purge = change.event().ends_history();
         // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
         // a history, is indexed: a crash part-way leaves the key in the index for the next open
         // to settle.
@@ -85,7 +78,7 @@ impl SledStore {
             #[cfg(feature = "failpoints")]
             {
                 // A crash test stops here with the entry on disk and the change not made.
-                let point = format!("after_entry_{}", change.event.as_str());
+                let point = format!("after_entry_{}", change.event().as_str());
                 if crate::failpoint::armed(&point) {
                     let _ = self.db.flush();
                     crate::failpoint::failpoint(&point);
@@ -132,7 +125,7 @@ impl SledStore {
         }
         match swapped {
             Ok(Ok(())) => {
-                self.hub.notify(&String::from_utf8_lossy(key));
+                self.notifier.notify(&String::from_utf8_lossy(key));
                 Ok(Ok(ticket))
             }
             Ok(Err(current)) => Ok(Err(current)),

@@ -2,11 +2,14 @@
 //! records.
 
 use idem_runtime::history::{Change, Entry, Event};
+use idem_runtime::store::RecordParts;
 use idem_runtime::{Record, Status, StoreError};
 use tokio_postgres::Row;
 
-/// The database's clock in milliseconds since the Unix epoch: lease times are taken from it, so
-/// that processes on machines with skewed clocks agree on when a lease lapses.
+/// The database's clock in milliseconds since the Unix epoch: each store measures its offset
+/// from this machine's (`Store::clock`, re-measured at every heartbeat), and every lease and
+/// history time is written on that one clock, so that processes on machines with skewed clocks
+/// agree on when a lease lapses.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
 const COLUMNS: &str = "key, status, tool, scope, owner, attempts, created_at, updated_at, \
@@ -171,14 +174,15 @@ pub(crate) struct Statements {
     pub(crate) channel: String,
 }
 
-/// The fence ([`idem_runtime::Fence`]) shared by `update` and `delete`: the stored record must
-/// still be in the state the caller saw ($2 status, $3 owner, $4 attempts), and an in-flight
-/// record may be replaced by someone other than its owner ($5 = false) only once the owner's
-/// lease has lapsed.
-fn fence(in_flight: &str) -> String {
+/// The fence of `update`, `delete` and `purge`, the SQL form of `idem::store::admits`: the
+/// stored record must still be in the state the caller saw ($2 status, $3 owner, $4 attempts),
+/// and an in-flight record may be replaced by someone other than its owner ($5 = false) only
+/// once the owner's lease has lapsed at `${now}`, the writer's reading of the store's clock
+/// (`Store::clock`, the one clock every lease is set and read on).
+fn fence(in_flight: &str, now: u8) -> String {
     format!(
         "key = $1 AND status = $2 AND owner = $3 AND attempts = $4 \
-         AND ($5 OR status <> '{in_flight}' OR lease_until IS NULL OR lease_until <= {NOW_MS})"
+         AND ($5 OR status <> '{in_flight}' OR lease_until IS NULL OR lease_until <= ${now}::bigint)"
     )
 }
 
@@ -189,62 +193,65 @@ impl Statements {
         // Each write is one statement: the record's change and its history row commit together,
         // in the round trip the change took before histories were kept. The row is written only
         // when the change happened (the CTE returns the changed row, or nothing).
-        let entry = |event: u8, status: &str| {
+        // Every time written is `$now`, the last parameter: the writer's reading of the store's
+        // clock, so that a lease is set, renewed and checked on one clock.
+        let entry = |event: u8, status: &str, now: u8| {
             format!(
                 "INSERT INTO {h} (key, at, event, answer, status, by, note) \
-                 SELECT key, {NOW_MS}, ${event}, ${}, {status}, ${}, ${} FROM r",
+                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r",
                 event + 1,
                 event + 2,
                 event + 3
             )
         };
         let in_flight = Status::InFlight.as_str();
-        let fence = fence(in_flight);
         Statements {
             now: format!("SELECT {NOW_MS}"),
             exists: "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
             // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
-            // function.
-            // $15.. the change: event, answer, by, note.
+            // function, $15..$18 the change (event, answer, by, note), $19 now.
             insert: format!(
                 "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-                 $9, $10, {NOW_MS} + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
+                 $9, $10, $19::bigint + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
                  RETURNING key, status) {}",
-                entry(15, "status")
+                entry(15, "status", 19)
             ),
             get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
             scan: format!("SELECT {COLUMNS} FROM {t}"),
             // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
-            // $19.. the change.
+            // $19..$22 the change, $23 now.
             update: format!(
                 "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
                  attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
                  expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
-                 lease_until = CASE WHEN $6 = '{in_flight}' THEN {NOW_MS} + $17 END \
-                 WHERE {fence} RETURNING key, status) {}",
-                entry(19, "status")
+                 lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
+                 WHERE {} RETURNING key, status) {}",
+                fence(in_flight, 23),
+                entry(19, "status", 23)
             ),
-            // $6.. the change; the record is gone, so the row's state is absent.
+            // $6..$9 the change, $10 now; the record is gone, so the row's state is absent.
             delete: format!(
-                "WITH r AS (DELETE FROM {t} WHERE {fence} RETURNING key) {}",
-                entry(6, "NULL")
+                "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key) {}",
+                fence(in_flight, 10),
+                entry(6, "NULL", 10)
             ),
-            // A purge removes the history with the record, in the same statement.
+            // A purge removes the history with the record, in the same statement; $6 now.
             purge: format!(
-                "WITH r AS (DELETE FROM {t} WHERE {fence} RETURNING key), \
+                "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key), \
                  gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
-                 SELECT count(*) FROM r"
+                 SELECT count(*) FROM r",
+                fence(in_flight, 6)
             ),
             history: format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
             ),
-            // Renews every lease in one statement; a lease that has already lapsed is never
-            // revived, so a peer that saw it lapse may take the record over safely.
+            // Renews every lease in one statement ($5 now); a lease that has already lapsed is
+            // never revived, so a peer that saw it lapse may take the record over safely.
             renew: format!(
-                "UPDATE {t} AS r SET lease_until = {NOW_MS} + $4 \
+                "UPDATE {t} AS r SET lease_until = $5::bigint + $4 \
                  FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
                  WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
-                 AND r.status = '{in_flight}' AND r.lease_until > {NOW_MS} \
+                 AND r.status = '{in_flight}' AND r.lease_until > $5::bigint \
                  RETURNING r.key, r.owner, r.attempts"
             ),
             size: format!("SELECT pg_total_relation_size('{t}')"),
@@ -334,7 +341,7 @@ impl Values {
 pub(crate) struct ChangeValues {
     event: &'static str,
     answer: Option<&'static str>,
-    by: String,
+    pub(crate) by: String,
     note: Option<String>,
     pub(crate) ends_history: bool,
 }
@@ -342,11 +349,11 @@ pub(crate) struct ChangeValues {
 impl ChangeValues {
     pub(crate) fn of(change: &Change<'_>) -> ChangeValues {
         ChangeValues {
-            event: change.event.as_str(),
-            answer: change.event.answer().map(|answer| answer.as_str()),
-            by: change.by.to_owned(),
-            note: change.note.map(str::to_owned),
-            ends_history: change.event.ends_history(),
+            event: change.event().as_str(),
+            answer: change.event().answer().map(|answer| answer.as_str()),
+            by: change.by().to_owned(),
+            note: change.note().map(str::to_owned),
+            ends_history: change.event().ends_history(),
         }
     }
 
@@ -372,7 +379,7 @@ pub(crate) fn decode_entry(key: &str, row: &Row) -> Result<Entry, StoreError> {
         Some(status) => Some(status.parse::<Status>().map_err(|_| damaged("unknown status"))?),
         None => None,
     };
-    Ok(Entry { at: to_u64(row.get(0)), event, status, by: row.get(4), note: row.get(5) })
+    Ok(Entry::new(to_u64(row.get(0)), event, status, row.get(4), row.get(5)))
 }
 
 /// A row back into a record; a row that does not decode is reported, never guessed at.
@@ -395,11 +402,11 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         serde_json::from_str::<serde::de::IgnoredAny>(text)
             .map_err(|_| damaged("result is not JSON"))?;
     }
-    Ok(Record {
+    Ok(Record::from(RecordParts {
         status,
         tool: row.get(2),
         scope: row.get(3),
-        owner: row.get::<_, String>(4).into(),
+        owner: row.get(4),
         attempts: u32::try_from(attempts).map_err(|_| damaged("attempts out of range"))?,
         created_at: to_u64(row.get(6)),
         updated_at: to_u64(row.get(7)),
@@ -409,7 +416,7 @@ pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
         result,
         function: row.get(13),
         key,
-    })
+    }))
 }
 
 #[cfg(test)]

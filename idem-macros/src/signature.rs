@@ -1,7 +1,9 @@
-//! What a tool's signature says about how its body runs and what it returns: the body's shape
-//! (sync, async, boxed or returned future) and the `Result<T, E>` it produces, recognised by its
-//! syntax. Each refusal names what was expected.
+//! What a tool's function says about itself, recognised by its syntax: how its body runs (sync,
+//! async, boxed or returned future), the `Result<T, E>` it produces, and whether its signature
+//! proves it sits in an `impl`.
 
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::{Expr, GenericArgument, ItemFn, PathArguments, ReturnType, Stmt, Type, TypeParamBound};
 
 /// How the body runs.
@@ -140,4 +142,23 @@ pub(crate) fn borrowed_part(ty: &Type) -> Option<&Type> {
     let mut find = Find(None);
     syn::visit::Visit::visit_type(&mut find, ty);
     find.0
+}
+
+/// Whether the signature proves the function sits in an `impl` or a trait: a receiver, or `Self`
+/// anywhere in it. Without that proof it may be a free function.
+pub(crate) fn is_surely_in_impl(sig: &syn::Signature) -> bool {
+    sig.receiver().is_some()
+        || mentions_self_type(sig.generics.to_token_stream())
+        || mentions_self_type(sig.generics.where_clause.to_token_stream())
+        || mentions_self_type(sig.inputs.to_token_stream())
+        || mentions_self_type(sig.output.to_token_stream())
+}
+
+/// Whether `tokens` name `Self` anywhere.
+pub(crate) fn mentions_self_type(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => ident == "Self",
+        TokenTree::Group(group) => mentions_self_type(group.stream()),
+        _ => false,
+    })
 }

@@ -1,104 +1,23 @@
-//! Reconcilers: asking the target system whether an effect left in doubt landed. What a
-//! reconciler answers ([`Reconciled`]), how it is asked (a panic is an answer too), and the
-//! sweep that asks about every key in doubt at start-up ([`Sweep`]). The transitions they cause
-//! are in `machine`, with every other.
+//! The sweep: asking the reconcilers of a few tools about every key of theirs in doubt, as an
+//! agent does at start-up, through the same transitions a call makes.
 
-use std::any::Any;
 use std::fmt::Display;
-use std::future::{poll_fn, Future};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::{pin, Pin};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::machine::{encode_for_replay, Reservation};
+use super::machine::{encode_for_replay, Reservation, Taken};
+use super::reconciler::{ask, erred, Reconciled};
 use super::Codec;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::history::Answer;
 use crate::key::Key;
-use crate::protocol::{assess, Assessment};
-use crate::record::{now_ms, Record};
+use crate::lifecycle::{assess, Assessment, Record};
 use crate::store::Store;
-
-/// What a reconciler found out about an effect whose call was interrupted (a crash, a panic, a
-/// lost answer), asked by its key: the key the call sent the vendor with
-/// [`current_key`](crate::current_key).
-///
-/// ```
-/// use idem_runtime::{Key, Reconciled};
-///
-/// # struct Vendor;
-/// # impl Vendor { fn charge_by_idempotency_key(&self, _: &str) -> Result<Option<String>, String> { Ok(None) } }
-/// # let vendor = Vendor;
-/// // A reconciler of `charge_card`, whose body sent the vendor its key.
-/// fn find_charge(vendor: &Vendor, key: &Key) -> Result<Reconciled<String>, String> {
-///     Ok(match vendor.charge_by_idempotency_key(key.as_str())? {
-///         Some(charge_id) => Reconciled::Landed(charge_id),
-///         None => Reconciled::NotLanded,
-///     })
-/// }
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reconciled<T> {
-    /// The effect landed, with this result: the key is recorded `Done` with it, and every call
-    /// replays it.
-    Landed(T),
-    /// The effect did not land: the key is released, and the call that asked runs the body with
-    /// the same key.
-    NotLanded,
-    /// The reconciler cannot tell (the vendor does not know yet, or cannot be reached for an
-    /// answer that means anything): the key stays in doubt.
-    CannotTell,
-}
-
-impl<T> Reconciled<T> {
-    /// The answer with a landed result mapped by `f`.
-    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Reconciled<U> {
-        match self {
-            Reconciled::Landed(value) => Reconciled::Landed(f(value)),
-            Reconciled::NotLanded => Reconciled::NotLanded,
-            Reconciled::CannotTell => Reconciled::CannotTell,
-        }
-    }
-}
-
-/// Asks `reconcile` about `key`: calls it, and polls the future it returns, catching a panic of
-/// either, which is then an answer that settles nothing (`Err`, saying so).
-pub(super) async fn ask<T, Rf, Fut>(reconcile: Rf, key: Key) -> Result<Reconciled<T>, String>
-where
-    Rf: FnOnce(Key) -> Fut,
-    Fut: Future<Output = Result<Reconciled<T>, String>>,
-{
-    // A sync reconciler does its work here, in the call.
-    let future = match catch_unwind(AssertUnwindSafe(move || reconcile(key))) {
-        Ok(future) => future,
-        Err(panic) => return Err(panicked(panic)),
-    };
-    let mut future = pin!(future);
-    poll_fn(|cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
-        Ok(poll) => poll,
-        Err(panic) => Poll::Ready(Err(panicked(panic))),
-    })
-    .await
-}
-
-fn panicked(panic: Box<dyn Any + Send>) -> String {
-    let message = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned());
-    format!("it panicked: {message}")
-}
-
-/// A reconciler's error, as the reason the key stays in doubt.
-pub(crate) fn erred(error: impl Display) -> String {
-    format!("it failed: {error}")
-}
 
 /// The reconciler of one tool in a [`Sweep`], its answer's result already JSON that reads back.
 type Ask<'a> = Box<
@@ -207,7 +126,7 @@ impl<'a> Sweep<'a> {
     pub async fn run_async(mut self) -> Result<SweepReport, Error> {
         let store = match self.store.take() {
             Some(store) => store,
-            None => crate::default::default_store()?,
+            None => crate::store::default::default_store()?,
         };
         let listed = store.scan().await.map_err(|e| Error::store(None, None, e))?;
         let mut report = SweepReport::default();
@@ -223,7 +142,12 @@ impl<'a> Sweep<'a> {
             else {
                 continue;
             };
-            if assess(Some(&record), now_ms(), |r| store.owner_alive(r)) != Assessment::InDoubt {
+            if Key::parse(&record.key).is_err() {
+                // Another writer of a shared store can leave such a row: it is no call's.
+                tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
+                continue;
+            }
+            if assess(Some(&record), store.clock(), store.instance()) != Assessment::InDoubt {
                 continue;
             }
             let outcome = sweep_one(&store, &record, reconcile).await;
@@ -261,31 +185,39 @@ async fn sweep_one(
 ) -> SweepOutcome {
     let in_doubt = |reason: String| SweepOutcome::InDoubt { reason };
     let store_failed = |e| in_doubt(format!("the store failed: {e}"));
-    let mut pending = match Reservation::take_over_to_reconcile(store, record, None).await {
-        Ok(Some(pending)) => pending,
-        Ok(None) => return SweepOutcome::Moved,
+    // Another writer of a shared store may have left a key that is not one: it is skipped, as
+    // every unreadable record is, rather than asked about.
+    let Ok(key) = Key::parse(&record.key) else {
+        tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: the record's key is not an idem key; skipped");
+        return in_doubt(format!(
+            "its key {:?} is not an idem key, so it was not asked about",
+            record.key
+        ));
+    };
+    let pending = match Reservation::take_to_reconcile(store, record.clone(), None).await {
+        Ok(Taken::Mine(pending)) => pending,
+        Ok(Taken::Moved(_)) => return SweepOutcome::Moved,
         Err(e) => return store_failed(e),
     };
-    let key = Key::parse(&record.key).expect("a stored key is a key");
     let (answer, reason) = match ask(reconcile, key).await {
         Ok(Reconciled::Landed(json)) => {
-            return match pending.settle_landed(json, None).await {
-                Ok(true) => SweepOutcome::Landed,
-                Ok(false) => SweepOutcome::Moved,
+            return match pending.settle_reconciled(Ok(Some(json)), None).await {
+                Ok((true, _)) => SweepOutcome::Landed,
+                Ok((false, _)) => SweepOutcome::Moved,
                 Err(e) => store_failed(e),
             }
         }
         Ok(Reconciled::NotLanded) => {
-            return match pending.settle_not_landed().await {
-                Ok(true) => SweepOutcome::NotLanded,
-                Ok(false) => SweepOutcome::Moved,
+            return match pending.settle_reconciled(Ok(None), None).await {
+                Ok((true, _)) => SweepOutcome::NotLanded,
+                Ok((false, _)) => SweepOutcome::Moved,
                 Err(e) => store_failed(e),
             }
         }
         Ok(Reconciled::CannotTell) => (Answer::CannotTell, "it could not tell".to_owned()),
         Err(reason) => (Answer::Erred, reason),
     };
-    match pending.settle_cannot_tell(answer, &reason).await {
+    match pending.settle_reconciled(Err((answer, &reason)), None).await {
         Ok(_) => in_doubt(reason),
         Err(e) => store_failed(e),
     }

@@ -13,17 +13,18 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::Entry;
-use idem_runtime::{assess, now_ms, Assessment, Record, Reserved, Status, StoreError};
+use idem_runtime::store::{lease, now_ms, Inserted, Notifier, StoreError};
+use idem_runtime::{Record, Status};
 use tokio_postgres::types::ToSql;
 
 use crate::fault::{Fault, Retry};
-use crate::lease::{Holder, Leases};
-use crate::listen::{Fanout, DEGRADED_RECHECK};
+use crate::lease::{heartbeat, Holder, Leases};
+use crate::listen::{self, Listener, DEGRADED_RECHECK};
 use crate::runtime::{Detached, Writes};
-use crate::sql::{self, ChangeValues, Names, Statements, Values};
+use crate::schema::{self, ChangeValues, Names, Statements, Values};
 
 /// What the store's tasks share with it.
-pub(crate) struct Shared {
+pub(crate) struct Table {
     pub(crate) pool: Pool,
     pub(crate) statements: Statements,
     pub(crate) names: Names,
@@ -33,7 +34,7 @@ pub(crate) struct Shared {
     pub(crate) default_wait: Duration,
     /// The database clock minus this machine's, in milliseconds.
     pub(crate) clock_offset: AtomicI64,
-    pub(crate) fanout: Arc<Fanout>,
+    pub(crate) listener: Arc<Listener>,
     pub(crate) leases: Leases,
     pub(crate) detached: Detached,
     pub(crate) writes: Arc<Writes>,
@@ -54,11 +55,39 @@ macro_rules! retrying {
     }};
 }
 
-impl Shared {
+impl Table {
     /// How long one statement keeps trying through connection faults when its caller set no
     /// deadline: a lease, past which the leases this store holds have lapsed anyway.
     pub(crate) fn deadline(&self) -> Instant {
         deadline_after(Instant::now(), self.lease)
+    }
+
+    /// Makes the store ready on its own runtime: the table (created, or checked), the clock,
+    /// the listening connection and the heartbeat. Fails fast: a server that cannot be reached
+    /// now is most often a wrong URL, which waiting would only hide.
+    pub(crate) async fn start(
+        self: Arc<Self>,
+        config: tokio_postgres::Config,
+        create: bool,
+    ) -> Result<(), StoreError> {
+        let now = Instant::now();
+        if create {
+            self.migrate(now).await?;
+        } else {
+            self.check_table(now).await?;
+        }
+        self.measure_clock(now).await?;
+        let listener =
+            listen::start(config, self.names.channel(), Arc::clone(&self.listener)).await?;
+        tokio::spawn(listener);
+        tokio::spawn(async move {
+            let beat = |holding| {
+                let table = Arc::clone(&self);
+                async move { table.beat(holding).await }
+            };
+            heartbeat(&self.leases, self.heartbeat, beat).await
+        });
+        Ok(())
     }
 
     pub(crate) async fn migrate(&self, deadline: Instant) -> Result<(), StoreError> {
@@ -139,23 +168,18 @@ impl Shared {
         Ok((before, db, now_ms() as i64))
     }
 
-    /// The database's clock now, as this machine reckons it.
-    fn db_now(&self) -> i64 {
-        now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)
+    /// The database's clock now, as this machine reckons it: the clock leases are read on.
+    pub(crate) fn db_now(&self) -> u64 {
+        u64::try_from(now_ms() as i64 + self.clock_offset.load(Ordering::Relaxed)).unwrap_or(0)
+    }
+
+    /// [`Table::db_now`] as a statement's parameter.
+    fn db_now_param(&self) -> i64 {
+        i64::try_from(self.db_now()).unwrap_or(i64::MAX)
     }
 
     fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    /// Whether replacing `current` by `new` is the record's own owner settling it: only that
-    /// write may skip the lease check. A sibling call of this instance taking the record over
-    /// is held to the database clock's lease like any other instance.
-    fn writes_as_owner(&self, current: &Record, new: Option<&Record>) -> bool {
-        // An owner string names one call, so a write that keeps it is that call's own, whatever
-        // else it changes (a takeover dropped before its body puts the record back with the
-        // earlier attempts).
-        current.owner.is_of(&self.owner) && new.is_none_or(|new| new.owner == current.owner)
     }
 
     pub(crate) async fn get(
@@ -170,14 +194,14 @@ impl Shared {
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.get).await?;
         let row = client.query_opt(&statement, &[&key]).await?;
-        row.as_ref().map(sql::decode).transpose().map_err(Fault::Store)
+        row.as_ref().map(schema::decode).transpose().map_err(Fault::Store)
     }
 
     pub(crate) async fn reserve(
         &self,
         record: &Record,
         change: &ChangeValues,
-    ) -> Result<Reserved, StoreError> {
+    ) -> Result<Inserted, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
         loop {
@@ -190,14 +214,14 @@ impl Shared {
                 match found {
                     // Our own insert, committed by an attempt whose connection broke before the
                     // answer came.
-                    Some(existing) if existing.fence() == record.fence() => {}
-                    Some(existing) => return Ok(Reserved::Taken(existing)),
+                    Some(existing) if existing.is_as(record) => {}
+                    Some(existing) => return Ok(Inserted::Existing(existing)),
                     // Released again meanwhile: try the insert again.
                     None => continue,
                 }
             }
             self.leases.hold(record);
-            return Ok(Reserved::Mine);
+            return Ok(Inserted::New);
         }
     }
 
@@ -212,7 +236,7 @@ impl Shared {
         values: &Values,
         change: &ChangeValues,
     ) -> Result<(bool, Option<Record>), Fault> {
-        let lease = self.lease_ms();
+        let (lease, now) = (self.lease_ms(), self.db_now_param());
         let client = self.pool.get().await?;
         let insert = client.prepare_cached(&self.statements.insert).await?;
         let get = client.prepare_cached(&self.statements.get).await?;
@@ -220,11 +244,12 @@ impl Shared {
         params.push(&lease);
         params.push(values.function());
         params.extend_from_slice(&change.params());
+        params.push(&now);
         let key: [&(dyn ToSql + Sync); 1] = [&values.key];
         // One history row, written only when the record was.
         let (inserted, found) =
             tokio::try_join!(client.execute(&insert, &params), client.query_opt(&get, &key))?;
-        let found = found.as_ref().map(sql::decode).transpose().map_err(Fault::Store)?;
+        let found = found.as_ref().map(schema::decode).transpose().map_err(Fault::Store)?;
         Ok((inserted == 1, found))
     }
 
@@ -234,10 +259,14 @@ impl Shared {
         new: Option<&Record>,
         change: &ChangeValues,
     ) -> Result<bool, StoreError> {
-        let own = self.writes_as_owner(current, new);
+        // The fence's owner clause (`lifecycle::admits`): the record's own owner may replace it
+        // while its lease holds; anyone else only once it has lapsed.
+        let own = change.by == current.owner.as_str() && current.owner.is_of(&self.owner);
         let outcome = self.replace_fenced(current, new, own, change).await;
         match outcome {
             Ok(true) => {
+                // The waiters of this process need not wait for the announcement's round trip.
+                self.listener.notifier.notify(&current.key);
                 self.leases.drop_if(&current.key, &Holder::of(current));
                 if let Some(new) = new.filter(|n| n.status == Status::InFlight) {
                     self.leases.hold(new);
@@ -274,7 +303,7 @@ impl Shared {
                     let now = self.get(&current.key, deadline).await?;
                     return Ok(match (now, new) {
                         (None, None) => true,
-                        (Some(now), Some(new)) => now.fence() == new.fence(),
+                        (Some(now), Some(new)) => now.is_as(new),
                         _ => false,
                     });
                 }
@@ -297,6 +326,7 @@ impl Shared {
         let seen = current.fence();
         let (status, owner, attempts) =
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
+        let now = self.db_now_param();
         let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
         let notify = client.prepare_cached(&self.statements.notify).await?;
         // The announcement is pipelined behind the write on the same connection: the server
@@ -317,17 +347,21 @@ impl Shared {
                 params.push(&lease);
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
+                params.push(&now);
                 tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
             None if change.ends_history => {
                 let statement = client.prepare_cached(&self.statements.purge).await?;
-                let removed: i64 = client.query_one(&statement, &fence).await?.try_get(0)?;
+                let mut params = fence.to_vec();
+                params.push(&now);
+                let removed: i64 = client.query_one(&statement, &params).await?.try_get(0)?;
                 u64::try_from(removed).unwrap_or(0)
             }
             None => {
                 let statement = client.prepare_cached(&self.statements.delete).await?;
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&change.params());
+                params.push(&now);
                 tokio::try_join!(client.execute(&statement, &params), announce)?.0
             }
         };
@@ -350,10 +384,10 @@ impl Shared {
         let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
         let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
         let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
-        let lease = self.lease_ms();
+        let (lease, now) = (self.lease_ms(), self.db_now_param());
         let client = self.pool.get().await?;
         let statement = client.prepare_cached(&self.statements.renew).await?;
-        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease]).await?;
+        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease, &now]).await?;
         rows.iter()
             .map(|row| {
                 let attempts: i64 = row.try_get(2)?;
@@ -381,27 +415,20 @@ impl Shared {
         renewed
     }
 
-    /// When `record`'s lease lapses, as an instant of this machine; `None` when it has.
-    pub(crate) fn lease_left(&self, record: &Record) -> Option<Duration> {
-        let until = i64::try_from(record.lease_until?).ok()?;
-        let left = until - self.db_now();
-        (left > 0).then(|| Duration::from_millis(left as u64))
-    }
-
-    pub(crate) async fn changed(
+    pub(crate) async fn watch(
         &self,
         key: &str,
         seen: &Record,
         deadline: Instant,
     ) -> Result<Option<Record>, StoreError> {
-        // Subscribe before reading, so that a change between the read and the wait is seen.
-        let mut subscription = self.fanout.subscribe(key);
         loop {
+            // Watch before reading, so that a change between the read and the wait is seen.
+            let watch = Notifier::watch(&self.listener.notifier, key);
             // A read that hits a broken connection keeps trying for the whole wait (and at
             // least a lease): a restarting server must not end a wait early.
             let current = self.get(key, deadline.max(self.deadline())).await?;
             let record = match current {
-                Some(record) if record.fence() == seen.fence() => record,
+                Some(record) if record.is_as(seen) => record,
                 other => return Ok(other),
             };
             let now = Instant::now();
@@ -409,24 +436,21 @@ impl Shared {
                 return Ok(Some(record));
             }
             // The owner may die without a word: wake when its lease lapses, to look again.
-            let wake = match assess(Some(&record), now_ms(), |r| self.lease_left(r).is_some()) {
-                Assessment::Running => match self.lease_left(&record) {
-                    Some(left) => {
-                        deadline.min(deadline_after(now, left + Duration::from_millis(5)))
-                    }
-                    None => return Ok(Some(record)),
-                },
+            let wake = match (record.status, lease::left(&record, self.db_now())) {
+                (Status::InFlight, Some(left)) => {
+                    deadline.min(deadline_after(now, left + Duration::from_millis(5)))
+                }
                 // The lease lapsed: the owner is dead, and the caller must know now.
-                Assessment::InDoubt => return Ok(Some(record)),
+                (Status::InFlight, None) => return Ok(Some(record)),
                 _ => deadline,
             };
-            let wake = if self.fanout.listening() {
+            let wake = if self.listener.listening() {
                 wake
             } else {
                 wake.min(deadline_after(now, DEGRADED_RECHECK))
             };
             tokio::select! {
-                () = subscription.next() => {}
+                () = watch => {}
                 () = tokio::time::sleep_until(wake.into()) => {}
             }
         }
@@ -445,7 +469,7 @@ impl Shared {
         let statement = client.prepare_cached(&self.statements.history).await?;
         let rows = client.query(&statement, &[&key]).await?;
         rows.iter()
-            .map(|row| sql::decode_entry(key, row))
+            .map(|row| schema::decode_entry(key, row))
             .collect::<Result<_, _>>()
             .map_err(Fault::Store)
     }
@@ -458,7 +482,7 @@ impl Shared {
         let client = self.pool.get().await?;
         let rows = client.query(&self.statements.scan, &[]).await?;
         // One damaged row is reported as such; the listing goes on.
-        Ok(rows.iter().map(sql::decode).collect())
+        Ok(rows.iter().map(schema::decode).collect())
     }
 
     pub(crate) async fn size(&self) -> Result<u64, StoreError> {

@@ -4,11 +4,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{Owner, Status};
+use super::owner::Owner;
+use super::status::Status;
 
 /// One key's record. The arguments are not stored, in any form: they may hold personal data,
 /// and the key already stands for them.
+///
+/// Only the lifecycle makes or changes a record (see `lifecycle/transition.rs`); a store reads
+/// one back from what it stored with [`RecordParts`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Record {
     /// The idempotency key (32 hex characters).
     pub key: String,
@@ -46,20 +51,14 @@ pub struct Record {
 
 impl Record {
     /// A new `InFlight` record owned by `owner`.
-    pub fn reserve(
-        key: &str,
-        tool: &str,
-        scope: &str,
-        owner: impl Into<Owner>,
-        now: u64,
-    ) -> Record {
+    pub(crate) fn reserve(key: &str, tool: &str, scope: &str, owner: &Owner, now: u64) -> Record {
         Record {
             key: key.to_owned(),
             status: Status::InFlight,
             tool: tool.to_owned(),
             function: None,
             scope: scope.to_owned(),
-            owner: owner.into(),
+            owner: owner.clone(),
             attempts: 1,
             created_at: now,
             updated_at: now,
@@ -76,10 +75,10 @@ impl Record {
     }
 
     /// This record taken over by `owner` for another attempt.
-    pub fn taken_over(&self, owner: impl Into<Owner>, now: u64) -> Record {
+    pub(crate) fn taken_over(&self, owner: &Owner, now: u64) -> Record {
         Record {
             status: Status::InFlight,
-            owner: owner.into(),
+            owner: owner.clone(),
             attempts: self.attempts.saturating_add(1),
             updated_at: now,
             completed_at: None,
@@ -92,17 +91,22 @@ impl Record {
     /// This record taken over by `owner` to ask the tool's reconciler whether the effect
     /// landed. In flight, so that no other caller runs the body or asks meanwhile, with the
     /// same `attempts`: the body does not start for it.
-    pub fn reconciling(&self, owner: impl Into<Owner>, now: u64) -> Record {
+    pub(crate) fn reconciling(&self, owner: &Owner, now: u64) -> Record {
         Record { attempts: self.attempts, ..self.taken_over(owner, now) }
     }
 
     /// This record finished with `result`.
-    pub fn done(&self, result: serde_json::Value, now: u64, ttl: Option<Duration>) -> Record {
+    pub(crate) fn done(
+        &self,
+        result: serde_json::Value,
+        now: u64,
+        ttl: Option<Duration>,
+    ) -> Record {
         self.done_json(result.to_string(), now, ttl)
     }
 
     /// This record finished with `json`, a result already written as JSON text.
-    pub fn done_json(&self, json: String, now: u64, ttl: Option<Duration>) -> Record {
+    pub(crate) fn done_json(&self, json: String, now: u64, ttl: Option<Duration>) -> Record {
         Record {
             status: Status::Done,
             updated_at: now,
@@ -115,8 +119,60 @@ impl Record {
     }
 
     /// This record marked in doubt.
-    pub fn in_doubt(&self, now: u64) -> Record {
+    pub(crate) fn in_doubt(&self, now: u64) -> Record {
         Record { status: Status::InDoubt, updated_at: now, lease_until: None, ..self.clone() }
+    }
+}
+
+/// Every field of a [`Record`], for a store that reads one back from what it stored (a store
+/// never makes a new state: it keeps what the lifecycle made).
+#[derive(Clone, Debug)]
+pub struct RecordParts {
+    /// See [`Record::key`].
+    pub key: String,
+    /// See [`Record::status`].
+    pub status: Status,
+    /// See [`Record::tool`].
+    pub tool: String,
+    /// See [`Record::function`].
+    pub function: Option<String>,
+    /// See [`Record::scope`].
+    pub scope: String,
+    /// See [`Record::owner`].
+    pub owner: String,
+    /// See [`Record::attempts`].
+    pub attempts: u32,
+    /// See [`Record::created_at`].
+    pub created_at: u64,
+    /// See [`Record::updated_at`].
+    pub updated_at: u64,
+    /// See [`Record::completed_at`].
+    pub completed_at: Option<u64>,
+    /// See [`Record::expires_at`].
+    pub expires_at: Option<u64>,
+    /// See [`Record::lease_until`].
+    pub lease_until: Option<u64>,
+    /// See [`Record::result`].
+    pub result: Option<String>,
+}
+
+impl From<RecordParts> for Record {
+    fn from(parts: RecordParts) -> Record {
+        Record {
+            key: parts.key,
+            status: parts.status,
+            tool: parts.tool,
+            function: parts.function,
+            scope: parts.scope,
+            owner: parts.owner.into(),
+            attempts: parts.attempts,
+            created_at: parts.created_at,
+            updated_at: parts.updated_at,
+            completed_at: parts.completed_at,
+            expires_at: parts.expires_at,
+            lease_until: parts.lease_until,
+            result: parts.result,
+        }
     }
 }
 
@@ -125,7 +181,7 @@ impl Record {
 mod json_text {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(
+    pub(crate) fn serialize<S: Serializer>(
         text: &Option<String>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -139,7 +195,7 @@ mod json_text {
         value.serialize(serializer)
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<String>, D::Error> {
         let value = Option::<serde_json::Value>::deserialize(deserializer)?;

@@ -1,6 +1,7 @@
-//! The bounds that generated code asserts, each with a message in our words
-//! (`#[diagnostic::on_unimplemented]`), and the small functions that carry them. Used through
-//! the facade's hidden module only.
+//! The contract with generated code: every item the macros' expansions name (through the
+//! facade's hidden `__private` module, which lists them), the bounds they assert, each with a
+//! message in our words (`#[diagnostic::on_unimplemented]`), and the small functions that carry
+//! them into the engine's one run path. Not a public API.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -10,9 +11,10 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::engine::reconcile::erred;
-use crate::engine::{Args, Call, Codec, Reconciled};
+use crate::engine::erred;
+use crate::engine::{sync_body, Args, Call, Codec, Ready, Reconciled};
 use crate::error::Error;
+use crate::exec::block_on;
 use crate::key::Key;
 use crate::store::Store;
 
@@ -168,7 +170,7 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
-    call.run_async_with(codec, body).await
+    call.execute(codec, None::<fn(Key) -> Ready<T>>, body).await
 }
 
 /// What a store-giving function may return.
@@ -371,8 +373,9 @@ pub fn run_sync_reconciled<T: ToolOutput, E: ToolError>(
     body: impl FnOnce() -> Result<T, E>,
 ) -> Result<T, E> {
     let call = call.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
-    let reconcile = |key: &Key| reconcile(key).map(|answer| answer.map(Stored));
-    call.run_reconciled_with(Codec::serde(), reconcile, || body().map(Stored).map_err(Failed))
+    let reconcile = |key: Key| std::future::ready(reconcile(&key).map(|answer| answer.map(Stored)));
+    let body = sync_body(|| body().map(Stored).map_err(Failed));
+    block_on(call.execute(Codec::serde(), Some(reconcile), body))
         .map(|stored| stored.0)
         .map_err(|failed| failed.0)
 }
@@ -391,5 +394,5 @@ where
     Fut: Future<Output = Result<T, E>>,
 {
     let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
-    call.run_async_reconciled_with(codec, reconcile, body).await
+    call.execute(codec, Some(reconcile), body).await
 }

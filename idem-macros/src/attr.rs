@@ -1,4 +1,5 @@
-//! Parsing the attribute's options into a view that keeps the user's tokens for error spans.
+//! The attributes as written: which of ours an attribute is, its options, and the parameters'
+//! `#[idem(…)]` options, parsed into views that keep the user's tokens for error spans.
 
 use proc_macro2::Span;
 use syn::parse::{Parse, ParseStream};
@@ -29,6 +30,21 @@ impl Attr {
             Attr::Read => "read",
             Attr::Idempotent => "idempotent",
             Attr::Write => "write",
+        }
+    }
+
+    /// The attribute `path` names, if it is one of ours (`read`, `idem::write`, …).
+    pub(crate) fn named_by(path: &Path) -> Option<Attr> {
+        let ours = path.segments.len() == 1
+            || (path.segments.len() == 2 && path.segments[0].ident == "idem");
+        if !ours {
+            return None;
+        }
+        match path.segments.last()?.ident.to_string().as_str() {
+            "read" => Some(Attr::Read),
+            "idempotent" => Some(Attr::Idempotent),
+            "write" => Some(Attr::Write),
+            _ => None,
         }
     }
 }

@@ -1,0 +1,73 @@
+//! A tool as validation leaves it: the view of the user's function and options that `expand`
+//! turns into code. Everything here has been checked; expansion refuses nothing.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Attribute, Ident, Member, Path, Type};
+
+use crate::attr::Attr;
+use crate::signature::Shape;
+
+/// A validated tool, ready to expand.
+pub(crate) struct Tool {
+    pub(crate) attr: Attr,
+    pub(crate) name: String,
+    /// Whether `tool = "…"` pinned the name: then the user chose it, and records are not tied
+    /// to the function's path (which a move to another module changes).
+    pub(crate) pinned: bool,
+    pub(crate) krate: Path,
+    pub(crate) scope: Option<Scope>,
+    pub(crate) key_params: Vec<KeyParam>,
+    /// The parameter whose fields are the key's arguments, if one is marked so; then it is the
+    /// only one in the key.
+    pub(crate) flatten: Option<Flatten>,
+    pub(crate) store: Option<Path>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) rerun: bool,
+    /// The function named by `reconcile = "…"`, if any.
+    pub(crate) reconcile: Option<Reconciler>,
+    pub(crate) shape: Shape,
+    /// The `Result<T, E>` the body produces.
+    pub(crate) output: Option<Type>,
+}
+
+/// The value a `scope = "param.field"` names.
+pub(crate) struct Scope {
+    /// The path as data (in `Kind::Idempotent` and messages), raw identifiers written plain.
+    pub(crate) text: String,
+    pub(crate) param: Ident,
+    pub(crate) fields: Vec<Member>,
+}
+
+/// A parameter that enters the key.
+pub(crate) struct KeyParam {
+    pub(crate) name: Ident,
+    /// Its name in the key: `type` for `r#type`, as a Python service spells it.
+    pub(crate) label: String,
+    pub(crate) ty: Type,
+    /// Its `#[cfg]` attributes, carried onto its use so that a parameter compiled out leaves
+    /// the key with it.
+    pub(crate) cfgs: Vec<Attribute>,
+}
+
+/// The parameter marked `#[idem(flatten)]`: the tool's whole argument object.
+pub(crate) struct Flatten {
+    /// The name bound to the object: the parameter's, or the one inside its pattern
+    /// (`req` in `Parameters(req)`).
+    pub(crate) name: Ident,
+    /// The parameter's type, for spans.
+    pub(crate) ty: Type,
+}
+
+/// The reconciler named by `reconcile = "…"`.
+pub(crate) struct Reconciler {
+    /// Its path, spanned on the literal.
+    pub(crate) path: Path,
+    /// Whether it is a method of the tool's type, called with the tool's `&self`: the tool takes
+    /// `&self` and the path is one name.
+    pub(crate) method: bool,
+    /// The literal, for spans.
+    pub(crate) span: Span,
+}

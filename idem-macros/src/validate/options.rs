@@ -1,0 +1,180 @@
+//! The checks of the attribute itself and of its options' values: one classification per tool,
+//! options that only a keyed tool can use, a signature a key can guard, the tool's name, the
+//! facade's path, durations and the in-doubt policy.
+
+use std::time::Duration;
+
+use syn::{ItemFn, LitStr, Path};
+
+use crate::attr::{Attr, Opt, Options, ParamOptions};
+
+/// A tool carries one of our attributes: any other on `item` besides the one expanding is an
+/// error.
+pub(super) fn one_classification(
+    attr: Attr,
+    item: &ItemFn,
+    fn_name: &str,
+    errors: &mut Vec<syn::Error>,
+) {
+    let attr_name = attr.name();
+    for other in &item.attrs {
+        if Attr::named_by(other.path()).is_some() {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!(
+                    "`{fn_name}` is already classified `#[{attr_name}]`: a tool has one \
+                     classification, so keep either this attribute or that one"
+                ),
+            ));
+        }
+    }
+}
+
+/// On a `#[read]` or `#[write]`, which has no key, the options and parameter options that only
+/// a key gives meaning to.
+pub(super) fn no_key_options(
+    attr: Attr,
+    options: &Options,
+    param_options: &[ParamOptions],
+    errors: &mut Vec<syn::Error>,
+) {
+    let attr_name = attr.name();
+    if let Some(reconcile) = &options.reconcile {
+        errors.push(syn::Error::new(
+            reconcile.key,
+            format!(
+                "`reconcile` has no meaning on `#[{attr_name}]`: a reconciler settles a key left \
+                 in doubt, and only an `#[idempotent(scope = \"…\")]` tool has a key; drop it, \
+                 or make the tool `#[idempotent]`"
+            ),
+        ));
+    }
+    let keyed = [
+        ("scope", options.scope.as_ref().map(|o| o.key)),
+        ("store", options.store.as_ref().map(|o| o.key)),
+        ("wait", options.wait.as_ref().map(|o| o.key)),
+        ("ttl", options.ttl.as_ref().map(|o| o.key)),
+        ("in_doubt", options.in_doubt.as_ref().map(|o| o.key)),
+    ];
+    for (option, span) in keyed {
+        if let Some(span) = span {
+            errors.push(syn::Error::new(
+                span,
+                format!(
+                    "`{option}` has no meaning on `#[{attr_name}]`, which runs the body as it is \
+                     with no key; for a keyed write use `#[idempotent(scope = \"…\")]`"
+                ),
+            ));
+        }
+    }
+    for options in param_options {
+        for (name, span) in [("skip", options.skip), ("flatten", options.flatten)] {
+            if let Some(span) = span {
+                errors.push(syn::Error::new(
+                    span,
+                    format!(
+                        "`#[idem({name})]` has no meaning on `#[{attr_name}]`, which has no \
+                         key: drop it"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// An `#[idempotent]` body runs through a store at run time, from Rust callers with a fixed list
+/// of arguments: not a `const`, `extern` or variadic fn.
+pub(super) fn keyable_signature(sig: &syn::Signature, errors: &mut Vec<syn::Error>) {
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new_spanned(
+            constness,
+            "`#[idempotent]` cannot go on a `const fn`: its body runs at most once per key, at \
+             run time, through a store; remove `const`",
+        ));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(syn::Error::new_spanned(
+            abi,
+            "`#[idempotent]` cannot go on an `extern` fn: foreign callers bypass the key; wrap \
+             a plain Rust fn and call it from the `extern` one",
+        ));
+    }
+    if let Some(variadic) = &sig.variadic {
+        errors.push(syn::Error::new_spanned(
+            variadic,
+            "`#[idempotent]` cannot go on a variadic fn: variadic arguments cannot enter the key",
+        ));
+    }
+}
+
+/// The tool's name: `tool = "…"` if given and not empty, else the function's.
+pub(super) fn tool_name(
+    tool: Option<&Opt<LitStr>>,
+    fn_name: &str,
+    errors: &mut Vec<syn::Error>,
+) -> String {
+    match tool {
+        Some(tool) if tool.value.value().is_empty() => {
+            errors.push(syn::Error::new_spanned(
+                &tool.value,
+                "`tool` is empty: give the tool a name",
+            ));
+            fn_name.to_owned()
+        }
+        Some(tool) => tool.value.value(),
+        None => fn_name.to_owned(),
+    }
+}
+
+/// The path to the facade the generated code names: `crate = "…"`, or `::idem`.
+pub(super) fn facade_path(krate: Option<&Opt<LitStr>>, errors: &mut Vec<syn::Error>) -> Path {
+    match krate {
+        Some(krate) => krate.value.parse::<Path>().unwrap_or_else(|_| {
+            errors.push(syn::Error::new_spanned(
+                &krate.value,
+                "`crate` must be a path to the idem facade, such as \"::idem\" or \"my_idem\"",
+            ));
+            syn::parse_quote!(::idem)
+        }),
+        None => syn::parse_quote!(::idem),
+    }
+}
+
+/// A `wait`/`ttl` value, in humantime's syntax (`"500ms"`, `"30s"`, `"24h"`, `"7d"`, `"1h 30m"`).
+pub(super) fn duration(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<Duration> {
+    let text = lit.value();
+    match humantime::parse_duration(&text) {
+        Ok(duration) => Some(duration),
+        Err(error) => {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!(
+                    "`\"{text}\"` is not a duration ({error}): write a number and a unit, such as \
+                     \"500ms\", \"30s\", \"5m\", \"24h\" or \"7d\""
+                ),
+            ));
+            None
+        }
+    }
+}
+
+/// Whether `in_doubt = "…"` asks to run a key left in doubt again (`"rerun"`) rather than report
+/// it (`"fail"`, the default).
+pub(super) fn rerun(in_doubt: Option<&LitStr>, errors: &mut Vec<syn::Error>) -> bool {
+    let Some(lit) = in_doubt else { return false };
+    match lit.value().as_str() {
+        "fail" => false,
+        "rerun" => true,
+        other => {
+            errors.push(syn::Error::new_spanned(
+                lit,
+                format!(
+                    "`in_doubt = \"{other}\"` is not a policy: write \"fail\" (report the key in \
+                     doubt, the default) or \"rerun\" (run again with the same key, where the \
+                     vendor dedups it)"
+                ),
+            ));
+            false
+        }
+    }
+}

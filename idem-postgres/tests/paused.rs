@@ -1,0 +1,145 @@
+//! An owner paused (SIGSTOP) past its lease, whose key another process takes over and finishes
+//! meanwhile: when it resumes, its final write is refused by the fence, and its call returns the
+//! result the store holds, never its own as if it were recorded (issue 33, finding 10).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::for_stores::block_on;
+use idem_runtime::store::lease;
+use idem_runtime::{Call, Error, InDoubtPolicy, Resolution, Status, Store};
+
+// Long beside the heartbeat (250 ms), so that only the pause lets it lapse.
+const LEASE: Duration = Duration::from_secs(2);
+
+fn charge(store: &Arc<dyn Store>) -> Call {
+    Call::new("charge_card", "order-paused", &serde_json::json!({ "amount": 4200 }))
+        .unwrap()
+        .store(Arc::clone(store))
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// In a child: enter the body, say so, and return only once the parent's flag file exists
+/// (the parent stops this process meanwhile); then say what the call returned.
+#[test]
+fn paused_child() {
+    if std::env::var(common::CHILD_ROLE).as_deref() != Ok("paused-owner") {
+        return;
+    }
+    let url = std::env::var("DATABASE_URL").unwrap();
+    let schema = std::env::var("IDEM_PG_TEST_SCHEMA").unwrap();
+    let flag = std::path::PathBuf::from(std::env::var("IDEM_PG_TEST_FLAG").unwrap());
+    let store = common::short_lease_store(&url, &schema, LEASE);
+    let got: Result<String, Error> = charge(&store).run(|| {
+        common::say("in-body");
+        while !flag.exists() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok("ch_from_the_paused_owner".to_owned())
+    });
+    match got {
+        Ok(charge) => common::say(&format!("returned {charge}")),
+        Err(e) => common::say(&format!("failed: {e}")),
+    }
+}
+
+/// A child in its body, stopped (SIGSTOP) until its lease has lapsed on `store`'s clock.
+struct Paused {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    flag: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Paused {
+    fn start(url: &str, schema: &str, store: &Arc<dyn Store>) -> Paused {
+        let key = charge(store).key().clone();
+        let dir = tempfile::tempdir().unwrap();
+        let flag = dir.path().join("go");
+        let mut child = common::spawn_child(
+            "paused_child",
+            "paused-owner",
+            &[
+                ("DATABASE_URL", url),
+                ("IDEM_PG_TEST_SCHEMA", schema),
+                ("IDEM_PG_TEST_FLAG", flag.to_str().unwrap()),
+            ],
+        );
+        let lines = common::child_lines(&mut child);
+        assert_eq!(lines.recv_timeout(Duration::from_secs(60)).unwrap(), "in-body");
+        // Paused, its heartbeat stops too: wait until its lease has lapsed.
+        signal(child.id(), "STOP");
+        let lapsed = common::eventually(Duration::from_secs(30), || {
+            let record = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
+            !lease::holds(&record, store.clock(), store.instance())
+        });
+        assert!(lapsed, "the paused owner's lease lapses");
+        Paused { child, lines, flag, _dir: dir }
+    }
+
+    /// Lets the child's body return; what its call then answered.
+    fn resume(mut self) -> String {
+        std::fs::write(&self.flag, b"").unwrap();
+        signal(self.child.id(), "CONT");
+        let said = self.lines.recv_timeout(Duration::from_secs(60)).expect("the child answers");
+        assert!(self.child.wait().unwrap().success());
+        said
+    }
+}
+
+#[test]
+fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("paused");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = common::short_lease_store(&url, &schema, LEASE);
+    let key = charge(&store).key().clone();
+    let paused = Paused::start(&url, &schema, &store);
+
+    // Another caller takes the key over (in doubt, rerun) and finishes it.
+    let second: String = charge(&store)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok::<_, Error>("ch_from_the_new_owner".to_owned()))
+        .unwrap();
+    assert_eq!(second, "ch_from_the_new_owner");
+
+    // The paused owner resumes and its body returns: its write is refused, and its caller is
+    // told what every other caller replays.
+    let said = paused.resume();
+    assert_eq!(said, "returned ch_from_the_new_owner", "never its own result as recorded");
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!(record.status, Status::Done);
+    assert_eq!(record.result.as_deref(), Some(r#""ch_from_the_new_owner""#));
+}
+
+#[test]
+fn an_owner_paused_while_an_operator_released_its_key_is_told_it_was_superseded() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("moved");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = common::short_lease_store(&url, &schema, LEASE);
+    let key = charge(&store).key().clone();
+    let paused = Paused::start(&url, &schema, &store);
+    // The key is in doubt for everyone now; an operator finds no charge and releases it.
+    let released =
+        idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None);
+    assert_eq!(released.unwrap(), None);
+    let said = paused.resume();
+    assert!(said.starts_with("failed: "), "{said}");
+    assert!(said.contains("was taken over or settled while it ran"), "{said}");
+    assert!(said.contains("the store holds absent"), "{said}");
+    assert_eq!(block_on(store.get(key.as_str())).unwrap(), None, "its result was not recorded");
+}

@@ -1,0 +1,154 @@
+//! Who holds a record, written once: the owner string a call writes into the records it
+//! reserves or takes over, the instance string a store opens with, and the `user@host` an
+//! operator's change is recorded as.
+//!
+//! An instance is `<kind>:<host>:<pid>:<n>:<random>`: the kind of store (`sled`, `pg`, …), the
+//! machine and process that opened it, the how-many-th store this process opened, and 32 random
+//! bits (two machines may share a host name, and a pid is reused). An owner is
+//! `<instance>#<call>`, so that the fence tells two calls of one process apart.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// Who holds a record: the store instance that reserved or took it over, and which of that
+/// instance's calls did (`<instance>#<call>`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Owner(String);
+
+static CALL_SEQ: AtomicU64 = AtomicU64::new(0);
+static INSTANCE_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Owner {
+    /// A new call of the store instance `instance`, numbered apart from every other call of
+    /// this process.
+    pub(crate) fn new_call(instance: &str) -> Owner {
+        Owner(format!("{instance}#{}", CALL_SEQ.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// The store instance this owner is a call of: the text before `#` (all of it when there
+    /// is no call number).
+    pub fn instance(&self) -> &str {
+        instance_of(&self.0)
+    }
+
+    /// Whether this owner is a call of the store instance `instance`.
+    pub fn is_of(&self, instance: &str) -> bool {
+        self.instance() == instance
+    }
+
+    /// The owner as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for Owner {
+    /// An owner as stored; any text reads (an owner written by hand has no call number).
+    fn from(text: &str) -> Owner {
+        Owner(text.to_owned())
+    }
+}
+
+impl From<String> for Owner {
+    fn from(text: String) -> Owner {
+        Owner(text)
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The store instance the owner string `owner` is a call of.
+pub(crate) fn instance_of(owner: &str) -> &str {
+    owner.split_once('#').map_or(owner, |(instance, _)| instance)
+}
+
+/// A new store instance of `kind` (`sled`, `pg`): unique across processes and machines. Each
+/// store calls it once as it opens, and writes it into every record its calls own.
+pub fn new_instance(kind: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    format!(
+        "{kind}:{}:{}:{}:{:08x}",
+        host_name(),
+        std::process::id(),
+        INSTANCE_SEQ.fetch_add(1, Ordering::Relaxed),
+        random.finish() as u32
+    )
+}
+
+/// This machine's host name, read once; `host` when none can be found. Kept to letters, digits,
+/// `.`, `-` and `_`, since it goes into owner strings (split on `:` and `#`) and one-line
+/// history entries.
+pub fn host_name() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let found = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_default();
+        let tidy: String = found
+            .trim()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            .take(200)
+            .collect();
+        if tidy.is_empty() {
+            "host".to_owned()
+        } else {
+            tidy
+        }
+    })
+}
+
+/// Who an operator is, as a history records them: `user@host`, with `user` kept to one line of
+/// at most 200 characters.
+pub fn operator(user: &str) -> String {
+    let user: String = user.trim().chars().filter(|c| !c.is_control()).take(200).collect();
+    format!("{user}@{}", host_name())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_a_call_of_one_instance() {
+        let instance = new_instance("sled");
+        let a = Owner::new_call(&instance);
+        let b = Owner::new_call(&instance);
+        assert_ne!(a, b, "two calls of one instance are told apart");
+        assert!(a.is_of(&instance) && !a.is_of("sled:1:2"));
+        assert_eq!(Owner::from("pg:host:1:2:ab").instance(), "pg:host:1:2:ab");
+    }
+
+    #[test]
+    fn instances_are_unique_and_name_their_kind_host_and_process() {
+        let (a, b) = (new_instance("pg"), new_instance("pg"));
+        assert_ne!(a, b);
+        let parts: Vec<&str> = a.split(':').collect();
+        assert_eq!(parts.len(), 5, "{a}");
+        assert_eq!((parts[0], parts[1]), ("pg", host_name()));
+        assert_eq!(parts[2], std::process::id().to_string());
+        assert!(!a.contains('#'));
+    }
+
+    #[test]
+    fn an_operator_is_one_line() {
+        let by = operator("ann\nsmith");
+        assert_eq!(by, format!("annsmith@{}", host_name()));
+    }
+}
