@@ -190,9 +190,10 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Occupant) {
                 }),
             },
         };
-        let written = stream.write_all(response.as_bytes());
+        // Waiting from before the answer goes out: a client holding its answer is waiting for
+        // nothing, and one slow to read it holds no seat against a new client.
         seat.wait();
-        if written.is_err() {
+        if stream.write_all(response.as_bytes()).is_err() {
             return;
         }
     }
