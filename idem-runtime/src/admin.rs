@@ -108,17 +108,15 @@ pub trait Admin: sealed::Sealed {
     /// Counts records by status and tool, as [`stats`].
     fn stats(&mut self) -> Result<Stats, Error>;
 
-    /// What a call would make of `record` now (see [`crate::store::assess`]), for telling an
-    /// operator where the record's status alone does not say (an in-flight record whose owner
-    /// is gone).
+    /// What a call would make of `record` now (`idem::store::assess`, on the
+    /// store's clock, seen from the process that holds it), for telling an operator.
     fn assess(&self, record: &Record) -> Assessment;
 }
 
-mod sealed {
+/// Seals [`Admin`]: each transport implements `Sealed` beside its `Admin` impl.
+pub(crate) mod sealed {
     pub trait Sealed {}
     impl Sealed for super::Local {}
-    #[cfg(unix)]
-    impl Sealed for crate::remote::Remote {}
 }
 
 /// The admin operations on a store this process opened: the functions of this module.

@@ -9,11 +9,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::wire::{self, Request, WireError};
+use crate::admin::sealed::Sealed;
 use crate::admin::{Admin, Filter, Listing, Purge, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
-use crate::lifecycle::{assess, now_ms, Assessment, Record, Status};
+use crate::lifecycle::{Assessment, Record, Status};
 
 /// A connection to the admin socket of the process that holds a sled store. Its [`Admin`]
 /// operations run in that process, on [`crate::admin::Local`], and return the same values and
@@ -173,6 +174,8 @@ impl Remote {
     }
 }
 
+impl Sealed for Remote {}
+
 impl Admin for Remote {
     fn scan(&mut self, filter: &Filter) -> Result<Listing, Error> {
         let value = self.call(&Request::scan(filter))?;
@@ -217,7 +220,7 @@ impl Admin for Remote {
     fn assess(&self, record: &Record) -> Assessment {
         match record.status {
             Status::InFlight => Assessment::Running,
-            _ => assess(Some(record), now_ms(), ""),
+            _ => crate::lifecycle::assess(Some(record), crate::lifecycle::now_ms(), ""),
         }
     }
 }
