@@ -1,5 +1,5 @@
 //! The synchronisation types of the hand-written concurrency (`store/sync.rs`,
-//! `store/notify.rs`, `exec.rs`): std's, or loom's under the `loom` feature, so that the
+//! `store/notify.rs`, `exec.rs`, `remote/seats.rs`): std's, or loom's under the `loom` feature, so that the
 //! `loom_` models beside each of them explore every interleaving, as tokio checks its own
 //! primitives. Nothing else in the crate uses these.
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::seats::{self, Seat, Seats};
+use super::seats::{self, Occupant, Seats};
 use super::wire::{self, Request, WireError};
 use crate::admin::{Admin, Filter, Local};
 use crate::error::Error;
@@ -153,7 +153,7 @@ fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, seats: &mut Seats) {
 
 /// Answers requests on one connection until the client closes it, misbehaves, is too slow, or
 /// its seat is given to another client.
-fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Seat) {
+fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Occupant) {
     let mut pending = Vec::new();
     loop {
         // Giving the seat up ends the reads (`None`), or comes between a request read and its
@@ -190,9 +190,10 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Seat) {
                 }),
             },
         };
-        let written = stream.write_all(response.as_bytes());
+        // Waiting from before the answer goes out: a client holding its answer is waiting for
+        // nothing, and one slow to read it holds no seat against a new client.
         seat.wait();
-        if written.is_err() {
+        if stream.write_all(response.as_bytes()).is_err() {
             return;
         }
     }
