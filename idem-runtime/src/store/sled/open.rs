@@ -12,6 +12,7 @@ use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
 use crate::lifecycle::now_ms;
+use crate::lifecycle::owner::MAX_INSTANCE;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
@@ -192,6 +193,13 @@ impl SledStore {
             .open_tree(IN_FLIGHT)
             .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
         let owner = crate::lifecycle::owner::new_instance("sled");
+        // A record reserves room for an owner of at most MAX_OWNER bytes (see `lifetime_len`).
+        if owner.len() > MAX_INSTANCE {
+            return Err(StoreError::new(format!(
+                "the store instance {owner} is longer than the {MAX_INSTANCE} bytes a sled record \
+                 leaves for it: give the machine a shorter host name"
+            )));
+        }
         let syncer = match options.durability {
             Durability::None => None,
             durability => {

@@ -6,7 +6,7 @@
 //! leaves.
 
 use super::chunks::{MAX_RESULT, MAX_VALUE};
-use super::encoding::{decode, encode, encoded_len, set_history, Spilled};
+use super::encoding::{decode, encode, encoded_len, lifetime_len, set_history, Spilled};
 use super::history;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
@@ -198,7 +198,8 @@ impl SledStore {
     }
 
     /// How `record` is written: its bytes, and where its result's chunks go when it does not
-    /// fit in the record. Refuses what the store cannot keep, before anything is written.
+    /// fit in the record. Refuses what the store cannot keep, before anything is written, and
+    /// an in-flight record whose call could not keep its later records.
     fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
         let result_len = record.result.as_ref().map_or(0, String::len);
         if result_len > MAX_RESULT {
@@ -207,6 +208,24 @@ impl SledStore {
                  {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
                  less (for example where the data is kept, not the data)",
                 record.key, record.tool
+            )));
+        }
+        // A call is refused before its body runs, rather than after, when it could not record
+        // how it ended: an in-flight record must leave room for every later one of its call.
+        if record.status == Status::InFlight && lifetime_len(record) > MAX_VALUE {
+            let function = match &record.function {
+                Some(function) => format!(", function `{function}`"),
+                None => String::new(),
+            };
+            return Err(StoreError::new(format!(
+                "key {}: tool `{}` with a scope of {} bytes{function} needs up to {} bytes for \
+                 its record once it finishes (with its times, where its result is kept and its \
+                 owner), more than the {MAX_VALUE} bytes a sled record holds; nothing was run or \
+                 recorded for it: use a shorter scope (or tool name or function path)",
+                record.key,
+                record.tool,
+                record.scope.len(),
+                lifetime_len(record)
             )));
         }
         if encoded_len(record, false) <= MAX_VALUE {
