@@ -35,7 +35,9 @@ pub use self::history::{
     release_keeps_the_history_and_the_next_call_continues_it,
 };
 pub use self::reconcile::{
-    cancelled_reconciliation_leaves_it_in_doubt, reconciler_that_cannot_tell_leaves_it_in_doubt,
+    cancelled_reconciliation_leaves_it_in_doubt,
+    reconciler_failure_of_any_text_leaves_it_in_doubt_with_its_reason,
+    reconciler_that_cannot_tell_leaves_it_in_doubt,
     reconciler_that_errs_or_panics_leaves_it_in_doubt,
     reconciler_that_finds_it_did_not_land_runs_the_body,
     reconciler_that_finds_it_landed_records_and_replays,
@@ -80,6 +82,7 @@ macro_rules! conformance_suite {
             reconciler_that_finds_it_did_not_land_runs_the_body,
             reconciler_that_cannot_tell_leaves_it_in_doubt,
             reconciler_that_errs_or_panics_leaves_it_in_doubt,
+            reconciler_failure_of_any_text_leaves_it_in_doubt_with_its_reason,
             two_callers_on_a_key_in_doubt_reconcile_once,
             cancelled_reconciliation_leaves_it_in_doubt,
             sweep_settles_every_key_in_doubt_of_its_tools,

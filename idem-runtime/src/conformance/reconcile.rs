@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{call, eventually_status, scope, status, until_waiting, ToolError};
 use crate::exec::block_on;
+use crate::history::MAX_NOTE;
 use crate::{Error, InDoubtPolicy, Key, Reconciled, Status, Store, Sweep, SweepOutcome};
 
 /// Leaves the key of (`tool`, `scope`) in doubt, as a call whose answer was lost does.
@@ -263,4 +264,71 @@ pub fn sweep_settles_every_key_in_doubt_of_its_tools(store: Arc<dyn Store>) {
     assert_eq!(status(&store, &other_tool), Some(Status::InDoubt), "another tool's is left");
     let record = block_on(store.get(landed.as_str())).unwrap().unwrap();
     assert_eq!(record.result.as_deref(), Some(r#"{"id":"ch_1"}"#));
+}
+
+/// The last entry of `key`'s history, which must record a reconciler that erred, with a note of
+/// one line that fits a history entry.
+fn assert_erred_in_history(store: &Arc<dyn Store>, key: &Key, what: &str) {
+    let history = block_on(store.history(key.as_str())).expect("the store answers history");
+    let last = history.last().expect("a history");
+    assert_eq!(last.event.to_string(), "reconciled (erred)", "{what}: {history:?}");
+    assert_eq!(last.status, Some(Status::InDoubt), "{what}: {last:?}");
+    let note = last.note.as_deref().expect("the entry says why");
+    assert!(!note.contains('\n') && !note.contains('\r'), "{what}: a note of many lines: {note:?}");
+    assert!(note.len() <= MAX_NOTE, "{what}: a note of {} bytes", note.len());
+}
+
+/// What a reconciler can say when it fails: an error of several lines, one longer than a
+/// history note holds, and the message of a failed `assert_eq!` (several lines too).
+fn failing_reconciler(case: usize) -> Result<Reconciled<String>, String> {
+    match case {
+        0 => Err("the vendor answered 503\nretry-after: 30\n".to_owned()),
+        1 => Err(format!("the vendor answered 500: {}", "<html>".repeat(300))),
+        _ => {
+            assert_eq!(1 + 1, 3, "the vendor's ledger\ndisagrees");
+            Ok(Reconciled::CannotTell)
+        }
+    }
+}
+
+const FAILURES: [&str; 3] = ["an error of several lines", "an error past 1 KiB", "an assert_eq!"];
+
+pub fn reconciler_failure_of_any_text_leaves_it_in_doubt_with_its_reason(store: Arc<dyn Store>) {
+    let never = || -> Result<String, Error> { panic!("the body must not run") };
+    for (case, what) in FAILURES.into_iter().enumerate() {
+        let scope = scope("reconciler-fails-oddly");
+        let key = leave_in_doubt(&store, "charge_card", &scope);
+        let got: Result<String, Error> =
+            call(&store, "charge_card", &scope).run_reconciled(|_| failing_reconciler(case), never);
+        match got {
+            Err(Error::InDoubt { key: k, reason: Some(_), .. }) => assert_eq!(k, key.as_str()),
+            other => panic!("{what}: expected InDoubt with the reason, got {other:?}"),
+        }
+        assert_eq!(status(&store, &key), Some(Status::InDoubt), "{what}");
+        assert_erred_in_history(&store, &key, what);
+    }
+
+    // A sweep reports such keys still in doubt, with the reconciler's reason.
+    let tool = scope("oddly_failing_tool");
+    let keys: Vec<Key> =
+        FAILURES.iter().map(|_| leave_in_doubt(&store, &tool, &scope("s"))).collect();
+    let report = Sweep::new()
+        .store(Arc::clone(&store))
+        .tool(&tool, |key: &Key| {
+            failing_reconciler(keys.iter().position(|k| k == key).expect("one of its keys"))
+        })
+        .run()
+        .expect("the sweep lists the store");
+    assert_eq!(report.keys.len(), FAILURES.len(), "{report:?}");
+    for (key, what) in keys.iter().zip(FAILURES) {
+        let swept = report.keys.iter().find(|s| s.key == key.as_str()).expect("swept");
+        match &swept.outcome {
+            SweepOutcome::InDoubt { reason } => {
+                assert!(!reason.contains("the store failed"), "{what}: {reason}")
+            }
+            other => panic!("{what}: expected the key still in doubt, got {other:?}"),
+        }
+        assert_eq!(status(&store, key), Some(Status::InDoubt), "{what}");
+        assert_erred_in_history(&store, key, what);
+    }
 }

@@ -131,6 +131,19 @@ pub(crate) fn instance_of(owner: &str) -> &str {
     owner.split_once('#').map_or(owner, |(instance, _)| instance)
 }
 
+/// The longest kind [`new_instance`] is given that [`MAX_OWNER`] leaves room for.
+pub(crate) const MAX_KIND: usize = 16;
+
+/// The longest owner a call writes: the kind (at most [`MAX_KIND`] bytes), the host name (at
+/// most 200, see [`host_name`]), the pid (a u32), the instance's and the call's numbers (u64
+/// each), 8 hex digits and five separators. A store whose records are bounded in size reserves
+/// this much for the owner of any later write of a call, whichever instance takes it over.
+pub(crate) const MAX_OWNER: usize = MAX_KIND + 200 + 10 + 20 + 8 + 20 + 5;
+
+/// The longest instance whose calls' owners stay within [`MAX_OWNER`] (the `#` and a u64 call
+/// number take the rest).
+pub(crate) const MAX_INSTANCE: usize = MAX_OWNER - 1 - 20;
+
 /// A new store instance of `kind` (`sled`, `pg`): unique across processes and machines. Each
 /// store calls it once as it opens, and writes it into every record its calls own.
 pub fn new_instance(kind: &str) -> String {
@@ -217,6 +230,16 @@ mod tests {
         let far = Owner::from("pg:another-host:1:0:00000000#1");
         assert_eq!(far.liveness(), Liveness::Elsewhere { host: "another-host".into() });
         assert_eq!(Owner::from("sled:1:2:3#4").liveness(), Liveness::Unknown);
+    }
+
+    #[test]
+    fn the_longest_instance_and_owner_fit_their_bounds() {
+        let kind = "k".repeat(MAX_KIND);
+        let host = "h".repeat(200);
+        let instance = format!("{kind}:{host}:{}:{}:{:08x}", u32::MAX, u64::MAX, u32::MAX);
+        assert_eq!(instance.len(), MAX_INSTANCE);
+        assert_eq!(format!("{instance}#{}", u64::MAX).len(), MAX_OWNER);
+        assert!(Owner::new_call(&new_instance("sled")).as_str().len() <= MAX_OWNER);
     }
 
     #[test]

@@ -73,8 +73,11 @@ pub fn default_store() -> Result<Arc<dyn Store>, Error> {
     if let Some(store) = slot.as_ref() {
         return Ok(Arc::clone(store));
     }
-    let store: Arc<dyn Store> = Arc::new(open_at(&default_store_path())?);
+    let path = default_store_path();
+    let store: Arc<dyn Store> = Arc::new(open_at(&path)?);
     *slot = Some(Arc::clone(&store));
+    #[cfg(unix)]
+    socket_at_exit::remove_at_exit(&path);
     Ok(store)
 }
 
@@ -177,5 +180,50 @@ mod tests {
         assert!(message.contains("os error 20"), "the cause (ENOTDIR): {message}");
         assert!(!error.is_retryable(), "nothing changes by calling again");
         assert_eq!(error.kind(), "store");
+    }
+}
+
+/// The default store lives in a static, which Rust never drops, so the removal of its admin
+/// socket that closing a store does never runs: a process that exits cleanly removes it here
+/// instead, as `exit` runs (`atexit`), so that no socket is left behind to look as if the store
+/// were still served. Only the socket the store made is removed (the file's device and inode
+/// are checked), and nothing else of the store is touched: every write it acknowledged is
+/// already as durable as its durability says, and sled's lock goes with the process. A store
+/// installed with [`set_default_store`] is the caller's to close.
+#[cfg(unix)]
+mod socket_at_exit {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    use std::path::{Path, PathBuf};
+    use std::sync::{Mutex, Once};
+
+    /// The socket to remove at exit, with its device and inode.
+    static SOCKET: Mutex<Option<(PathBuf, (u64, u64))>> = Mutex::new(None);
+
+    /// Removes the admin socket of the store in `dir`, as it is now, when the process exits.
+    pub(super) fn remove_at_exit(dir: &Path) {
+        let path = dir.join(crate::remote::wire::SOCKET_FILE);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { return };
+        if !meta.file_type().is_socket() {
+            return;
+        }
+        *SOCKET.lock().unwrap_or_else(|e| e.into_inner()) = Some((path, (meta.dev(), meta.ino())));
+        static REGISTERED: Once = Once::new();
+        REGISTERED.call_once(|| {
+            // SAFETY: `remove` is an `extern "C" fn()` that never unwinds (it neither panics
+            // nor blocks: `try_lock`, and file-system calls that return errors).
+            unsafe { libc::atexit(remove) };
+        });
+    }
+
+    extern "C" fn remove() {
+        // Another thread may hold the lock as the process exits: leave the socket then, as a
+        // killed process would (the next open replaces it).
+        let Ok(mut slot) = SOCKET.try_lock() else { return };
+        let Some((path, identity)) = slot.take() else { return };
+        let ours =
+            std::fs::symlink_metadata(&path).is_ok_and(|meta| (meta.dev(), meta.ino()) == identity);
+        if ours {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }

@@ -34,6 +34,9 @@ const CHUNKS: &str = "idem.chunks";
 /// Opening a store reads only these, not the whole store.
 const IN_FLIGHT: &str = "idem.in-flight";
 
+/// sled's segment, the unit its data file grows by (sled's default, which the store keeps).
+const SEGMENT: u64 = 512 * 1024;
+
 /// Every key's history, one entry per change (see `sled/history.rs`).
 const HISTORY: &str = "idem.history";
 
@@ -361,7 +364,11 @@ impl Store for SledStore {
     }
 
     fn size_on_disk(&self) -> Option<u64> {
-        self.db.size_on_disk().ok()
+        // sled grows its data file a segment at a time, and opening a store fills out the
+        // segment it was last writing: counted in whole segments, the size is the same whether
+        // the holder is asked or the store is opened to ask.
+        let bytes = self.db.size_on_disk().ok()?;
+        Some(bytes.div_ceil(SEGMENT) * SEGMENT)
     }
 
     fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {

@@ -29,6 +29,7 @@
 use std::borrow::Cow;
 
 use crate::error::StoreError;
+use crate::lifecycle::owner::MAX_OWNER;
 use crate::lifecycle::Record;
 use crate::lifecycle::{Fence, Status};
 
@@ -126,19 +127,35 @@ impl View<'_> {
 /// The length [`encode`] gives `record`, with its result inline, or with a chunk reference in
 /// its place when `spilled`.
 pub(crate) fn encoded_len(record: &Record, spilled: bool) -> usize {
-    let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
     let result = match (&record.result, spilled) {
-        (Some(_), true) => 8 + 4,
+        (Some(_), true) => CHUNK_REFERENCE,
         (Some(text), false) => 4 + text.len(),
         (None, _) => 0,
     };
-    let function = record.function.as_ref().map_or(0, |text| 4 + text.len());
     let times = [record.completed_at, record.expires_at, record.lease_until];
-    23 + 8 * times.iter().flatten().count()
-        + 8
-        + strings.iter().map(|s| 4 + s.len()).sum::<usize>()
-        + result
-        + function
+    len_with(record, record.owner.as_str().len(), times.iter().flatten().count(), result)
+}
+
+/// The longest any later record of the call that writes the in-flight `record` can be
+/// encoded: finished, with every time set (completed, expiring, leased) and its result kept in
+/// chunks (the store keeps a result in the record only when the record still fits), or in
+/// doubt, or taken over, under any owner of at most [`MAX_OWNER`] bytes. Tool, scope and
+/// function do not change while the call holds the key (a takeover that names another function
+/// is an in-flight write, bounded in turn), and notes go to the history, not the record.
+pub(crate) fn lifetime_len(record: &Record) -> usize {
+    len_with(record, record.owner.as_str().len().max(MAX_OWNER), 3, CHUNK_REFERENCE)
+}
+
+/// A chunk reference in place of a result: its chunk id and the length of the text.
+const CHUNK_REFERENCE: usize = 8 + 4;
+
+/// The encoded length of `record` with an owner of `owner` bytes, `times` of its optional
+/// times, and `result` bytes for its result.
+fn len_with(record: &Record, owner: usize, times: usize, result: usize) -> usize {
+    // tool, scope, owner and the empty fourth string, each with its length
+    let strings = 4 * 4 + record.tool.len() + record.scope.len() + owner;
+    let function = record.function.as_ref().map_or(0, |text| 4 + text.len());
+    23 + 8 * times + 8 + strings + result + function
 }
 
 /// Writes `record` in the current format; with `spilled`, its result is replaced by a reference
@@ -379,6 +396,32 @@ mod tests {
         let view = decode(b"k", &bytes).unwrap();
         assert_eq!(view.spilled, Some(spilled));
         assert_eq!(view.to_record("k"), Record { result: None, ..record });
+    }
+
+    #[test]
+    fn no_later_record_of_a_call_passes_its_lifetime_bound() {
+        let owner = "sled:host:1:2:0badcafe#3".into();
+        let longest_owner = "o".repeat(MAX_OWNER).into();
+        let mut held = Record::reserve("k", "charge_card", &"s".repeat(3000), &owner, 7);
+        held.function = Some("billing::send".into());
+        let bound = lifetime_len(&held);
+        let ttl = Some(std::time::Duration::from_secs(60));
+        let done = held.done_json("1".repeat(100_000), 9, ttl);
+        let taken = held.taken_over(&longest_owner, 10);
+        let later = [
+            held.clone(),
+            held.in_doubt(10),
+            Record { owner: longest_owner.clone(), ..done.clone() },
+            done,
+            Record { lease_until: Some(11), ..taken.clone() },
+            Record { lease_until: Some(11), ..taken.done_json("2".repeat(20), 12, ttl) },
+            taken.in_doubt(13),
+        ];
+        for record in later {
+            // A result that does not fit in the record goes to chunks, and this is what is left.
+            let len = encoded_len(&record, record.result.is_some());
+            assert!(len <= bound, "{len} > {bound}: {:?}", record.status);
+        }
     }
 
     #[test]

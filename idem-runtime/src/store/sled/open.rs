@@ -2,7 +2,7 @@
 //! what a dead process left (records in flight, chunks no record points to), and the admin
 //! socket.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::chunks::Chunks;
@@ -12,6 +12,7 @@ use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
 use crate::lifecycle::now_ms;
+use crate::lifecycle::owner::MAX_INSTANCE;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
@@ -111,113 +112,20 @@ impl SledStoreBuilder {
 
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
+        check_path(&options)?;
         let path = options.path.clone();
-        if !options.create && !path.join("conf").exists() {
-            return Err(StoreError::new(format!(
-                "no idem store at {}: check the path (or $IDEM_STORE); it is created by the \
-                 first idempotent call",
-                path.display()
-            )));
-        }
-        if path.exists() && !path.is_dir() {
-            return Err(StoreError::new(format!(
-                "{} is a file, not a store directory: point the store at a directory",
-                path.display()
-            )));
-        }
-        let config = sled::Config::new()
-            .path(&path)
-            .cache_capacity(options.cache_bytes)
-            .flush_every_ms(match options.durability {
-                // With no durable points of its own, let sled's background flusher write.
-                Durability::None => Some(500),
-                _ => None,
-            });
-        // sled 0.34 can panic on some damaged files instead of returning an error: never let
-        // that reach the caller as a panic.
-        let lock_deadline = crate::time::deadline_after(Instant::now(), options.lock_wait);
-        let opened = loop {
-            let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
-            match &opened {
-                Ok(Err(sled::Error::Io(e)))
-                    if e.to_string().contains("could not acquire lock")
-                        && Instant::now() < lock_deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => break opened,
-            }
-        };
-        let db = match opened {
-            Ok(Ok(db)) => db,
-            Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
-                return Err(held_elsewhere(&path))
-            }
-            Ok(Err(e)) => {
-                return Err(StoreError::with_source(
-                    format!(
-                        "cannot open the store at {}: it may be damaged or not an idem store; \
-                         move it aside and inspect it",
-                        path.display()
-                    ),
-                    e,
-                ))
-            }
-            Err(_) => {
-                return Err(StoreError::new(format!(
-                    "cannot open the store at {}: sled failed reading it, so it is likely \
-                     damaged; move it aside and inspect it",
-                    path.display()
-                )))
-            }
-        };
-        let tree = db.open_tree(TREE).map_err(|e| io_error(&path, "cannot open records in", e))?;
-        let chunks = Chunks {
-            tree: db
-                .open_tree(CHUNKS)
-                .map_err(|e| io_error(&path, "cannot open result chunks in", e))?,
-        };
-        let history = History {
-            tree: db
-                .open_tree(HISTORY)
-                .map_err(|e| io_error(&path, "cannot open histories in", e))?,
-        };
-        let index = db
-            .open_tree(IN_FLIGHT)
-            .map_err(|e| io_error(&path, "cannot open the in-flight index in", e))?;
-        let owner = crate::lifecycle::owner::new_instance("sled");
-        let syncer = match options.durability {
-            Durability::None => None,
-            durability => {
-                let db = db.clone();
-                let mut files = match durability {
-                    Durability::Fsync => Some(
-                        Files::open(&path)
-                            .map_err(|e| io_error(&path, "cannot sync the files of", e))?,
-                    ),
-                    _ => None,
-                };
-                let sync = Box::new(move || {
-                    db.flush().map_err(|e| e.to_string())?;
-                    if let Some(files) = &mut files {
-                        files.sync().map_err(|e| e.to_string())?;
-                    }
-                    Ok(())
-                });
-                Some(std::sync::Arc::new(
-                    Syncer::start("idem-sled-sync", options.gather, sync)
-                        .map_err(|e| io_error(&path, "cannot start the sync thread for", e))?,
-                ))
-            }
-        };
+        let db = open_db(&options)?;
+        let trees = Trees::open(&db, &path)?;
+        let owner = instance()?;
+        let syncer = start_syncer(&db, &path, &options)?;
         #[cfg_attr(not(unix), allow(unused_mut))]
         let mut store = SledStore {
             #[cfg(unix)]
             admin: None,
-            tree,
-            index,
-            chunks,
-            history,
+            tree: trees.records,
+            index: trees.index,
+            chunks: trees.chunks,
+            history: trees.history,
             db,
             path,
             owner,
@@ -334,8 +242,140 @@ impl SledStore {
     }
 }
 
-/// The error for a sled store that another process holds. sled lets one process open a store
-/// at a time, so a second server on the same store needs a store that processes share.
+/// Refuses a path that holds no store when the options say not to create one, and a path that
+/// is a file.
+fn check_path(options: &SledStoreBuilder) -> Result<(), StoreError> {
+    let path = &options.path;
+    if !options.create && !path.join("conf").exists() {
+        return Err(StoreError::new(format!(
+            "no idem store at {}: check the path (or $IDEM_STORE); it is created by the first \
+             idempotent call",
+            path.display()
+        )));
+    }
+    if path.exists() && !path.is_dir() {
+        return Err(StoreError::new(format!(
+            "{} is a file, not a store directory: point the store at a directory",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Opens sled's database, waiting up to the options' `lock_wait` for another holder's lock,
+/// with an error that says what to do for each way it fails.
+fn open_db(options: &SledStoreBuilder) -> Result<sled::Db, StoreError> {
+    let path = &options.path;
+    let config = sled::Config::new().path(path).cache_capacity(options.cache_bytes).flush_every_ms(
+        match options.durability {
+            // With no durable points of its own, let sled's background flusher write.
+            Durability::None => Some(500),
+            _ => None,
+        },
+    );
+    // sled 0.34 can panic on some damaged files instead of returning an error: never let that
+    // reach the caller as a panic.
+    let lock_deadline = crate::time::deadline_after(Instant::now(), options.lock_wait);
+    let opened = loop {
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| config.open()));
+        match &opened {
+            Ok(Err(sled::Error::Io(e)))
+                if e.to_string().contains("could not acquire lock")
+                    && Instant::now() < lock_deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => break opened,
+        }
+    };
+    match opened {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(sled::Error::Io(e))) if e.to_string().contains("could not acquire lock") => {
+            Err(held_elsewhere(path))
+        }
+        Ok(Err(e)) => Err(StoreError::with_source(
+            format!(
+                "cannot open the store at {}: it may be damaged or not an idem store; move it \
+                 aside and inspect it",
+                path.display()
+            ),
+            e,
+        )),
+        Err(_) => Err(StoreError::new(format!(
+            "cannot open the store at {}: sled failed reading it, so it is likely damaged; move \
+             it aside and inspect it",
+            path.display()
+        ))),
+    }
+}
+
+/// The trees the store keeps in sled's database.
+struct Trees {
+    records: sled::Tree,
+    chunks: Chunks,
+    history: History,
+    index: sled::Tree,
+}
+
+impl Trees {
+    fn open(db: &sled::Db, path: &Path) -> Result<Trees, StoreError> {
+        let open = |name: &str, what: &str| {
+            db.open_tree(name).map_err(|e| io_error(path, &format!("cannot open {what} in"), e))
+        };
+        Ok(Trees {
+            records: open(TREE, "records")?,
+            chunks: Chunks { tree: open(CHUNKS, "result chunks")? },
+            history: History { tree: open(HISTORY, "histories")? },
+            index: open(IN_FLIGHT, "the in-flight index")?,
+        })
+    }
+}
+
+/// This open's store instance, which every record its calls own names.
+fn instance() -> Result<String, StoreError> {
+    let owner = crate::lifecycle::owner::new_instance("sled");
+    // A record reserves room for an owner of at most MAX_OWNER bytes (see `lifetime_len`).
+    if owner.len() > MAX_INSTANCE {
+        return Err(StoreError::new(format!(
+            "the store instance {owner} is longer than the {MAX_INSTANCE} bytes a sled record \
+             leaves for it: give the machine a shorter host name"
+        )));
+    }
+    Ok(owner)
+}
+
+/// The sync thread that makes writes durable (group commit), unless the store keeps nothing
+/// durable: sled's flush, then with `Fsync` an `fdatasync` of its files.
+fn start_syncer(
+    db: &sled::Db,
+    path: &Path,
+    options: &SledStoreBuilder,
+) -> Result<Option<std::sync::Arc<Syncer>>, StoreError> {
+    let durability = options.durability;
+    if durability == Durability::None {
+        return Ok(None);
+    }
+    let mut files = match durability {
+        Durability::Fsync => {
+            Some(Files::open(path).map_err(|e| io_error(path, "cannot sync the files of", e))?)
+        }
+        _ => None,
+    };
+    let db = db.clone();
+    let sync = Box::new(move || {
+        db.flush().map_err(|e| e.to_string())?;
+        if let Some(files) = &mut files {
+            files.sync().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    let syncer = Syncer::start("idem-sled-sync", options.gather, sync)
+        .map_err(|e| io_error(path, "cannot start the sync thread for", e))?;
+    Ok(Some(std::sync::Arc::new(syncer)))
+}
+
+/// The error for a store that another process holds: what is happening, and which stores
+/// several processes can share.
 fn held_elsewhere(path: &std::path::Path) -> StoreError {
     StoreError::new(format!(
         "the sled store at {} is open in another process, which holds it: sled lets one \

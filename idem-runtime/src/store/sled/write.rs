@@ -6,7 +6,7 @@
 //! leaves.
 
 use super::chunks::{MAX_RESULT, MAX_VALUE};
-use super::encoding::{decode, encode, encoded_len, set_history, Spilled};
+use super::encoding::{decode, encode, encoded_len, lifetime_len, set_history, Spilled};
 use super::history;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
@@ -24,6 +24,27 @@ struct Settled {
     indexed: bool,
 }
 
+/// A write laid out before the key's lock is taken: the record's bytes (its history number set
+/// under the lock), its history entry, and what the write leaves for its settling to do.
+struct Planned {
+    bytes: Option<Vec<u8>>,
+    spilled: Option<Spilled>,
+    entry: Vec<u8>,
+    old_spilled: Option<Spilled>,
+    old_history: Option<Option<u64>>,
+    in_flight: bool,
+    purge: bool,
+    indexed: bool,
+}
+
+/// What the steps under the key's lock got to, whether or not they all succeeded: the number
+/// of the history entry written, and the bytes handed to sled's swap.
+#[derive(Default)]
+struct Reached {
+    written: Option<u64>,
+    stored: Option<sled::IVec>,
+}
+
 impl SledStore {
     /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
     /// `sled/history.rs`). `Ok(Ok(ticket))` when it happened (the ticket, if any, completes
@@ -35,92 +56,130 @@ impl SledStore {
         new: Option<&Record>,
         change: Change<'_>,
     ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
-        let old_view = old.and_then(|old| decode(key, old).ok());
-        let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
-        let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
-        let old_history = old_view.as_ref().map(|view| view.history);
-        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        let (mut bytes, spilled) = match new {
-            Some(record) => {
-                let (bytes, spilled) = self.lay_out(record)?;
-                (Some(bytes), spilled)
-            }
-            None => (None, None),
-        };
-        let entry = history::encode(&change, new.map(|record| record.status), now_ms());
-        let purge = change.event().ends_history();
-        // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
-        // a history, is indexed: a crash part-way leaves the key in the index for the next open
-        // to settle.
-        let indexed =
-            was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
+        let mut planned = self.plan(key, old, new, &change)?;
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
         }
         // Every write of a key holds its lock: the entry and the swap are one step to every
         // other writer and reader of the key.
         let _key_lock = self.lock_key(key);
-        let mut written = None;
-        let mut stored = None;
-        let swapped = (|| {
-            // Under the lock no other write of the key can come between this read and the
-            // swap, so a write that would be refused writes nothing, not even its entry.
-            let current = self.tree.get(key)?;
-            if current.as_deref() != old {
-                return Ok(Err(current));
+        let mut reached = Reached::default();
+        let result = new.and_then(|record| record.result.as_deref());
+        let swapped = self.swap_locked(key, old, result, &change, &mut planned, &mut reached);
+        self.finish(key, swapped, &planned, reached)
+    }
+
+    /// Lays the write out: the bytes of `new`, the entry of `change`, and whether the write
+    /// goes through the in-flight index. Refuses what the store cannot keep (`lay_out`).
+    fn plan(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&Record>,
+        change: &Change<'_>,
+    ) -> Result<Planned, StoreError> {
+        let old_view = old.and_then(|old| decode(key, old).ok());
+        let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
+        let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
+        let old_history = old_view.as_ref().map(|view| view.history);
+        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
+        let (bytes, spilled) = match new {
+            Some(record) => {
+                let (bytes, spilled) = self.lay_out(record)?;
+                (Some(bytes), spilled)
             }
-            if indexed {
-                self.index.insert(key, &[][..])?;
+            None => (None, None),
+        };
+        let entry = history::encode(change, new.map(|record| record.status), now_ms());
+        let purge = change.event().ends_history();
+        // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
+        // a history, is indexed: a crash part-way leaves the key in the index for the next open
+        // to settle.
+        let indexed =
+            was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
+        Ok(Planned { bytes, spilled, entry, old_spilled, old_history, in_flight, purge, indexed })
+    }
+
+    /// The steps under the key's lock, up to the swap: the index entry, the history entry, the
+    /// result's chunks, then sled's compare-and-swap of `old` for the planned bytes. `reached`
+    /// says how far they got, for `finish` to settle.
+    fn swap_locked(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        result: Option<&str>,
+        // Names the crash test's stopping point.
+        #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))] change: &Change<'_>,
+        planned: &mut Planned,
+        reached: &mut Reached,
+    ) -> sled::Result<Result<(), Option<sled::IVec>>> {
+        // Under the lock no other write of the key can come between this read and the swap,
+        // so a write that would be refused writes nothing, not even its entry.
+        let current = self.tree.get(key)?;
+        if current.as_deref() != old {
+            return Ok(Err(current));
+        }
+        if planned.indexed {
+            self.index.insert(key, &[][..])?;
+        }
+        let seq = self.history.confirmed(key, planned.old_history)? + 1;
+        self.history.write(key, seq, std::mem::take(&mut planned.entry))?;
+        reached.written = Some(seq);
+        #[cfg(feature = "failpoints")]
+        {
+            // A crash test stops here with the entry on disk and the change not made.
+            let point = format!("after_entry_{}", change.event().as_str());
+            if crate::failpoint::armed(&point) {
+                let _ = self.db.flush();
+                crate::failpoint::failpoint(&point);
             }
-            let seq = self.history.confirmed(key, old_history)? + 1;
-            self.history.write(key, seq, entry)?;
-            written = Some(seq);
+        }
+        if let Some(bytes) = &mut planned.bytes {
+            set_history(bytes, seq);
+        }
+        if let (Some(spilled), Some(text)) = (planned.spilled, result) {
+            // The chunks go first: the sync that makes the record durable covers them.
+            self.chunks.write(key, spilled.id, text)?;
             #[cfg(feature = "failpoints")]
             {
-                // A crash test stops here with the entry on disk and the change not made.
-                let point = format!("after_entry_{}", change.event().as_str());
-                if crate::failpoint::armed(&point) {
-                    let _ = self.db.flush();
-                    crate::failpoint::failpoint(&point);
-                }
+                // A crash test stops here with the chunks on disk and no record pointing to
+                // them.
+                let _ = self.db.flush();
+                crate::failpoint::failpoint("after_chunks");
             }
-            if let Some(bytes) = &mut bytes {
-                set_history(bytes, seq);
-            }
-            if let (Some(spilled), Some(text)) =
-                (spilled, new.and_then(|record| record.result.as_deref()))
-            {
-                // The chunks go first: the sync that makes the record durable covers them.
-                self.chunks.write(key, spilled.id, text)?;
-                #[cfg(feature = "failpoints")]
-                {
-                    // A crash test stops here with the chunks on disk and no record pointing
-                    // to them.
-                    let _ = self.db.flush();
-                    crate::failpoint::failpoint("after_chunks");
-                }
-            }
-            // sled's own buffer, shared with the cache of recent records below.
-            let bytes = bytes.take().map(sled::IVec::from);
-            let swap = self.tree.compare_and_swap(key, old, bytes.clone());
-            stored = bytes;
-            swap.map(|swap| swap.map_err(|c| c.current))
-        })();
+        }
+        // sled's own buffer, shared with the cache of recent records (see `finish`).
+        let bytes = planned.bytes.take().map(sled::IVec::from);
+        let swap = self.tree.compare_and_swap(key, old, bytes.clone());
+        reached.stored = bytes;
+        swap.map(|swap| swap.map_err(|c| c.current))
+    }
+
+    /// The steps after the swap, still under the key's lock: the cache of recent records, the
+    /// store's poisoning on a failure, the sync, the settling of the index, chunks and history,
+    /// and the waiters' notice.
+    fn finish(
+        &self,
+        key: &[u8],
+        swapped: sled::Result<Result<(), Option<sled::IVec>>>,
+        planned: &Planned,
+        reached: Reached,
+    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
         let won = matches!(swapped, Ok(Ok(())));
-        // Still under the key's lock: the cache of recent records follows what sled now holds
-        // (after a refused or failed swap, which it does not know, it forgets the key).
-        self.recent.set(key, if won { stored.as_ref() } else { None });
+        // The cache of recent records follows what sled now holds (after a refused or failed
+        // swap, which it does not know, it forgets the key).
+        self.recent.set(key, if won { reached.stored.as_ref() } else { None });
         if let (Err(e), Some(syncer)) = (&swapped, &self.syncer) {
             syncer.poison(format!("a write failed: {e}"));
         }
         let ticket = self.syncer.as_deref().and_then(|syncer| syncer.end_write(won));
-        if let (Ok(outcome), Some(seq)) = (&swapped, written) {
+        if let (Ok(outcome), Some(seq)) = (&swapped, reached.written) {
             self.settle_indexed(
                 key,
                 outcome,
-                if won { old_spilled } else { spilled },
-                in_flight,
-                Settled { seq, purge, indexed },
+                if won { planned.old_spilled } else { planned.spilled },
+                planned.in_flight,
+                Settled { seq, purge: planned.purge, indexed: planned.indexed },
             );
         }
         match swapped {
@@ -198,7 +257,8 @@ impl SledStore {
     }
 
     /// How `record` is written: its bytes, and where its result's chunks go when it does not
-    /// fit in the record. Refuses what the store cannot keep, before anything is written.
+    /// fit in the record. Refuses what the store cannot keep, before anything is written, and
+    /// an in-flight record whose call could not keep its later records.
     fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
         let result_len = record.result.as_ref().map_or(0, String::len);
         if result_len > MAX_RESULT {
@@ -207,6 +267,24 @@ impl SledStore {
                  {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
                  less (for example where the data is kept, not the data)",
                 record.key, record.tool
+            )));
+        }
+        // A call is refused before its body runs, rather than after, when it could not record
+        // how it ended: an in-flight record must leave room for every later one of its call.
+        if record.status == Status::InFlight && lifetime_len(record) > MAX_VALUE {
+            let function = match &record.function {
+                Some(function) => format!(", function `{function}`"),
+                None => String::new(),
+            };
+            return Err(StoreError::new(format!(
+                "key {}: tool `{}` with a scope of {} bytes{function} needs up to {} bytes for \
+                 its record once it finishes (with its times, where its result is kept and its \
+                 owner), more than the {MAX_VALUE} bytes a sled record holds; nothing was run or \
+                 recorded for it: use a shorter scope (or tool name or function path)",
+                record.key,
+                record.tool,
+                record.scope.len(),
+                lifetime_len(record)
             )));
         }
         if encoded_len(record, false) <= MAX_VALUE {
