@@ -130,6 +130,9 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
 
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
+    // An associated constant, not one inside the function: a name such as rig's
+    // `<Self as Tool>::NAME` needs `Self`.
+    let tools = Ident::new("__IDEM_TOOLS", Span::mixed_site());
     quote! {
         #(#errors)*
         #block
@@ -137,12 +140,15 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
         impl #impl_generics #self_ty #where_clause {
             #(#consts)*
 
+            #[doc(hidden)]
+            #[allow(dead_code)]
+            const #tools: &'static [#krate::__private::ToolInfo] = &[#(#listed),*];
+
             /// The idem classification of the tools of this type's `#[idem::tools]` block, in
             /// the block's order: their names and kinds, and the MCP hints that follow.
             #[allow(dead_code)]
             pub fn idem_tools() -> &'static [#krate::__private::ToolInfo] {
-                const TOOLS: &[#krate::__private::ToolInfo] = &[#(#listed),*];
-                TOOLS
+                Self::#tools
             }
 
             #sweep
