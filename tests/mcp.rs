@@ -292,4 +292,28 @@ mod mcp {
         assert_eq!(ledger.runs.load(Ordering::SeqCst), 2, "each tool's body ran once");
         client.cancel().await.unwrap();
     }
+
+    /// A plain rmcp block, not under `#[idem::tools]`: its route's hints are filled by hand.
+    #[derive(Clone)]
+    struct Notes;
+
+    #[tool_router]
+    impl Notes {
+        #[tool(description = "Add a note", annotations(destructive_hint = false))]
+        fn add_note(&self) -> Result<String, ErrorData> {
+            Ok("noted".to_owned())
+        }
+    }
+
+    #[test]
+    fn annotate_fills_only_the_hints_a_route_leaves_unset() {
+        let classified = idem::ToolInfo {
+            name: "add_note",
+            kind: idem::Kind::Idempotent { scope: "note_id" },
+            destructive: true,
+        };
+        let router = idem::mcp::annotate(Notes::tool_router(), &[classified]);
+        let listed = router.get("add_note").expect("the route").annotations.clone();
+        assert_eq!(listed, Some(hints(false, true, false)), "the route's own hint is kept");
+    }
 }

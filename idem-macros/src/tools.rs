@@ -5,6 +5,12 @@
 //! impl cannot hold one. So this attribute declares exactly those companions, in a second,
 //! inherent impl of the same type beside the block, together with `idem_tools()` listing every
 //! classified method.
+//!
+//! It also tells each method's attribute what only the block shows: the path its records name
+//! (`Type::method`), and the name a framework gives the tool (rmcp's `#[tool(name = …)]` or the
+//! method's name; rig's `<Self as Tool>::NAME` in a trait impl declaring `const NAME`), which is
+//! then the tool's name everywhere. And it writes idem's MCP hints into each rmcp `#[tool]`
+//! where the user set none.
 
 use std::collections::HashMap;
 
@@ -202,7 +208,7 @@ fn rig_name(block: &ItemImpl) -> Option<Framework> {
     Some(Framework {
         name: syn::parse_quote!(<Self as #trait_path>::NAME),
         literal,
-        from: "rig (the impl's `const NAME`)",
+        from: "the impl's `const NAME` (rig's name for the tool)",
     })
 }
 
@@ -224,7 +230,7 @@ fn rmcp_name(attr: &Attribute, method: &Ident) -> Framework {
     Framework {
         literal: Some(name.value()),
         name: syn::parse_quote!(#name),
-        from: "rmcp (its `#[tool(name = \"…\")]`, else the method's name)",
+        from: "rmcp's `#[tool]` (its `name = \"…\"`, else the method's name)",
     }
 }
 
