@@ -1,7 +1,8 @@
 //! An MCP server over stdio whose tools are classified by idem: `get_balance` is a read,
-//! `send_payment` runs once per invoice however often the client calls it, and `delete_account`
-//! is a write that is never retried. The MCP hints that clients see in `tools/list` come from
-//! those attributes.
+//! `send_payment` runs once per invoice however often the client calls it, `refundOrder` (a
+//! method renamed for MCP) once per order, `open_account` is a write that only adds (one account
+//! per request), and `delete_account` is a write that is never retried. The MCP hints that
+//! clients see in `tools/list` come from those attributes, with no further call.
 //!
 //! ```text
 //! cargo run --features rmcp --example mcp_server    # then speak MCP on stdin and stdout
@@ -43,6 +44,36 @@ pub struct PaymentRequest {
     pub amount_cents: u64,
 }
 
+/// A refund of one card order to an account: the order is the scope.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct RefundRequest {
+    /// The order refunded; refunding it twice is the mistake to prevent.
+    pub order_id: String,
+    /// The account credited.
+    pub account: String,
+    /// The amount, in cents.
+    pub amount_cents: u64,
+}
+
+/// A new account, asked for once per request: the client's request id is the scope.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct OpenAccountRequest {
+    /// An id the client makes up once per account it means to open, and sends again on a retry.
+    pub request_id: String,
+    /// Who owns the account.
+    pub owner: String,
+}
+
+/// What `open_account` answers.
+#[derive(Debug, Serialize, Deserialize, JsonSchema)]
+#[schemars(crate = "rmcp::schemars")]
+pub struct Opened {
+    /// The new account's id.
+    pub account: String,
+}
+
 /// What `get_balance` answers.
 #[derive(Debug, Serialize, JsonSchema)]
 #[schemars(crate = "rmcp::schemars")]
@@ -70,18 +101,25 @@ pub struct Receipt {
 pub struct Bank {
     balances: Arc<Mutex<HashMap<String, u64>>>,
     payments: Arc<AtomicU32>,
+    refunds: Arc<AtomicU32>,
+    opened: Arc<AtomicU32>,
     tool_router: ToolRouter<Bank>,
 }
 
 #[idem::tools]
 #[tool_router]
 impl Bank {
-    /// A bank with two funded accounts, its router's MCP hints taken from idem's attributes.
+    /// A bank with two funded accounts. `#[idem::tools]` has written each tool's MCP hints into
+    /// its `#[tool]`, so the router rmcp generates carries them.
     pub fn new() -> Self {
         let balances = HashMap::from([("acct-1".to_owned(), 100_000), ("acct-2".to_owned(), 0)]);
         Bank {
             balances: Arc::new(Mutex::new(balances)),
             payments: Arc::new(AtomicU32::new(0)),
+            refunds: Arc::new(AtomicU32::new(0)),
+            opened: Arc::new(AtomicU32::new(0)),
+            // Hints are written into each `#[tool]` by `#[idem::tools]`; this line makes idem's
+            // answers (in doubt, in flight, …) reach the model as tool results.
             tool_router: idem::mcp::annotate(Self::tool_router(), Self::idem_tools()),
         }
     }
@@ -89,6 +127,11 @@ impl Bank {
     /// How many payments the bank has actually made (bodies of `send_payment` that ran).
     pub fn payments_made(&self) -> u32 {
         self.payments.load(Ordering::SeqCst)
+    }
+
+    /// How many refunds the bank has actually made (bodies of `refundOrder` that ran).
+    pub fn refunds_made(&self) -> u32 {
+        self.refunds.load(Ordering::SeqCst)
     }
 
     #[tool(description = "The balance of an account, in cents")]
@@ -125,6 +168,42 @@ impl Bank {
             invoice_id: req.invoice_id,
             amount_cents: req.amount_cents,
         }))
+    }
+
+    // MCP clients know this tool as `refundOrder`: that is its name in idem too, in its keys
+    // (`idem key --tool refundOrder …`), its records and its hints.
+    #[tool(
+        name = "refundOrder",
+        description = "Refund a card order to an account; refunding the same order again \
+                       returns the first refund"
+    )]
+    #[idem::idempotent(scope = "order_id")]
+    async fn refund_order(
+        &self,
+        #[idem(flatten)] Parameters(req): Parameters<RefundRequest>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let mut balances = self.balances.lock().expect("no panic holds the lock");
+        let Some(balance) = balances.get_mut(&req.account) else {
+            return Err(ErrorData::invalid_params(format!("no account {}", req.account), None));
+        };
+        *balance += req.amount_cents;
+        let n = self.refunds.fetch_add(1, Ordering::SeqCst) + 1;
+        let text = format!("refund_{n}: {} cents for {}", req.amount_cents, req.order_id);
+        Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
+    }
+
+    // Opening an account only adds one: `destructive = false` tells MCP clients so. The request
+    // id keys it, and is kept for a week, longer than any client retries one request.
+    #[tool(description = "Open a new, empty account; the same request opens one account")]
+    #[idem::idempotent(scope = "request_id", destructive = false, ttl = "7d")]
+    async fn open_account(
+        &self,
+        #[idem(flatten)] Parameters(req): Parameters<OpenAccountRequest>,
+    ) -> Result<Json<Opened>, ErrorData> {
+        let n = self.opened.fetch_add(1, Ordering::SeqCst) + 1;
+        let account = format!("acct-{}-{n}", req.owner);
+        self.balances.lock().expect("no panic holds the lock").insert(account.clone(), 0);
+        Ok(Json(Opened { account }))
     }
 
     #[tool(description = "Delete an account and its history")]

@@ -112,6 +112,7 @@
 /// | `wait = "30s"` | how long a concurrent caller waits for the running one | 30 s |
 /// | `ttl = "24h"` | how long a finished result is replayed | until purged |
 /// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
+/// | `destructive = false` | the write only adds (an order, a ticket): MCP's `destructiveHint` is false (also on `#[write]`) | `true` |
 /// | `reconcile = "path"` | a function asked, with the key alone, whether an effect left in doubt landed: sync or `async` as the tool is, answering [`Reconciled`]; on a tool taking `&self`, a name without `::` is a method of the same type (README.md, *Settling keys in doubt*) | none |
 /// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |
 ///
@@ -239,8 +240,10 @@ pub use idem_macros::retry;
 /// Classifies the methods of an `impl` block at compile time, as the attributes do for free
 /// functions: an inherent block (rmcp's `#[tool_router]`) or a trait impl (rig's `Tool::call`).
 /// With it, [`tool_info!`] and [`retry!`] take a method by its type's path, and the type gains
-/// `idem_tools()`, the block's classified tools in order, whose MCP hints `idem::mcp::annotate`
-/// (feature `rmcp`) copies into an rmcp router. It stacks with `#[tool_router]` in either order.
+/// `idem_tools()`, the block's classified tools in order. A framework's name for a tool is its
+/// name (rig's `<T as Tool>::NAME`, rmcp's `#[tool(name = "…")]` or the method's), in its key
+/// and record, and each rmcp `#[tool]` gets the MCP hints it leaves unset written into it. It
+/// stacks with `#[tool_router]` in either order.
 /// When some of the block's tools name a reconciler (`reconcile = "…"`), the type also gains
 /// `idem_sweep(&self) -> Sweep`, a [`Sweep`] of those tools asking through `self` (which it
 /// shares, so the type must be `Sync`), to run at start-up: `bank.idem_sweep().run()`.

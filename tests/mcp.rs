@@ -83,7 +83,8 @@ mod mcp {
         let client = ().serve(tokio::io::split(client_io)).await.expect("the client initializes");
         let _server = server.await.unwrap().expect("the server initializes");
 
-        // tools/list: the hints come from #[read], #[idempotent] and #[write].
+        // tools/list: the hints come from #[read], #[idempotent] and #[write], with no call to
+        // wire them; the renamed tool has its own, and the additive write is not destructive.
         let mut tools = client.list_all_tools().await.unwrap();
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let listed: Vec<(&str, Option<ToolAnnotations>)> =
@@ -93,6 +94,8 @@ mod mcp {
             [
                 ("delete_account", Some(hints(false, false, true))),
                 ("get_balance", Some(hints(true, true, false))),
+                ("open_account", Some(hints(false, true, false))),
+                ("refundOrder", Some(hints(false, true, true))),
                 ("send_payment", Some(hints(false, true, true))),
             ]
         );
@@ -155,6 +158,39 @@ mod mcp {
         client.cancel().await.unwrap();
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renamed_tool_is_keyed_and_recorded_by_its_mcp_name() {
+        let store = store();
+        let bank = Bank::new();
+        assert_eq!(idem::tool_info!(Bank::refund_order).name, "refundOrder");
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(bank.clone().serve(tokio::io::split(server_io)));
+        let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+        let _server = server.await.unwrap().unwrap();
+
+        let arguments = json!({"order_id": "ord-1", "account": "acct-2", "amount_cents": 700});
+        let refund =
+            CallToolRequestParams::new("refundOrder").with_arguments(object(arguments.clone()));
+        let first = client.call_tool(refund.clone()).await.unwrap();
+        let again = client.call_tool(refund).await.unwrap();
+        assert_eq!(first.content, again.content, "the repeat replays the first refund");
+        assert_eq!(bank.refunds_made(), 1);
+
+        let output = Command::new(idem_command())
+            .args(["key", "--tool", "refundOrder", "--scope", "ord-1", "--args"])
+            .arg(arguments.to_string())
+            .output()
+            .expect("idem runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let printed = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+        let key = idem::Key::parse(&printed).expect("idem key prints a key");
+        let record = idem::admin::show(store.as_ref(), &key)
+            .unwrap_or_else(|e| panic!("no record at the key `idem key` printed, {printed}: {e}"));
+        assert_eq!(record.tool, "refundOrder");
+        assert_eq!(record.function.as_deref(), Some("mcp::mcp_server::Bank::refund_order"));
+        client.cancel().await.unwrap();
+    }
+
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use rmcp::handler::server::router::tool::ToolRouter;
@@ -170,7 +206,8 @@ mod mcp {
     }
 
     /// The attributes stacked the other way round from the example's: `#[tool_router]` outside
-    /// `#[idem::tools]`, and `#[idem::idempotent]` outside `#[tool]`.
+    /// `#[idem::tools]`, and `#[idem::idempotent]` outside `#[tool]`. No call wires the hints,
+    /// and `record_entry` sets some of its own, which win.
     #[derive(Clone)]
     struct Ledger {
         runs: Arc<AtomicU32>,
@@ -181,12 +218,14 @@ mod mcp {
     #[idem::tools]
     impl Ledger {
         fn new() -> Self {
-            let tool_router = idem::mcp::annotate(Self::tool_router(), Self::idem_tools());
-            Ledger { runs: Arc::new(AtomicU32::new(0)), tool_router }
+            Ledger { runs: Arc::new(AtomicU32::new(0)), tool_router: Self::tool_router() }
         }
 
         #[idem::idempotent(scope = "entry_id")]
-        #[tool(description = "Record a ledger entry once")]
+        #[tool(
+            description = "Record a ledger entry once",
+            annotations(destructive_hint = false, open_world_hint = false)
+        )]
         async fn record_entry(
             &self,
             #[idem(flatten)] Parameters(req): Parameters<Entry>,
@@ -231,8 +270,13 @@ mod mcp {
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         let listed: Vec<(&str, Option<ToolAnnotations>)> =
             tools.iter().map(|tool| (&*tool.name, tool.annotations.clone())).collect();
-        let idempotent = Some(hints(false, true, true));
-        assert_eq!(listed, [("note_entry", idempotent.clone()), ("record_entry", idempotent)]);
+        let mut own = hints(false, true, false);
+        own.open_world_hint = Some(false);
+        assert_eq!(
+            listed,
+            [("note_entry", Some(hints(false, true, true))), ("record_entry", Some(own))],
+            "idem fills the hints a tool leaves unset, and keeps those it sets"
+        );
 
         let entry = object(json!({"entry_id": "e-7", "cents": -300}));
         let call =
@@ -247,5 +291,29 @@ mod mcp {
         assert!(text(&noted).contains("noted e-7, run 2"), "{}", text(&noted));
         assert_eq!(ledger.runs.load(Ordering::SeqCst), 2, "each tool's body ran once");
         client.cancel().await.unwrap();
+    }
+
+    /// A plain rmcp block, not under `#[idem::tools]`: its route's hints are filled by hand.
+    #[derive(Clone)]
+    struct Notes;
+
+    #[tool_router]
+    impl Notes {
+        #[tool(description = "Add a note", annotations(destructive_hint = false))]
+        fn add_note(&self) -> Result<String, ErrorData> {
+            Ok("noted".to_owned())
+        }
+    }
+
+    #[test]
+    fn annotate_fills_only_the_hints_a_route_leaves_unset() {
+        let classified = idem::ToolInfo {
+            name: "add_note",
+            kind: idem::Kind::Idempotent { scope: "note_id" },
+            destructive: true,
+        };
+        let router = idem::mcp::annotate(Notes::tool_router(), &[classified]);
+        let listed = router.get("add_note").expect("the route").annotations.clone();
+        assert_eq!(listed, Some(hints(false, true, false)), "the route's own hint is kept");
     }
 }

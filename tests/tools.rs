@@ -258,3 +258,37 @@ fn retry_takes_a_trait_impls_method_by_its_qualified_path() {
     assert_eq!(directory.tries.load(Ordering::SeqCst), 2, "one failure, then the answer");
     assert_eq!(idem::tool_info!(<Directory as Lookup>::find).name, "find_person");
 }
+
+/// Two blocks in one module, each with a keyed method named `create` and no `tool = "…"`: one
+/// tool name, so one key for the same arguments.
+struct Orders;
+struct Tickets;
+
+#[idem::tools]
+impl Orders {
+    #[idem::idempotent(scope = "request_id", destructive = false)]
+    fn create(&self, request_id: &str) -> Result<String, String> {
+        Ok(format!("order for {request_id}"))
+    }
+}
+
+#[idem::tools]
+impl Tickets {
+    #[idem::idempotent(scope = "request_id")]
+    fn create(&self, request_id: &str) -> Result<String, String> {
+        Ok(format!("ticket for {request_id}"))
+    }
+}
+
+#[test]
+fn two_blocks_sharing_a_method_name_are_refused_rather_than_replayed() {
+    store();
+    assert_eq!(Orders.create("rq-shared"), Ok("order for rq-shared".to_owned()));
+    let refused = Tickets.create("rq-shared").unwrap_err();
+    assert!(
+        refused.contains("tools::Orders::create") && refused.contains("tools::Tickets::create"),
+        "the refusal names both methods: {refused}"
+    );
+    assert!(!idem::tool_info!(Orders::create).annotations().destructive_hint);
+    assert!(idem::tool_info!(Tickets::create).annotations().destructive_hint);
+}

@@ -14,6 +14,8 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(in_doubt);
     syn::custom_keyword!(reconcile);
+    syn::custom_keyword!(destructive);
+    syn::custom_keyword!(__idem_in_tools);
 }
 
 /// Which attribute is being expanded.
@@ -66,6 +68,11 @@ pub(crate) struct Options {
     pub(crate) in_doubt: Option<Opt<LitStr>>,
     pub(crate) reconcile: Option<Opt<LitStr>>,
     pub(crate) krate: Option<Opt<LitStr>>,
+    /// `destructive = false`: the write only adds; any expression, so that a value that is not
+    /// `true` or `false` is reported by validation with the fix.
+    pub(crate) destructive: Option<Opt<syn::Expr>>,
+    /// Written by `#[idem::tools]`, never by a user: the block the method sits in.
+    pub(crate) in_tools: Option<Opt<InTools>>,
     /// Repeated options, reported with the rest once parsing is done.
     pub(crate) repeated: Option<syn::Error>,
 }
@@ -113,6 +120,10 @@ impl Parse for Options {
                 parse_option::<kw::in_doubt, _>(input, "in_doubt", &mut o.in_doubt, r)?;
             } else if lookahead.peek(kw::reconcile) {
                 parse_option::<kw::reconcile, _>(input, "reconcile", &mut o.reconcile, r)?;
+            } else if lookahead.peek(kw::destructive) {
+                parse_option::<kw::destructive, _>(input, "destructive", &mut o.destructive, r)?;
+            } else if input.peek(kw::__idem_in_tools) {
+                parse_option::<kw::__idem_in_tools, _>(input, "in_tools", &mut o.in_tools, r)?;
             } else if lookahead.peek(Token![crate]) {
                 parse_option::<Token![crate], _>(input, "crate", &mut o.krate, r)?;
             } else {
@@ -123,6 +134,31 @@ impl Parse for Options {
             }
         }
         Ok(o)
+    }
+}
+
+/// What `#[idem::tools]` tells the attribute of each method it classifies, as the hidden option
+/// `__idem_in_tools = ("Type::method", name)`: the path its records name after the module's, and
+/// the name a framework gives the tool (an expression of type `&'static str`, such as
+/// `<Self as Tool>::NAME`), or `_` where no framework names it.
+pub(crate) struct InTools {
+    pub(crate) function: LitStr,
+    pub(crate) name: Option<syn::Expr>,
+}
+
+impl Parse for InTools {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let content;
+        syn::parenthesized!(content in input);
+        let function = content.parse()?;
+        content.parse::<Token![,]>()?;
+        let name = if content.peek(Token![_]) {
+            content.parse::<Token![_]>()?;
+            None
+        } else {
+            Some(content.parse()?)
+        };
+        Ok(InTools { function, name })
     }
 }
 

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
-use syn::{Attribute, Ident, Member, Path, Type};
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::{Attribute, Expr, Ident, LitStr, Member, Path, Type};
 
 use crate::attr::Attr;
 use crate::signature::Shape;
@@ -12,10 +14,18 @@ use crate::signature::Shape;
 /// A validated tool, ready to expand.
 pub(crate) struct Tool {
     pub(crate) attr: Attr,
+    /// The tool's name: the function's, or the one pinned with `tool = "…"`. Where a framework
+    /// names the tool (`named_by`), that name wins, and this one is only for messages.
     pub(crate) name: String,
-    /// Whether `tool = "…"` pinned the name: then the user chose it, and records are not tied
-    /// to the function's path (which a move to another module changes).
-    pub(crate) pinned: bool,
+    /// The framework's name for the tool, an expression of type `&'static str`
+    /// (`<Self as Tool>::NAME`, `"refundOrder"`), written by `#[idem::tools]`.
+    pub(crate) named_by: Option<Expr>,
+    /// The path the records name after the module's (`send`, `OpenTicket::call`), or none when
+    /// `tool = "…"` pinned the name: then the user chose it, and records are not tied to the
+    /// function's path (which a move to another module changes).
+    pub(crate) function: Option<String>,
+    /// Whether the tool may change or delete what is already there (`destructiveHint`).
+    pub(crate) destructive: bool,
     pub(crate) krate: Path,
     pub(crate) scope: Option<Scope>,
     pub(crate) key_params: Vec<KeyParam>,
@@ -31,6 +41,16 @@ pub(crate) struct Tool {
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
+}
+
+impl Tool {
+    /// The tool's name as the generated code spells it: the framework's expression, or a literal.
+    pub(crate) fn name_tokens(&self) -> TokenStream {
+        match &self.named_by {
+            Some(name) => name.to_token_stream(),
+            None => LitStr::new(&self.name, Span::mixed_site()).to_token_stream(),
+        }
+    }
 }
 
 /// The value a `scope = "param.field"` names.

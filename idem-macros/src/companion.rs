@@ -31,10 +31,17 @@ pub(crate) fn declares_companion(item: &ItemFn) -> bool {
     !signature::is_surely_in_impl(&item.sig) && signature::shape_and_output(item).0 != Shape::Boxed
 }
 
-/// The `ToolInfo` of a tool named `name` under `attr`, with its scope's text if it has one. An
+/// The `ToolInfo` of a tool named `name` (an expression of type `&'static str`) under `attr`,
+/// with its scope's text if it has one, and whether it may change or delete what is there. An
 /// `#[idempotent]` tool without a scope (an error reported elsewhere) is classified as what it
 /// would do now: a write.
-pub(crate) fn info(krate: &Path, attr: Attr, name: &str, scope: Option<&str>) -> TokenStream {
+pub(crate) fn info(
+    krate: &Path,
+    attr: Attr,
+    name: &TokenStream,
+    scope: Option<&str>,
+    destructive: bool,
+) -> TokenStream {
     let mixed = Span::mixed_site();
     let kind = match (attr, scope) {
         (Attr::Read, _) => quote_spanned!(mixed=> #krate::__private::Kind::Read),
@@ -45,7 +52,9 @@ pub(crate) fn info(krate: &Path, attr: Attr, name: &str, scope: Option<&str>) ->
             quote_spanned!(mixed=> #krate::__private::Kind::Write)
         }
     };
-    quote_spanned!(mixed=> #krate::__private::ToolInfo { name: #name, kind: #kind })
+    quote_spanned! {mixed=>
+        #krate::__private::ToolInfo { name: #name, kind: #kind, destructive: #destructive }
+    }
 }
 
 /// The companion of `function`, visible as `vis`, holding `info`.

@@ -59,7 +59,8 @@ fn companion_of(tool: &Tool, item: &ItemFn) -> TokenStream {
         return TokenStream::new();
     }
     let scope = tool.scope.as_ref().map(|scope| scope.text.as_str());
-    let info = companion::info(&tool.krate, tool.attr, &tool.name, scope);
+    let info =
+        companion::info(&tool.krate, tool.attr, &tool.name_tokens(), scope, tool.destructive);
     companion::declaration(&tool.krate, &item.vis, &item.sig.ident, &info)
 }
 
@@ -251,7 +252,7 @@ fn async_body(
 /// parameter is added in a statement of its own that carries the parameter's `#[cfg]`s.
 fn prepare_call(tool: &Tool) -> TokenStream {
     let krate = &tool.krate;
-    let name = &tool.name;
+    let name = tool.name_tokens();
     let mixed = Span::mixed_site();
     let args = tool.key_params.iter().map(|param| {
         let (ident, label, cfgs) = (&param.name, &param.label, &param.cfgs);
@@ -300,12 +301,12 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             .map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))
         }
     });
-    // Two unpinned tools with one function name share their keys: the record says which
-    // function wrote it, so that the other is refused instead of replaying it.
-    let function = (!tool.pinned).then(|| {
+    // Two tools with one name share their keys: the record says which function wrote it, so
+    // that the other is refused instead of replaying it.
+    let function = tool.function.as_ref().map(|function| {
         quote_spanned! {mixed=>
             .map(|__idem_call| __idem_call.function(
-                ::core::concat!(::core::module_path!(), "::", #name)
+                ::core::concat!(::core::module_path!(), "::", #function)
             ))
         }
     });

@@ -5,14 +5,25 @@
 //! impl cannot hold one. So this attribute declares exactly those companions, in a second,
 //! inherent impl of the same type beside the block, together with `idem_tools()` listing every
 //! classified method.
+//!
+//! It also tells each method's attribute what only the block shows: the path its records name
+//! (`Type::method`), and the name a framework gives the tool (rmcp's `#[tool(name = …)]` or the
+//! method's name; rig's `<Self as Tool>::NAME` in a trait impl declaring `const NAME`), which is
+//! then the tool's name everywhere. And it writes idem's MCP hints into each rmcp `#[tool]`
+//! where the user set none.
+
+use std::collections::HashMap;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Attribute, ImplItem, ImplItemFn, ItemFn, LitStr, Path, Token, Visibility};
+use syn::punctuated::Punctuated;
+use syn::{
+    Attribute, Ident, ImplItem, ImplItemFn, ItemFn, ItemImpl, LitStr, Meta, Path, Token, Visibility,
+};
 
-use crate::attr::{Attr, Options};
+use crate::attr::{Attr, Opt, Options};
 use crate::companion;
 use crate::signature::{self, Shape};
 use crate::validate;
@@ -41,10 +52,12 @@ impl Parse for ToolsOptions {
     }
 }
 
-/// Expands `#[idem::tools]`. The block itself is emitted unchanged, so that the methods'
-/// attributes (ours, rmcp's `#[tool]`) expand as usual, whichever order they are stacked in.
+/// Expands `#[idem::tools]`. The block is emitted with each classified method's attribute told
+/// where it sits (the hidden `__idem_in_tools` option: its record's path, and the name a
+/// framework gives it), and each rmcp `#[tool]` given idem's hints where it sets none, so that
+/// the methods' attributes (ours, rmcp's) then expand as usual, whichever order they are in.
 pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
-    let (block, krate) = match parse(options, item.clone()) {
+    let (mut block, krate) = match parse(options, item.clone()) {
         Ok(parsed) => parsed,
         Err(error) => {
             let error = error.into_compile_error();
@@ -52,20 +65,54 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
 
+    let rig = rig_name(&block);
+    let type_name = type_name(&block.self_ty);
+    let mut errors = Vec::new();
+    let mut named = HashMap::new();
     let mut consts = Vec::new();
     let mut listed = Vec::new();
     let mut reconcilers = Vec::new();
-    for member in &block.items {
+    for member in &mut block.items {
         let ImplItem::Fn(method) = member else { continue };
-        let Some((attr, options, rewritten)) = classification(&method.attrs) else { continue };
-        let name = options
-            .tool
-            .as_ref()
-            .map(|tool| tool.value.value())
-            .filter(|name| !name.is_empty())
-            .unwrap_or_else(|| method.sig.ident.unraw().to_string());
+        let Some((index, attr, options, rewritten)) = classification(&method.attrs) else {
+            continue;
+        };
+        let method_name = method.sig.ident.unraw().to_string();
+        let rmcp = method.attrs.iter().position(is_rmcp_tool);
+        let framework = match rmcp {
+            Some(at) => Some(rmcp_name(&method.attrs[at], &method.sig.ident)),
+            None => rig.clone(),
+        };
+        if let Some(framework) = &framework {
+            errors.extend(framework.conflict(options.tool.as_ref(), &type_name));
+            if let Some(literal) = &framework.literal {
+                if let Some(other) = named.insert(literal.clone(), method_name.clone()) {
+                    errors.push(syn::Error::new_spanned(
+                        &method.sig.ident,
+                        format!(
+                            "`{other}` and `{method_name}` are both named `{literal}`, so they \
+                             would share their keys and records: give one of them another \
+                             `#[tool(name = \"…\")]`"
+                        ),
+                    ));
+                }
+            }
+        }
+        let name = match &framework {
+            Some(framework) => framework.name.to_token_stream(),
+            None => {
+                let name = options
+                    .tool
+                    .as_ref()
+                    .map(|tool| tool.value.value())
+                    .filter(|name| !name.is_empty())
+                    .unwrap_or_else(|| method_name.clone());
+                LitStr::new(&name, Span::call_site()).to_token_stream()
+            }
+        };
         let scope = options.scope.as_ref().map(|scope| scope_text(&scope.value.value()));
-        let info = companion::info(&krate, attr, &name, scope.as_deref());
+        let destructive = destructive(attr, &options);
+        let info = companion::info(&krate, attr, &name, scope.as_deref(), destructive);
         // rmcp's `#[tool]` above ours turns an `async fn` into a boxed one before ours sees it.
         let boxed_by_tool = rewritten && method.sig.asyncness.is_some();
         if boxed_by_tool || !companion::declares_companion(&as_item_fn(method)) {
@@ -76,23 +123,38 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
             reconcilers.extend(sweep_entry(&krate, method, &options, &name));
         }
         listed.push(info);
+
+        let function = format!("{type_name}::{method_name}");
+        let framework = framework.map(|framework| framework.name);
+        tell_the_attribute(&mut method.attrs[index], &function, framework.as_ref());
+        if let Some(at) = rmcp {
+            write_hints(&mut method.attrs[at], hints(attr, destructive));
+        }
     }
     let sweep = sweep(&krate, &reconcilers);
+    let errors = errors.into_iter().map(syn::Error::into_compile_error);
 
     let (impl_generics, _, where_clause) = block.generics.split_for_impl();
     let self_ty = &block.self_ty;
+    // An associated constant, not one inside the function: a name such as rig's
+    // `<Self as Tool>::NAME` needs `Self`.
+    let tools = Ident::new("__IDEM_TOOLS", Span::mixed_site());
     quote! {
+        #(#errors)*
         #block
 
         impl #impl_generics #self_ty #where_clause {
             #(#consts)*
 
+            #[doc(hidden)]
+            #[allow(dead_code)]
+            const #tools: &'static [#krate::__private::ToolInfo] = &[#(#listed),*];
+
             /// The idem classification of the tools of this type's `#[idem::tools]` block, in
             /// the block's order: their names and kinds, and the MCP hints that follow.
             #[allow(dead_code)]
             pub fn idem_tools() -> &'static [#krate::__private::ToolInfo] {
-                const TOOLS: &[#krate::__private::ToolInfo] = &[#(#listed),*];
-                TOOLS
+                Self::#tools
             }
 
             #sweep
@@ -100,10 +162,174 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// The name a framework gives a method's tool, which is its key's and its record's name.
+#[derive(Clone)]
+struct Framework {
+    /// An expression of type `&'static str`: `<Self as Tool>::NAME`, or a literal.
+    name: syn::Expr,
+    /// The name, where the macro can read it (a literal).
+    literal: Option<String>,
+    /// Where the name comes from, for messages.
+    from: &'static str,
+}
+
+impl Framework {
+    /// The error for a `tool = "…"` that names the tool otherwise than its framework does.
+    fn conflict(&self, tool: Option<&Opt<LitStr>>, type_name: &str) -> Option<syn::Error> {
+        let written = &tool?.value;
+        let shown = match &self.literal {
+            Some(literal) if *literal == written.value() => return None,
+            Some(literal) => format!("`{literal}`"),
+            None => format!("`<{type_name} as …>::NAME`"),
+        };
+        Some(syn::Error::new_spanned(
+            written,
+            format!(
+                "{} names this tool {shown}, and that name is its key's and its record's: \
+                 drop `tool = \"{}\"`, which would name it otherwise",
+                self.from,
+                written.value()
+            ),
+        ))
+    }
+}
+
+/// rig's name for the tool of a trait impl that declares `const NAME` (rig's `Tool`):
+/// `<Self as Trait>::NAME`, read when the tool runs.
+fn rig_name(block: &ItemImpl) -> Option<Framework> {
+    let (_, trait_path, _) = block.trait_.as_ref()?;
+    let literal = block.items.iter().find_map(|item| match item {
+        ImplItem::Const(constant) if constant.ident == "NAME" => Some(match &constant.expr {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(name), .. }) => Some(name.value()),
+            _ => None,
+        }),
+        _ => None,
+    })?;
+    Some(Framework {
+        name: syn::parse_quote!(<Self as #trait_path>::NAME),
+        literal,
+        from: "the impl's `const NAME` (rig's name for the tool)",
+    })
+}
+
+/// Whether `attr` is rmcp's `#[tool]` (or `#[rmcp::tool]`), as rmcp's `#[tool_router]` tells.
+fn is_rmcp_tool(attr: &Attribute) -> bool {
+    attr.path().segments.last().is_some_and(|last| last.ident == "tool")
+}
+
+/// rmcp's name for a `#[tool]` method: its `name = "…"`, else the method's name.
+fn rmcp_name(attr: &Attribute, method: &Ident) -> Framework {
+    let given = rmcp_options(attr).into_iter().flatten().find_map(|meta| match meta {
+        Meta::NameValue(pair) if pair.path.is_ident("name") => match pair.value {
+            syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(name), .. }) => Some(name),
+            _ => None,
+        },
+        _ => None,
+    });
+    let name = given.unwrap_or_else(|| LitStr::new(&method.to_string(), method.span()));
+    Framework {
+        literal: Some(name.value()),
+        name: syn::parse_quote!(#name),
+        from: "rmcp's `#[tool]` (its `name = \"…\"`, else the method's name)",
+    }
+}
+
+/// The options of rmcp's `#[tool(…)]`, or `None` where they do not parse as attribute options
+/// (rmcp reports that).
+fn rmcp_options(attr: &Attribute) -> Option<Punctuated<Meta, Token![,]>> {
+    match &attr.meta {
+        Meta::Path(_) => Some(Punctuated::new()),
+        Meta::List(list) => list.parse_args_with(Punctuated::parse_terminated).ok(),
+        Meta::NameValue(_) => None,
+    }
+}
+
+/// Adds each of idem's hints that the `#[tool]` attribute's `annotations(…)` does not set, so
+/// that the user's own hints win and `tools/list` shows the rest without any further call.
+fn write_hints(attr: &mut Attribute, hints: [(&str, bool); 3]) {
+    let Some(mut options) = rmcp_options(attr) else { return };
+    let at = options.iter().position(|meta| meta.path().is_ident("annotations"));
+    let mut annotations = match at.map(|at| &options[at]) {
+        Some(Meta::List(list)) => {
+            match list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated) {
+                Ok(annotations) => annotations,
+                Err(_) => return,
+            }
+        }
+        Some(_) => return,
+        None => Punctuated::new(),
+    };
+    for (hint, value) in hints {
+        if !annotations.iter().any(|meta| meta.path().is_ident(hint)) {
+            let hint = Ident::new(hint, Span::call_site());
+            annotations.push(syn::parse_quote!(#hint = #value));
+        }
+    }
+    let annotations: Meta = syn::parse_quote!(annotations(#annotations));
+    match at {
+        Some(at) => options[at] = annotations,
+        None => options.push(annotations),
+    }
+    let path = attr.path().clone();
+    attr.meta = syn::parse_quote!(#path(#options));
+}
+
+/// The MCP hints of a tool classified `attr`, as rmcp's `annotations(…)` names them.
+fn hints(attr: Attr, destructive: bool) -> [(&'static str, bool); 3] {
+    let (read_only, idempotent) = match attr {
+        Attr::Read => (true, true),
+        Attr::Idempotent => (false, true),
+        Attr::Write => (false, false),
+    };
+    [
+        ("read_only_hint", read_only),
+        ("idempotent_hint", idempotent),
+        ("destructive_hint", destructive && attr != Attr::Read),
+    ]
+}
+
+/// Whether the tool may change what is there, as its attribute says; an unreadable value is the
+/// attribute's error, reported when it expands.
+fn destructive(attr: Attr, options: &Options) -> bool {
+    match options.destructive.as_ref().map(|o| &o.value) {
+        Some(syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(value), .. })) => value.value,
+        _ => attr != Attr::Read,
+    }
+}
+
+/// Adds `__idem_in_tools = ("Type::method", name)` to our attribute on a method, before the
+/// user's options, so that its key and record take the block's names.
+fn tell_the_attribute(attr: &mut Attribute, function: &str, name: Option<&syn::Expr>) {
+    let name = match name {
+        Some(name) => name.to_token_stream(),
+        None => quote!(_),
+    };
+    let told = quote!(__idem_in_tools = (#function, #name));
+    let path = attr.path().clone();
+    attr.meta = match &attr.meta {
+        Meta::List(list) => {
+            let written = &list.tokens;
+            syn::parse_quote!(#path(#told, #written))
+        }
+        _ => syn::parse_quote!(#path(#told)),
+    };
+}
+
+/// The self type's name as a record names it: `Bank` for `Bank<T>` or `crate::Bank`.
+fn type_name(self_ty: &syn::Type) -> String {
+    match self_ty {
+        syn::Type::Path(path) if path.qself.is_none() => match path.path.segments.last() {
+            Some(last) => last.ident.unraw().to_string(),
+            None => String::new(),
+        },
+        other => other.to_token_stream().to_string().replace(' ', ""),
+    }
+}
+
 /// The `impl` block and the facade's path, or the error that `item` is not a block or the
 /// options are not `crate = "path"`.
-fn parse(options: TokenStream, item: TokenStream) -> syn::Result<(syn::ItemImpl, Path)> {
-    let block: syn::ItemImpl = syn::parse2(item).map_err(|_| {
+fn parse(options: TokenStream, item: TokenStream) -> syn::Result<(ItemImpl, Path)> {
+    let block: ItemImpl = syn::parse2(item).map_err(|_| {
         syn::Error::new(
             Span::call_site(),
             "`#[idem::tools]` goes on an `impl` block (inherent, or a trait impl such as \
@@ -148,7 +374,7 @@ fn sweep_entry(
     krate: &Path,
     method: &ImplItemFn,
     options: &Options,
-    name: &str,
+    name: &TokenStream,
 ) -> Option<TokenStream> {
     let mixed = Span::mixed_site();
     let written = &options.reconcile.as_ref()?.value;
@@ -195,19 +421,17 @@ fn as_item_fn(method: &ImplItemFn) -> ItemFn {
     }
 }
 
-/// The method's classification attribute, its options, and whether an `async fn` is boxed by
-/// rmcp's `#[tool]` written above it before ours expands. Options that do not parse are the
-/// attribute's own error, reported when it expands.
-fn classification(attrs: &[Attribute]) -> Option<(Attr, Options, bool)> {
+/// The method's classification attribute (its index), its options, and whether an `async fn` is
+/// boxed by rmcp's `#[tool]` written above it before ours expands. Options that do not parse are
+/// the attribute's own error, reported when it expands.
+fn classification(attrs: &[Attribute]) -> Option<(usize, Attr, Options, bool)> {
     attrs.iter().enumerate().find_map(|(index, attr)| {
         let kind = Attr::named_by(attr.path())?;
         let options = match &attr.meta {
             syn::Meta::Path(_) => Options::default(),
             _ => attr.parse_args::<Options>().unwrap_or_default(),
         };
-        let rewritten = attrs[..index]
-            .iter()
-            .any(|before| before.path().segments.last().is_some_and(|last| last.ident == "tool"));
-        Some((kind, options, rewritten))
+        let rewritten = attrs[..index].iter().any(is_rmcp_tool);
+        Some((index, kind, options, rewritten))
     })
 }

@@ -68,16 +68,31 @@ pub(crate) fn tool(
 
     let wait = options.wait.as_ref().and_then(|o| options::duration(&o.value, errors));
     let ttl = options.ttl.as_ref().and_then(|o| options::duration(&o.value, errors));
+    let destructive = options::destructive(attr, options.destructive.as_ref(), errors);
     let rerun = options::rerun(options.in_doubt.as_ref().map(|o| &o.value), errors);
     let reconcile = match &options.reconcile {
         Some(o) if keyed => reconcile::reconciler(&o.value, sig, errors),
         _ => None,
     };
 
+    // A framework's name is the tool's, so its records always name the function; otherwise a
+    // name pinned with `tool = "…"` frees them from the function's path.
+    let in_tools = options.in_tools.map(|o| o.value);
+    let pinned = options.tool.is_some();
+    let (named_by, function) = match in_tools {
+        Some(block) => {
+            let function = (!pinned || block.name.is_some()).then(|| block.function.value());
+            (block.name, function)
+        }
+        None => (None, (!pinned).then(|| name.clone())),
+    };
+
     Tool {
         attr,
         name,
-        pinned: options.tool.is_some(),
+        named_by,
+        function,
+        destructive,
         krate,
         scope,
         key_params,

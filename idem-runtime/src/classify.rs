@@ -16,7 +16,8 @@ pub enum Kind {
     Write,
 }
 
-/// The classification of one tool: its name (the one in its keys) and its [`Kind`].
+/// The classification of one tool: its name (the one in its keys), its [`Kind`], and whether it
+/// may change or delete what is already there.
 ///
 /// Every free or associated function under `#[idem::read]`, `#[idem::idempotent]` or
 /// `#[idem::write]` has one (a method taking `self` has none), read with
@@ -32,10 +33,15 @@ pub enum Kind {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ToolInfo {
-    /// The tool's name: the function's, or the one pinned with `tool = "…"`.
+    /// The tool's name: the one its framework gives it under `#[idem::tools]` (rig's
+    /// `<T as Tool>::NAME`, rmcp's `#[tool(name = "…")]` or the method's name), else the
+    /// function's, or the one pinned with `tool = "…"`.
     pub name: &'static str,
     /// How the tool touches the world.
     pub kind: Kind,
+    /// Whether the tool may change or delete what is already there: false for a read and for a
+    /// write declared `destructive = false` (it only adds: a new order, a new ticket).
+    pub destructive: bool,
 }
 
 impl ToolInfo {
@@ -47,19 +53,21 @@ impl ToolInfo {
     /// The MCP tool annotation hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) that
     /// this classification implies.
     pub const fn annotations(&self) -> Annotations {
+        // An idempotent write still changes the world; whether that change only adds is for
+        // the attribute to say (`destructive = false`), else MCP's cautious default holds.
         match self.kind {
             Kind::Read => {
                 Annotations { read_only_hint: true, idempotent_hint: true, destructive_hint: false }
             }
-            // An idempotent write still changes the world, and whether that change is only
-            // additive is not something the attribute knows: keep MCP's cautious default.
-            Kind::Idempotent { .. } => {
-                Annotations { read_only_hint: false, idempotent_hint: true, destructive_hint: true }
-            }
+            Kind::Idempotent { .. } => Annotations {
+                read_only_hint: false,
+                idempotent_hint: true,
+                destructive_hint: self.destructive,
+            },
             Kind::Write => Annotations {
                 read_only_hint: false,
                 idempotent_hint: false,
-                destructive_hint: true,
+                destructive_hint: self.destructive,
             },
         }
     }

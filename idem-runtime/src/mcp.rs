@@ -32,24 +32,17 @@ impl From<Error> for ErrorData {
     }
 }
 
-/// Sets the MCP hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) of every route in
-/// `router` that `tools` classifies, matched by tool name, and returns the router. A route's
-/// title and `openWorldHint` are kept; routes idem does not classify are left as they are.
+/// Fills the MCP hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) that a route in
+/// `router` leaves unset from idem's classification in `tools`, matched by tool name, and returns
+/// the router. A hint the route sets (rmcp's `#[tool(annotations(…))]`) is kept, as are its
+/// title and `openWorldHint`; routes idem does not classify are left as they are.
 ///
-/// `tools` is what `#[idem::tools]` lists for an impl block (`Bank::idem_tools()`), so the
-/// hints are written once, as the tool's attribute:
+/// A block under `#[idem::tools]` needs no call: the attribute writes the hints into each
+/// method's `#[tool(annotations(…))]` itself. This is for routes that no `#[tool]` describes
+/// (added by hand with `with_route`), with the classification of their tools:
 ///
 /// ```text
-/// #[idem::tools]
-/// #[tool_router]
-/// impl Bank {
-///     #[tool(description = "Send a payment")]
-///     #[idem::idempotent(scope = "invoice_id")]
-///     async fn send_payment(&self, #[idem(flatten)] Parameters(req): Parameters<Payment>)
-///         -> Result<Json<Receipt>, ErrorData> { … }
-/// }
-///
-/// let router = idem::mcp::annotate(Bank::tool_router(), Bank::idem_tools());
+/// let router = idem::mcp::annotate(router, &[idem::tool_info!(refund)]);
 /// ```
 ///
 /// It also makes idem's outcomes reach the model: on every route of `router`, an error made
@@ -69,9 +62,9 @@ pub fn annotate<S: rmcp::service::MaybeSend + 'static>(
         };
         let hints = info.annotations();
         let mut annotations = route.attr.annotations.take().unwrap_or_else(ToolAnnotations::new);
-        annotations.read_only_hint = Some(hints.read_only_hint);
-        annotations.idempotent_hint = Some(hints.idempotent_hint);
-        annotations.destructive_hint = Some(hints.destructive_hint);
+        annotations.read_only_hint.get_or_insert(hints.read_only_hint);
+        annotations.idempotent_hint.get_or_insert(hints.idempotent_hint);
+        annotations.destructive_hint.get_or_insert(hints.destructive_hint);
         route.attr.annotations = Some(annotations);
     }
     tool_result::report_to_the_model(&mut router);

@@ -78,7 +78,7 @@ impl Tool for Adder {
         })
     }
 
-    #[idem::idempotent(scope = "request_id", tool = "add")]
+    #[idem::idempotent(scope = "request_id")]
     async fn call(
         &self,
         #[idem(skip)] context: &mut ToolContext,
@@ -183,7 +183,7 @@ impl Tool for Quote {
         serde_json::json!({"type": "object", "properties": {"symbol": {"type": "string"}}})
     }
 
-    #[idem::read(tool = "quote")]
+    #[idem::read]
     async fn call(&self, context: &mut ToolContext, args: QuoteArgs) -> Result<u32, MathError> {
         let _ = context;
         match self.tries.fetch_add(1, Ordering::SeqCst) {
@@ -239,7 +239,7 @@ impl Tool for Mailer {
         serde_json::json!({"type": "object", "properties": {"to": {"type": "string"}}})
     }
 
-    #[idem::write(tool = "send_mail")]
+    #[idem::write]
     async fn call(&self, context: &mut ToolContext, args: MailArgs) -> Result<String, MathError> {
         let _ = context;
         Ok(format!("sent to {}", args.to))

@@ -158,6 +158,36 @@ pub(super) fn duration(lit: &LitStr, errors: &mut Vec<syn::Error>) -> Option<Dur
     }
 }
 
+/// Whether the tool may change or delete what is already there: `destructive = false` says a
+/// write only adds (an order, a ticket); a read never changes anything, so it takes no such
+/// option.
+pub(super) fn destructive(
+    attr: Attr,
+    written: Option<&Opt<syn::Expr>>,
+    errors: &mut Vec<syn::Error>,
+) -> bool {
+    let default = attr != Attr::Read;
+    let Some(written) = written else { return default };
+    if attr == Attr::Read {
+        errors.push(syn::Error::new(
+            written.key,
+            "`destructive` has no meaning on `#[read]`, which changes nothing: drop it",
+        ));
+        return default;
+    }
+    match &written.value {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Bool(value), .. }) => value.value,
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                "`destructive` is `true` (the default: the tool may change or delete what is \
+                 already there) or `false` (it only adds, such as a new order or ticket)",
+            ));
+            default
+        }
+    }
+}
+
 /// Whether `in_doubt = "…"` asks to run a key left in doubt again (`"rerun"`) rather than report
 /// it (`"fail"`, the default).
 pub(super) fn rerun(in_doubt: Option<&LitStr>, errors: &mut Vec<syn::Error>) -> bool {

@@ -80,6 +80,11 @@ fn what_to_do(tool: &str, kind: &str, key: &str, retryable: bool, message: &str)
              recorded, so it is in doubt (idem key {key}). Do not call it again, with these or \
              with other arguments; tell the user that the outcome is being checked."
         ),
+        "superseded" => format!(
+            "`{tool}` ran, but while it ran the same request was taken over elsewhere (idem key \
+             {key}), and its answer was not recorded: its effect may have happened twice. Do not \
+             call it again; tell the user that an operator has to check the outcome."
+        ),
         "key" => format!(
             "`{tool}` did not run: its arguments cannot identify the request ({message}). \
              Change the argument that was refused, then call again."
