@@ -67,70 +67,13 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
 
     let rig = rig_name(&block);
     let type_name = type_name(&block.self_ty);
-    let mut errors = Vec::new();
-    let mut named = HashMap::new();
-    let mut consts = Vec::new();
-    let mut listed = Vec::new();
-    let mut reconcilers = Vec::new();
+    let mut collected = Collected::default();
     for member in &mut block.items {
-        let ImplItem::Fn(method) = member else { continue };
-        let Some((index, attr, options, rewritten)) = classification(&method.attrs) else {
-            continue;
-        };
-        let method_name = method.sig.ident.unraw().to_string();
-        let rmcp = method.attrs.iter().position(is_rmcp_tool);
-        let framework = match rmcp {
-            Some(at) => Some(rmcp_name(&method.attrs[at], &method.sig.ident)),
-            None => rig.clone(),
-        };
-        if let Some(framework) = &framework {
-            errors.extend(framework.conflict(options.tool.as_ref(), &type_name));
-            if let Some(literal) = &framework.literal {
-                if let Some(other) = named.insert(literal.clone(), method_name.clone()) {
-                    errors.push(syn::Error::new_spanned(
-                        &method.sig.ident,
-                        format!(
-                            "`{other}` and `{method_name}` are both named `{literal}`, so they \
-                             would share their keys and records: give one of them another \
-                             `#[tool(name = \"…\")]`"
-                        ),
-                    ));
-                }
-            }
-        }
-        let name = match &framework {
-            Some(framework) => framework.name.to_token_stream(),
-            None => {
-                let name = options
-                    .tool
-                    .as_ref()
-                    .map(|tool| tool.value.value())
-                    .filter(|name| !name.is_empty())
-                    .unwrap_or_else(|| method_name.clone());
-                LitStr::new(&name, Span::call_site()).to_token_stream()
-            }
-        };
-        let scope = options.scope.as_ref().map(|scope| scope_text(&scope.value.value()));
-        let destructive = destructive(attr, &options);
-        let info = companion::info(&krate, attr, &name, scope.as_deref(), destructive);
-        // rmcp's `#[tool]` above ours turns an `async fn` into a boxed one before ours sees it.
-        let boxed_by_tool = rewritten && method.sig.asyncness.is_some();
-        if boxed_by_tool || !companion::declares_companion(&as_item_fn(method)) {
-            let public = Visibility::Public(Token![pub](Span::mixed_site()));
-            consts.push(companion::declaration(&krate, &public, &method.sig.ident, &info));
-        }
-        if attr == Attr::Idempotent {
-            reconcilers.extend(sweep_entry(&krate, method, &options, &name));
-        }
-        listed.push(info);
-
-        let function = format!("{type_name}::{method_name}");
-        let framework = framework.map(|framework| framework.name);
-        tell_the_attribute(&mut method.attrs[index], &function, framework.as_ref());
-        if let Some(at) = rmcp {
-            write_hints(&mut method.attrs[at], hints(attr, destructive));
+        if let ImplItem::Fn(method) = member {
+            collected.method(&krate, rig.as_ref(), &type_name, method);
         }
     }
+    let Collected { errors, consts, listed, reconcilers, .. } = collected;
     let sweep = sweep(&krate, &reconcilers);
     let errors = errors.into_iter().map(syn::Error::into_compile_error);
 
@@ -158,6 +101,86 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
             }
 
             #sweep
+        }
+    }
+}
+
+/// What `#[idem::tools]` gathers from the block's classified methods.
+#[derive(Default)]
+struct Collected {
+    errors: Vec<syn::Error>,
+    /// The framework names seen so far, with the method that has each.
+    named: HashMap<String, String>,
+    consts: Vec<TokenStream>,
+    listed: Vec<TokenStream>,
+    reconcilers: Vec<TokenStream>,
+}
+
+impl Collected {
+    /// Gathers one method of the block, if it is classified, and tells its attributes where
+    /// they sit (its record's path, the name a framework gives it, rmcp's hints).
+    fn method(
+        &mut self,
+        krate: &syn::Path,
+        rig: Option<&Framework>,
+        type_name: &str,
+        method: &mut ImplItemFn,
+    ) {
+        let Some((index, attr, options, rewritten)) = classification(&method.attrs) else {
+            return;
+        };
+        let method_name = method.sig.ident.unraw().to_string();
+        let rmcp = method.attrs.iter().position(is_rmcp_tool);
+        let framework = match rmcp {
+            Some(at) => Some(rmcp_name(&method.attrs[at], &method.sig.ident)),
+            None => rig.cloned(),
+        };
+        if let Some(framework) = &framework {
+            self.errors.extend(framework.conflict(options.tool.as_ref(), type_name));
+            if let Some(literal) = &framework.literal {
+                if let Some(other) = self.named.insert(literal.clone(), method_name.clone()) {
+                    self.errors.push(syn::Error::new_spanned(
+                        &method.sig.ident,
+                        format!(
+                            "`{other}` and `{method_name}` are both named `{literal}`, so they \
+                                 would share their keys and records: give one of them another \
+                                 `#[tool(name = \"…\")]`"
+                        ),
+                    ));
+                }
+            }
+        }
+        let name = match &framework {
+            Some(framework) => framework.name.to_token_stream(),
+            None => {
+                let name = options
+                    .tool
+                    .as_ref()
+                    .map(|tool| tool.value.value())
+                    .filter(|name| !name.is_empty())
+                    .unwrap_or_else(|| method_name.clone());
+                LitStr::new(&name, Span::call_site()).to_token_stream()
+            }
+        };
+        let scope = options.scope.as_ref().map(|scope| scope_text(&scope.value.value()));
+        let destructive = destructive(attr, &options);
+        let info = companion::info(krate, attr, &name, scope.as_deref(), destructive);
+        // rmcp's `#[tool]` above ours turns an `async fn` into a boxed one before ours sees it.
+        let boxed_by_tool = rewritten && method.sig.asyncness.is_some();
+        if boxed_by_tool || !companion::declares_companion(&as_item_fn(method)) {
+            let public = Visibility::Public(Token![pub](Span::mixed_site()));
+            self.consts.push(companion::declaration(krate, &public, &method.sig.ident, &info));
+        }
+        if attr == Attr::Idempotent {
+            self.reconcilers.extend(sweep_entry(krate, method, &options, &name));
+        }
+        self.listed.push(info);
+
+        let function = format!("{type_name}::{method_name}");
+        let framework = framework.map(|framework| framework.name);
+        tell_the_attribute(&mut method.attrs[index], &function, framework.as_ref());
+        if let Some(at) = rmcp {
+            write_hints(&mut method.attrs[at], hints(attr, destructive));
         }
     }
 }

@@ -8,7 +8,7 @@
 use syn::ext::IdentExt;
 use syn::ItemFn;
 
-use crate::attr::{Attr, Options, ParamOptions};
+use crate::attr::{Attr, InTools, Options, ParamOptions};
 use crate::checked::Tool;
 use crate::signature;
 
@@ -75,17 +75,8 @@ pub(crate) fn tool(
         _ => None,
     };
 
-    // A framework's name is the tool's, so its records always name the function; otherwise a
-    // name pinned with `tool = "…"` frees them from the function's path.
-    let in_tools = options.in_tools.map(|o| o.value);
     let pinned = options.tool.is_some();
-    let (named_by, function) = match in_tools {
-        Some(block) => {
-            let function = (!pinned || block.name.is_some()).then(|| block.function.value());
-            (block.name, function)
-        }
-        None => (None, (!pinned).then(|| name.clone())),
-    };
+    let (named_by, function) = record_names(options.in_tools.map(|o| o.value), pinned, &name);
 
     Tool {
         attr,
@@ -104,5 +95,22 @@ pub(crate) fn tool(
         reconcile,
         shape,
         output,
+    }
+}
+
+/// The name a framework gives the tool, if any, and the function its records name: a
+/// framework's name is the tool's, so its records always name the function; otherwise a name
+/// pinned with `tool = "…"` frees them from the function's path.
+fn record_names(
+    in_tools: Option<InTools>,
+    pinned: bool,
+    name: &str,
+) -> (Option<syn::Expr>, Option<String>) {
+    match in_tools {
+        Some(block) => {
+            let function = (!pinned || block.name.is_some()).then(|| block.function.value());
+            (block.name, function)
+        }
+        None => (None, (!pinned).then(|| name.to_owned())),
     }
 }
