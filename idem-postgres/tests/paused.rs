@@ -20,12 +20,11 @@ fn charge(store: &Arc<dyn Store>) -> Call {
         .store(Arc::clone(store))
 }
 
-fn signal(pid: u32, name: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{name} {pid}");
+fn signal(pid: u32, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("a pid");
+    // SAFETY: sends a signal to the child this test started.
+    let sent = unsafe { libc::kill(pid, signal) };
+    assert_eq!(sent, 0, "signal {signal} to {pid}: {}", std::io::Error::last_os_error());
 }
 
 /// In a child: enter the body, say so, and return only once the parent's flag file exists
@@ -77,7 +76,7 @@ impl Paused {
         let lines = common::child_lines(&mut child);
         assert_eq!(lines.recv_timeout(Duration::from_secs(60)).unwrap(), "in-body");
         // Paused, its heartbeat stops too: wait until its lease has lapsed.
-        signal(child.id(), "STOP");
+        signal(child.id(), libc::SIGSTOP);
         let lapsed = common::eventually(Duration::from_secs(30), || {
             let record = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
             !lease::holds(&record, store.clock(), store.instance())
@@ -89,7 +88,7 @@ impl Paused {
     /// Lets the child's body return; what its call then answered.
     fn resume(mut self) -> String {
         std::fs::write(&self.flag, b"").unwrap();
-        signal(self.child.id(), "CONT");
+        signal(self.child.id(), libc::SIGCONT);
         let said = self.lines.recv_timeout(Duration::from_secs(60)).expect("the child answers");
         assert!(self.child.wait().unwrap().success());
         said
