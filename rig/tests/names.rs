@@ -3,7 +3,7 @@
 //! Two impls that share a `NAME` share their keys, and the record says which wrote it, so the
 //! second is refused with both named rather than handed the first one's result.
 
-use std::sync::{Arc, OnceLock};
+mod common;
 
 use rig_core::effect::{EffectKind, Outcome};
 use rig_core::serve::adapters::ToolAdapter;
@@ -11,18 +11,7 @@ use rig_core::serve::{serve_inline, ErasedHandler};
 use rig_core::tool::{Tool, ToolContext};
 use serde::{Deserialize, Serialize};
 
-/// One sled store for the whole test binary: the default store is set once per process.
-fn store() -> Arc<dyn idem::Store> {
-    static STORE: OnceLock<(tempfile::TempDir, Arc<dyn idem::Store>)> = OnceLock::new();
-    let (_, store) = STORE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let store: Arc<dyn idem::Store> =
-            Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).expect("sled opens"));
-        idem::set_default_store(store.clone());
-        (dir, store)
-    });
-    store.clone()
-}
+use common::store;
 
 #[derive(Debug)]
 pub struct TicketError(String);

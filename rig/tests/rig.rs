@@ -3,8 +3,10 @@
 //! reference derivation over the arguments the model sent, `retry!` repeats its
 //! `call(&self, &mut ToolContext, args)`, and a `#[write]` tool is classified as destructive.
 
+mod common;
+
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rig_core::effect::{EffectKind, Outcome};
@@ -13,18 +15,7 @@ use rig_core::serve::{serve_inline, ErasedHandler};
 use rig_core::tool::{Tool, ToolContext};
 use serde::{Deserialize, Serialize};
 
-/// One sled store for the whole test binary: the default store is set once per process.
-fn store() -> Arc<dyn idem::Store> {
-    static STORE: OnceLock<(tempfile::TempDir, Arc<dyn idem::Store>)> = OnceLock::new();
-    let (_, store) = STORE.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temp dir");
-        let store: Arc<dyn idem::Store> =
-            Arc::new(idem::SledStore::open(dir.path().join("idem.sled")).expect("sled opens"));
-        idem::set_default_store(store.clone());
-        (dir, store)
-    });
-    store.clone()
-}
+use common::store;
 
 #[derive(Debug)]
 struct MathError(String);
