@@ -291,13 +291,23 @@ fn resolve(
 }
 
 fn purge(admin: &mut dyn Admin, which: Purge, out: Out<'_>) -> Result<(), Failure> {
-    let removed = admin.purge(which, &operator())?;
-    let noun = if removed == 1 { "record" } else { "records" };
-    let why = match which {
-        Purge::Expired => "expired".to_owned(),
-        Purge::OlderThan(age) => format!("finished more than {} ago", human_duration(age)),
+    let purged = admin.purge(which, &operator())?;
+    let plural = |n: usize, one: &'static str, many: &'static str| if n == 1 { one } else { many };
+    let (records, histories) = (purged.records, purged.histories);
+    let noun = plural(records, "record", "records");
+    let text = match which {
+        Purge::Expired => format!("removed {records} done {noun} (expired)\n"),
+        Purge::OlderThan(age) => {
+            let age = human_duration(age);
+            let histories_noun = plural(histories, "history", "histories");
+            format!(
+                "removed {records} done {noun} (finished more than {age} ago)\n\
+                 removed {histories} {histories_noun} of released keys (last changed more than \
+                 {age} ago)\n"
+            )
+        }
     };
-    writeln!(out, "removed {removed} done {noun} ({why})").map_err(write_failed)
+    out.write_all(text.as_bytes()).map_err(write_failed)
 }
 
 fn human_duration(duration: Duration) -> String {

@@ -116,6 +116,20 @@ fn a_released_key_shows_its_history_and_a_purge_removes_it() {
     let store = open(&path);
     assert!(idem_runtime::admin::history(store.as_ref(), &done_key).unwrap().is_empty());
     assert_eq!(idem_runtime::admin::history(store.as_ref(), &released).unwrap().len(), 3);
+
+    // A purge by age takes the released key's history once it is older than the bound.
+    let last = idem_runtime::admin::history(store.as_ref(), &released).unwrap()[2].at;
+    while store.clock() <= last + 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(store);
+    assert_eq!(
+        idem(&path, &["purge", "--older-than", "1ms"]).ok(),
+        "removed 0 done records (finished more than 1ms ago)\n\
+         removed 1 history of released keys (last changed more than 1ms ago)\n"
+    );
+    let store = open(&path);
+    assert!(idem_runtime::admin::history(store.as_ref(), &released).unwrap().is_empty());
 }
 
 #[test]

@@ -205,9 +205,18 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     let mut agent = Agent::start(&path);
     assert_eq!(agent.ask("call order-1 ch_1"), "ran ch_1");
     assert_eq!(agent.ask("call order-1 ch_again"), "replayed ch_1");
+    let gone = agent.key("doubt order-0", "in-doubt ");
+    idem(&path, &["resolve", &gone, "--release"]).ok();
     // Removed through the socket: the agent, which holds its recent records in memory too,
-    // must not replay it from there.
-    idem(&path, &["purge", "--older-than", "0ms"]).ok();
+    // must not replay it from there. The released key's history goes too, counted apart.
+    let out = idem(&path, &["purge", "--older-than", "0ms"]).ok().to_owned();
+    assert_eq!(
+        out,
+        "removed 1 done record (finished more than 0s ago)\n\
+         removed 1 history of released keys (last changed more than 0s ago)\n"
+    );
+    let out = idem(&path, &["show", &gone]).fails().to_owned();
+    assert!(out.contains("no record"), "neither record nor history is left: {out}");
     assert_eq!(agent.ask("call order-1 ch_again"), "ran ch_again", "a purged record replayed");
     let released = agent.key("doubt order-2", "in-doubt ");
     let settled = agent.key("doubt order-3", "in-doubt ");

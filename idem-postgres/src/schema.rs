@@ -162,6 +162,10 @@ pub(crate) struct Statements {
     pub(crate) update: String,
     pub(crate) delete: String,
     pub(crate) purge: String,
+    /// The history of key $1, removed while the key has no record.
+    pub(crate) remove_history: String,
+    /// Every key with history rows and no record, with the time of its last row.
+    pub(crate) released: String,
     pub(crate) history: String,
     pub(crate) renew: String,
     pub(crate) size: String,
@@ -241,6 +245,18 @@ impl Statements {
                  gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
                  SELECT count(*) FROM r",
                 fence(in_flight, 6)
+            ),
+            // One statement: a reservation committed before it keeps the history (the record
+            // is there), one committed after it starts afresh, and its own row, which this
+            // statement's snapshot does not see, is never deleted.
+            remove_history: format!(
+                "WITH gone AS (DELETE FROM {h} WHERE key = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1) RETURNING 1) \
+                 SELECT count(*) FROM gone"
+            ),
+            released: format!(
+                "SELECT h.key, max(h.at) FROM {h} AS h \
+                 WHERE NOT EXISTS (SELECT 1 FROM {t} AS r WHERE r.key = h.key) GROUP BY h.key"
             ),
             history: format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"

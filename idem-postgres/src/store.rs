@@ -301,6 +301,18 @@ impl Store for PgStore {
         })
     }
 
+    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        let shared = Arc::clone(&self.shared);
+        self.runtime.spawn_store(async move { shared.released().await })
+    }
+
+    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
+        // Nothing of the purge is kept: the history goes whole, as with a purged record.
+        let _ = change;
+        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
+        self.runtime.spawn_write(async move { shared.remove_history(&key).await })
+    }
+
     fn clock(&self) -> u64 {
         self.shared.db_now()
     }

@@ -33,10 +33,29 @@ pub use crate::lifecycle::Resolution;
 /// Which finished records [`purge`] removes.
 #[derive(Clone, Copy, Debug)]
 pub enum Purge {
-    /// Those whose `ttl` has passed.
+    /// Those whose `ttl` has passed. No history of a key without a record goes: an entry has
+    /// no `ttl`.
     Expired,
-    /// Those finished longer ago than this.
+    /// Those finished longer ago than this, and the histories of keys with no record (released
+    /// keys) whose last entry is older than this.
     OlderThan(Duration),
+}
+
+/// What [`purge`] removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Purged {
+    /// Finished records, each with its history.
+    pub records: usize,
+    /// Histories of keys that had no record (released keys).
+    pub histories: usize,
+}
+
+impl Purged {
+    /// `records` finished records and `histories` histories of keys without one.
+    pub fn new(records: usize, histories: usize) -> Purged {
+        Purged { records, histories }
+    }
 }
 
 /// What [`scan`] found: the records that match, and every record that could not be read.
@@ -103,8 +122,9 @@ pub trait Admin: sealed::Sealed {
         force: bool,
     ) -> Result<Option<Record>, Error>;
 
-    /// Removes finished records with their histories, as [`purge`].
-    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error>;
+    /// Removes finished records with their histories, and old histories of released keys, as
+    /// [`purge`].
+    fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error>;
 
     /// Counts records by status and tool, as [`stats`].
     fn stats(&mut self) -> Result<Stats, Error>;
@@ -163,7 +183,7 @@ impl Admin for Local {
         resolve(self.store.as_ref(), key, resolution, by, note, force)
     }
 
-    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
+    fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error> {
         purge(self.store.as_ref(), which, by)
     }
 
@@ -277,32 +297,42 @@ pub fn resolve(
 }
 
 /// Removes finished records as `which` says, with their histories; never an in-flight or
-/// in-doubt one. `by` is who purges (an operator's `user@host`). Returns how many were removed.
-pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<usize, Error> {
+/// in-doubt one. With [`Purge::OlderThan`], also the histories of keys that have no record (a
+/// release keeps its key's history) whose last entry is older than the bound. `by` is who purges
+/// (an operator's `user@host`). Returns how many records and histories were removed.
+pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error> {
     let now = store.clock();
     // A record that cannot be read is not known to be finished: it is kept, and logged.
     let (records, unreadable) = read_all(store)?;
     for error in &unreadable {
         tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
     }
-    let mut removed = 0;
+    let older = |at: u64, age: Duration| now.saturating_sub(at) > age.as_millis() as u64;
+    let mut purged = Purged::default();
     for record in records.iter().filter(|r| r.status == Status::Done) {
         let remove = match which {
             Purge::Expired => record.is_expired(now),
-            Purge::OlderThan(age) => {
-                let finished = record.completed_at.unwrap_or(record.updated_at);
-                now.saturating_sub(finished) > age.as_millis() as u64
-            }
+            Purge::OlderThan(age) => older(record.completed_at.unwrap_or(record.updated_at), age),
         };
         let step = transition::purge(by);
         if remove
             && block_on(store.compare_and_swap(record, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?
         {
-            removed += 1;
+            purged.records += 1;
         }
     }
-    Ok(removed)
+    let Purge::OlderThan(age) = which else { return Ok(purged) };
+    let released = block_on(store.histories_without_record()).map_err(|e| store_error(None, e))?;
+    for (key, _) in released.into_iter().filter(|(_, last)| older(*last, age)) {
+        let step = transition::purge(by);
+        if block_on(store.remove_history(&key, step.change))
+            .map_err(|e| store_error(Some(&key), e))?
+        {
+            purged.histories += 1;
+        }
+    }
+    Ok(purged)
 }
 
 /// Counts records by status and by tool.

@@ -28,10 +28,12 @@ pub use self::around::{
     stale_owner_cannot_write, takeover_dropped_before_its_body_is_undone,
 };
 pub use self::history::{
+    a_reservation_racing_a_history_purge_keeps_its_own_entry,
     history_follows_a_key_through_a_reconcile,
     history_follows_a_key_through_doubt_takeover_and_replay,
     only_changes_that_land_are_in_the_history,
     operator_resolve_is_in_the_history_and_purge_removes_it,
+    purge_removes_old_histories_of_released_keys,
     release_keeps_the_history_and_the_next_call_continues_it,
 };
 pub use self::reconcile::{
@@ -90,6 +92,8 @@ macro_rules! conformance_suite {
             history_follows_a_key_through_a_reconcile,
             release_keeps_the_history_and_the_next_call_continues_it,
             operator_resolve_is_in_the_history_and_purge_removes_it,
+            purge_removes_old_histories_of_released_keys,
+            a_reservation_racing_a_history_purge_keeps_its_own_entry,
             only_changes_that_land_are_in_the_history);
     };
     (@tests $make:path; $($check:ident),*) => {

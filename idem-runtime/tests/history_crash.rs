@@ -27,7 +27,18 @@ fn open(path: &Path) -> Arc<dyn Store> {
     Arc::new(SledStore::builder(path).lock_wait(Duration::from_secs(5)).open().unwrap())
 }
 
-/// Child mode: `IDEM_ACTION=call` makes the call, `purge` purges every finished record.
+/// A tool's own failure: the call releases its key.
+#[derive(Debug)]
+struct Declined;
+
+impl From<Error> for Declined {
+    fn from(e: Error) -> Declined {
+        panic!("the store failed: {e}")
+    }
+}
+
+/// Child mode: `IDEM_ACTION=call` makes the call, `release` makes it fail (its key is released),
+/// `purge` purges every finished record and every released key's history.
 #[test]
 fn history_child() {
     let Ok(dir) = std::env::var(CHILD) else { return };
@@ -36,6 +47,11 @@ fn history_child() {
         Ok("purge") => {
             let removed = admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO), "ann@ops");
             println!("OUTCOME purged {removed:?}");
+        }
+        Ok("release") => {
+            let got: Result<String, Declined> = call().store(store).run(|| Err(Declined));
+            assert!(got.is_err(), "the body failed");
+            println!("OUTCOME Ok(released)");
         }
         _ => {
             let got: Result<String, Error> = call().store(store).run(|| Ok("ch_1".to_owned()));
@@ -190,6 +206,33 @@ fn a_purge_cut_short_shows_no_history_and_the_open_removes_the_rest() {
     assert!(history(&store).is_empty(), "and took the history with it");
     drop(store);
     assert_eq!(entries_on_disk(&dir.path().join("store")), 0, "the open removed what was left");
+}
+
+/// A released key has no record, so its history goes by a purge of histories, on the path of a
+/// record's purge: killed there, the key shows no history, and the open removes the rest.
+#[test]
+fn a_purge_of_a_released_history_cut_short_shows_nothing_and_the_open_removes_the_rest() {
+    for point in ["after_entry_purged", "after_purge_swap"] {
+        let dir = tempfile::tempdir().unwrap();
+        child(dir.path(), "release", None);
+        assert_eq!(entries_on_disk(&dir.path().join("store")), 2, "reserved, released");
+        child(dir.path(), "purge", Some(point));
+        // Reserved, released, and the purge's own entry.
+        assert_eq!(entries_on_disk(&dir.path().join("store")), 3, "{point}");
+        let store = open(&dir.path().join("store"));
+        assert!(history(&store).is_empty(), "{point}: no part of the history is shown");
+        drop(store);
+        assert_eq!(entries_on_disk(&dir.path().join("store")), 0, "{point}: the open removed it");
+        let store = open(&dir.path().join("store"));
+        let got: String =
+            call().store(Arc::clone(&store)).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+        assert_eq!(got, "ch_1");
+        assert_eq!(
+            steps(&history(&store)),
+            [(Event::Reserved, Some(Status::InFlight)), (Event::Done, Some(Status::Done))],
+            "{point}: the next call starts a new history"
+        );
+    }
 }
 
 fn block_on_get(store: &Arc<dyn Store>) -> Option<idem_runtime::Record> {

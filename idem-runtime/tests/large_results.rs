@@ -115,7 +115,9 @@ fn purging_a_record_removes_its_results_chunks() {
     {
         let store = open(dir.path());
         call(&store, "purged").run(|| Ok::<_, Error>(result_of(100_000))).unwrap();
-        while admin::purge(&*store, Purge::OlderThan(Duration::ZERO), "ann@ops").unwrap() == 0 {
+        while admin::purge(&*store, Purge::OlderThan(Duration::ZERO), "ann@ops").unwrap().records
+            == 0
+        {
             std::thread::yield_now(); // until a millisecond has passed since it finished
         }
     }

@@ -162,7 +162,9 @@ fn a_damaged_record_is_reported_and_the_listing_goes_on() {
     let stats = admin::stats(store.as_ref()).unwrap();
     assert_eq!((stats.by_status.get("done"), stats.unreadable), (Some(&2), 1));
     assert_eq!(
-        admin::purge(store.as_ref(), admin::Purge::OlderThan(Duration::ZERO), "ann@ops").unwrap(),
+        admin::purge(store.as_ref(), admin::Purge::OlderThan(Duration::ZERO), "ann@ops")
+            .unwrap()
+            .records,
         2
     );
     let kept = admin::show(store.as_ref(), bad.key()).unwrap_err();

@@ -121,7 +121,7 @@ pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn St
     let removed =
         admin::purge(store.as_ref(), Purge::OlderThan(Duration::from_millis(1)), "ann@ops-1")
             .unwrap();
-    assert!(removed >= 1);
+    assert!(removed.records >= 1);
     assert_eq!(status(&store, &key), None);
     assert!(history(&store, &key).is_empty(), "a purge removes the history with the record");
     let _: String =
@@ -252,4 +252,96 @@ pub fn history_follows_a_key_through_a_reconcile(store: Arc<dyn Store>) {
         (Event::Reconciled { answer: Answer::Erred }, Some(Status::InDoubt))
     );
     assert!(last.note.as_deref().is_some_and(|n| n.contains("the vendor is down")), "{unsure:?}");
+}
+
+/// Released keys have no record, so a purge of records alone never reached their histories:
+/// the store grew without bound. A purge by age removes those older than its bound, and counts
+/// them apart from records.
+pub fn purge_removes_old_histories_of_released_keys(store: Arc<dyn Store>) {
+    let scope = scope("history-purge-released");
+    let released: Vec<Key> = (0..5)
+        .map(|n| {
+            let tool = format!("charge_card_{n}");
+            let failed: Result<String, ToolError> =
+                call(&store, &tool, &scope).run(|| Err(ToolError::Declined));
+            assert!(failed.is_err());
+            call(&store, &tool, &scope).key().clone()
+        })
+        .collect();
+    let doubted = call(&store, "refund", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "refund", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &doubted, Status::InDoubt);
+    let doubted_history = history(&store, &doubted);
+
+    let expired = admin::purge(store.as_ref(), Purge::Expired, "ann@ops-1").unwrap();
+    assert_eq!(expired, admin::Purged::new(0, 0), "an expiry purge removes no history");
+    assert_eq!(history(&store, &released[0]).len(), 2, "kept by an expiry purge");
+
+    // Every entry is older than a bound of zero once the store's clock has moved past the last.
+    let last = history(&store, &released[4]).last().expect("a released key has a history").at;
+    while store.clock() <= last + 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let purged = admin::purge(store.as_ref(), Purge::OlderThan(Duration::ZERO), "ann@ops-1")
+        .expect("purge runs");
+    assert_eq!(purged, admin::Purged::new(0, released.len()), "each released key's history");
+    for key in &released {
+        assert!(history(&store, key).is_empty(), "key {key}'s history is purged");
+    }
+    assert_eq!(status(&store, &doubted), Some(Status::InDoubt), "a record is never a history");
+    assert_eq!(history(&store, &doubted), doubted_history, "a key with a record keeps its history");
+
+    let late = call(&store, "charge_card_late", &scope).key().clone();
+    let failed: Result<String, ToolError> =
+        call(&store, "charge_card_late", &scope).run(|| Err(ToolError::Declined));
+    assert!(failed.is_err());
+    let bound = Duration::from_secs(600);
+    let purged = admin::purge(store.as_ref(), Purge::OlderThan(bound), "ann@ops-1").unwrap();
+    assert_eq!(purged, admin::Purged::new(0, 0), "a history newer than the bound is kept");
+    assert_eq!(history(&store, &late).len(), 2);
+
+    let _: String =
+        call(&store, "charge_card_0", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+    assert_eq!(
+        steps(&history(&store, &released[0])),
+        [(Event::Reserved, Some(Status::InFlight)), (Event::Done, Some(Status::Done))],
+        "a key reserved after its history was purged starts a new one"
+    );
+}
+
+/// A reservation of a released key racing the removal of its history keeps its own entry: the
+/// history it ends up with is the old one continued, or a fresh one.
+pub fn a_reservation_racing_a_history_purge_keeps_its_own_entry(store: Arc<dyn Store>) {
+    let (mut continued, mut fresh) = (0, 0);
+    for round in 0..20 {
+        let scope = scope(&format!("history-purge-race-{round}"));
+        let failed: Result<String, ToolError> =
+            call(&store, "charge_card", &scope).run(|| Err(ToolError::Declined));
+        assert!(failed.is_err());
+        let key = call(&store, "charge_card", &scope).key().clone();
+        let start = std::sync::Barrier::new(2);
+        std::thread::scope(|threads| {
+            threads.spawn(|| {
+                start.wait();
+                let change = transition::purge("ann@ops-1").change;
+                block_on(store.remove_history(key.as_str(), change)).expect("the removal runs");
+            });
+            start.wait();
+            let _: String =
+                call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+        });
+        let steps = steps(&history(&store, &key));
+        let own = [(Event::Reserved, Some(Status::InFlight)), (Event::Done, Some(Status::Done))];
+        let old = [(Event::Reserved, Some(Status::InFlight)), (Event::Released, None)];
+        if steps == own {
+            fresh += 1;
+        } else {
+            assert_eq!(steps, [&old[..], &own[..]].concat(), "round {round}: the call's entries");
+            continued += 1;
+        }
+        assert_eq!(status(&store, &key), Some(Status::Done), "round {round}");
+    }
+    eprintln!("histories continued: {continued}, fresh: {fresh}");
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::wire::{self, Request, WireError};
 use crate::admin::sealed::Sealed;
-use crate::admin::{Admin, Filter, Listing, Purge, Resolution, Stats};
+use crate::admin::{Admin, Filter, Listing, Purge, Purged, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
@@ -113,6 +113,16 @@ impl Remote {
 
     /// Sends `request` and reads its answer: the `ok` value, or the error rebuilt.
     fn call(&mut self, request: &Request) -> Result<Value, Error> {
+        let mut response = self.exchange(request)?;
+        match response.get_mut("ok") {
+            Some(value) => Ok(value.take()),
+            None => Err(failed("the admin socket answered with neither `ok` nor `error`")),
+        }
+    }
+
+    /// Sends `request` and reads its answer whole (with the fields beside `ok`), or the error
+    /// rebuilt.
+    fn exchange(&mut self, request: &Request) -> Result<Value, Error> {
         let timeout = self.timeout;
         let broken = |e: std::io::Error| {
             if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) {
@@ -167,10 +177,7 @@ impl Remote {
             })?;
             return Err(error.into_error());
         }
-        match response.get_mut("ok") {
-            Some(value) => Ok(value.take()),
-            None => Err(failed("the admin socket answered with neither `ok` nor `error`")),
-        }
+        Ok(response)
     }
 }
 
@@ -206,9 +213,15 @@ impl Admin for Remote {
         }
     }
 
-    fn purge(&mut self, which: Purge, by: &str) -> Result<usize, Error> {
-        let value = self.call(&Request::purge(which, by))?;
-        value.as_u64().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| unexpected(&value))
+    fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error> {
+        let response = self.exchange(&Request::purge(which, by))?;
+        let count = |field: &str| response.get(field).and_then(Value::as_u64);
+        let records = count("ok").and_then(|n| usize::try_from(n).ok());
+        let records = records.ok_or_else(|| unexpected(&response))?;
+        // A holder of an earlier release answers with the records alone: it purges no history
+        // of a released key.
+        let histories = count("histories").map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        Ok(Purged::new(records, histories))
     }
 
     fn stats(&mut self) -> Result<Stats, Error> {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::seats::{self, Occupant, Seats};
-use super::wire::{self, Request, WireError};
+use super::wire::{self, Answer, Request, WireError};
 use crate::admin::{Admin, Filter, Local};
 use crate::error::Error;
 use crate::key::Key;
@@ -238,8 +238,8 @@ fn read_line(stream: &mut UnixStream, pending: &mut Vec<u8>) -> Result<Option<Ve
 }
 
 /// Runs one operation on `admin` and gives its answer as it travels.
-fn perform(admin: &mut dyn Admin, request: Request) -> Result<Value, Error> {
-    Ok(match request {
+fn perform(admin: &mut dyn Admin, request: Request) -> Result<Answer, Error> {
+    let value = match request {
         Request::Ls { status, tool } => {
             wire::records_to_value(&admin.list(&Filter { status, tool })?)
         }
@@ -257,8 +257,10 @@ fn perform(admin: &mut dyn Admin, request: Request) -> Result<Value, Error> {
             }
         }
         Request::Purge { which, by } => {
-            admin.purge(which.into(), by.as_deref().unwrap_or(wire::UNNAMED))?.into()
+            let by = by.as_deref().unwrap_or(wire::UNNAMED);
+            return Ok(admin.purge(which.into(), by)?.into());
         }
         Request::Stats => serde_json::to_value(admin.stats()?).expect("stats are plain JSON"),
-    })
+    };
+    Ok(value.into())
 }

@@ -9,7 +9,7 @@
 //! {"v":1,"op":"resolve","key":"…","resolution":"release","by":"ann@host"}
 //! {"v":1,"op":"resolve","key":"…","resolution":{"done":{"id":"ch_1"}},"by":"ann@host","note":"…"}
 //! {"v":1,"op":"purge","which":"expired","by":"ann@host"}
-//! {"v":1,"op":"purge","which":{"older-than-ms":9},"by":"ann@host"}
+//! {"v":1,"op":"purge","which":{"older-than-ms":9},"by":"ann@host"}  {"v":1,"ok":3,"histories":2}
 //! {"v":1,"op":"stats"}                                  {"v":1,"error":{"kind":"not-found",…}}
 //! ```
 
@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use std::time::Duration;
 
-use crate::admin::{Filter, Listing, Purge, Resolution};
+use crate::admin::{Filter, Listing, Purge, Purged, Resolution};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::lifecycle::Record;
@@ -329,9 +329,34 @@ pub(crate) fn entries_to_value(entries: &[Entry]) -> Value {
     serde_json::to_value(entries).expect("an entry is plain JSON")
 }
 
+/// An answer as it travels: the `ok` value, and the fields v1 gained beside it, which a client
+/// of an earlier release does not read (a purge's `ok` is the records it removed, as it always
+/// was; `histories` the histories of keys without a record).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    ok: Value,
+    beside: Vec<(&'static str, Value)>,
+}
+
+impl From<Value> for Answer {
+    fn from(ok: Value) -> Answer {
+        Answer { ok, beside: Vec::new() }
+    }
+}
+
+impl From<Purged> for Answer {
+    fn from(purged: Purged) -> Answer {
+        Answer { ok: purged.records.into(), beside: vec![("histories", purged.histories.into())] }
+    }
+}
+
 /// One response line, newline included.
-pub(crate) fn ok_line(value: Value) -> String {
-    let mut line = serde_json::json!({ "v": VERSION, "ok": value }).to_string();
+pub(crate) fn ok_line(answer: Answer) -> String {
+    let mut response = serde_json::json!({ "v": VERSION, "ok": answer.ok });
+    for (field, value) in answer.beside {
+        response[field] = value;
+    }
+    let mut line = response.to_string();
     line.push('\n');
     line
 }
@@ -347,6 +372,17 @@ pub(crate) fn error_line(error: WireError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client of an earlier release reads a purge's `ok` as the number of records it removed;
+    /// the histories travel beside it.
+    #[test]
+    fn a_purge_answer_keeps_its_count_of_records_in_ok() {
+        let line = ok_line(Purged::new(3, 2).into());
+        let response: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(response, serde_json::json!({"v": 1, "ok": 3, "histories": 2}));
+        let plain: Value = serde_json::from_str(&ok_line(Value::Null.into())).unwrap();
+        assert_eq!(plain, serde_json::json!({"v": 1, "ok": null}), "other answers gain nothing");
+    }
 
     #[test]
     fn requests_round_trip_with_their_version() {

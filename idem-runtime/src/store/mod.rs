@@ -89,6 +89,23 @@ pub trait Store: Send + Sync + 'static {
     /// a purge. Empty when the key has none. Durable, as from [`Store::get`].
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
+    /// Every key that has a history but no record (a released key), with the time of its last
+    /// entry (the store's clock), in no particular order: what a purge of histories looks at.
+    /// The default finds none, for a store that keeps no history past a release.
+    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Removes the history of `key`, atomically and only while the key has no record, durably:
+    /// `change` is the purge's (`idem::store::transition::purge`). Returns whether there was a
+    /// history to remove. A reservation of the key racing the removal keeps its own entry: it
+    /// either continues the old history or starts a fresh one. A crash part-way shows no
+    /// history. The default removes nothing.
+    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
+        let _ = (key, change);
+        Box::pin(std::future::ready(Ok(false)))
+    }
+
     /// Resolves once the record under `key` is no longer in the state `seen` was in (returning
     /// it, or `None` when it is gone), or at `deadline` (returning it unchanged). Must not poll
     /// in a loop. A store with leases also returns when `seen`'s lease lapses.

@@ -223,6 +223,23 @@ impl History {
         self.tree.remove(entry_key(key, 1)).map(drop)
     }
 
+    /// Every key that has entries, each once: an entry's key is the key, a zero byte and eight
+    /// bytes of sequence number.
+    pub(crate) fn keys(&self) -> sled::Result<Vec<Vec<u8>>> {
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for entry_key in self.tree.iter().keys() {
+            let entry_key = entry_key?;
+            let Some(cut) = entry_key.len().checked_sub(9) else { continue };
+            if entry_key[cut] == 0 && keys.last().map(Vec::as_slice) != Some(&entry_key[..cut]) {
+                keys.push(entry_key[..cut].to_vec());
+            }
+        }
+        // A key that holds a zero byte could interleave with a shorter one.
+        keys.sort_unstable();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// For the open, on a key with no record: the entries through its last confirmed purge,
     /// which a crash kept the purge from removing.
     pub(crate) fn finish_purge(&self, key: &[u8]) -> sled::Result<()> {
@@ -330,6 +347,17 @@ mod tests {
         for event in Event::ALL {
             assert_eq!(event_of(event_tag(event)), Some(event), "{event}");
         }
+    }
+
+    #[test]
+    fn every_key_with_entries_is_listed_once() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let history = History { tree: db.open_tree("h").unwrap() };
+        let entry = encode(&Change::new(Event::Reserved, "o#1"), Some(Status::InFlight), 1);
+        for (key, seq) in [(&b"ab"[..], 1), (b"ab", 2), (b"ab\0x", 1), (b"b", 300)] {
+            history.write(key, seq, entry.clone()).unwrap();
+        }
+        assert_eq!(history.keys().unwrap(), [&b"ab"[..], b"ab\0x", b"b"]);
     }
 
     #[test]

@@ -69,6 +69,30 @@ impl SledStore {
         self.finish(key, swapped, &planned, reached)
     }
 
+    /// Removes the history of `key` while it has no record: a purge with no record on either
+    /// side of the swap, so that it takes the purge's path (its entry, the in-flight index, the
+    /// removal through it, which the open finishes after a crash). `None` when the key has a
+    /// record or no history; else the ticket, as from `cas`.
+    pub(super) fn remove_history_now(
+        &self,
+        key: &[u8],
+        change: Change<'_>,
+    ) -> Result<Option<Option<Ticket>>, StoreError> {
+        let read_error = |e| io_error(&self.path, "cannot read", e);
+        {
+            let _key_lock = self.lock_key(key);
+            if self.tree.get(key).map_err(read_error)?.is_some()
+                || self.history.confirmed(key, None).map_err(read_error)? == 0
+            {
+                return Ok(None);
+            }
+        }
+        // A reservation between the look and the swap makes the swap fail; one that came and
+        // was released again leaves a history this removes as well, the key still having no
+        // record.
+        Ok(self.cas(key, None, None, change)?.ok())
+    }
+
     /// Lays the write out: the bytes of `new`, the entry of `change`, and whether the write
     /// goes through the in-flight index. Refuses what the store cannot keep (`lay_out`).
     fn plan(
