@@ -34,6 +34,13 @@ pub(crate) enum Command {
         /// The arguments as a JSON object, e.g. '{"amount":4200}'
         #[arg(long, value_name = "JSON", allow_hyphen_values = true)]
         args: String,
+        /// The arguments are a flattened tool's argument object (`#[idem(flatten)]`, such as an
+        /// rmcp `Parameters<T>`): members whose value is null are left out, at every depth
+        #[arg(long)]
+        flatten: bool,
+        /// A field the tool's `ignore = [...]` leaves out of the key (repeatable)
+        #[arg(long, value_name = "FIELD", requires = "flatten")]
+        ignore: Vec<String>,
         /// Print an object with the key and the canonical JSON of the arguments
         #[arg(long)]
         json: bool,

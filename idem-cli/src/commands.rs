@@ -20,7 +20,10 @@ type Out<'a> = &'a mut dyn Write;
 pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
     let location = cli.store.as_deref();
     match cli.command {
-        Command::Key { tool, scope, args, json } => key(&tool, &scope, &args, json, out),
+        Command::Key { tool, scope, args, flatten, ignore, json } => {
+            let flattened = flatten.then_some(ignore.as_slice());
+            key(&tool, &scope, &args, flattened, json, out)
+        }
         Command::Ls { status, tool, json } => {
             ls(store::open(location)?.as_mut(), Filter { status, tool }, json, out)
         }
@@ -64,9 +67,24 @@ fn write_failed(e: std::io::Error) -> Failure {
     Failure::failed(format!("cannot write the output: {e}"))
 }
 
-fn key(tool: &str, scope: &str, args: &str, json: bool, out: Out<'_>) -> Result<(), Failure> {
+/// `flattened` holds the ignored fields when the arguments are a flattened tool's object.
+fn key(
+    tool: &str,
+    scope: &str,
+    args: &str,
+    flattened: Option<&[String]>,
+    json: bool,
+    out: Out<'_>,
+) -> Result<(), Failure> {
     let args = args::parse_args(args).map_err(Failure::usage)?;
-    let canonical = idem_runtime::canonical_json(&args).map_err(|e| match e {
+    // A flattened tool's key is over its argument object, by the rule `Args::flatten` keeps.
+    let canonical = match flattened {
+        Some(ignore) => idem_runtime::Args::new(tool)
+            .flatten("arguments", &args)
+            .map(|object| object.ignoring(ignore).canonical()),
+        None => idem_runtime::canonical_json(&args),
+    };
+    let canonical = canonical.map_err(|e| match e {
         Error::Key { reason, .. } => {
             Failure::usage(format!("--args has no canonical JSON: {reason}"))
         }

@@ -134,6 +134,32 @@ fn key_matches_every_vector() {
     assert!(checked > 0, "{path} holds no vectors");
 }
 
+/// `--flatten` (and `--ignore`) derive a flattened tool's key from the arguments a client sent,
+/// by the rule of `vectors/reference.py`.
+#[test]
+fn key_with_flatten_matches_every_flattened_vector() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/flattened.jsonl");
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {path}: {e}; restore it from git"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (line_no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let vector: Value = serde_json::from_str(line).unwrap();
+        let (tool, scope) = (vector["tool"].as_str().unwrap(), vector["scope"].as_str().unwrap());
+        let args = vector["arguments"].to_string();
+        let mut command = vec!["key", "--tool", tool, "--scope", scope, "--args", &args];
+        command.extend(["--flatten", "--json"]);
+        for field in vector["ignore"].as_array().unwrap() {
+            command.extend(["--ignore", field.as_str().unwrap()]);
+        }
+        let printed: Value = serde_json::from_str(idem_in(dir.path(), &command).ok()).unwrap();
+        assert_eq!(printed["key"], vector["key"], "vector on line {}", line_no + 1);
+        assert_eq!(printed["canonical"], vector["canonical"], "vector on line {}", line_no + 1);
+        checked += 1;
+    }
+    assert!(checked > 0, "{path} holds no vectors");
+}
+
 #[test]
 fn key_keeps_integers_wider_than_64_bits() {
     let dir = tempfile::tempdir().unwrap();

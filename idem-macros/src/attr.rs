@@ -15,6 +15,7 @@ mod kw {
     syn::custom_keyword!(in_doubt);
     syn::custom_keyword!(reconcile);
     syn::custom_keyword!(destructive);
+    syn::custom_keyword!(ignore);
     syn::custom_keyword!(__idem_in_tools);
 }
 
@@ -71,6 +72,8 @@ pub(crate) struct Options {
     /// `destructive = false`: the write only adds; any expression, so that a value that is not
     /// `true` or `false` is reported by validation with the fix.
     pub(crate) destructive: Option<Opt<syn::Expr>>,
+    /// `ignore = ["body", …]`: fields of the flattened argument object left out of the key.
+    pub(crate) ignore: Option<Opt<Ignore>>,
     /// Written by `#[idem::tools]`, never by a user: the block the method sits in.
     pub(crate) in_tools: Option<Opt<InTools>>,
     /// Repeated options, reported with the rest once parsing is done.
@@ -122,6 +125,8 @@ impl Parse for Options {
                 parse_option::<kw::reconcile, _>(input, "reconcile", &mut o.reconcile, r)?;
             } else if lookahead.peek(kw::destructive) {
                 parse_option::<kw::destructive, _>(input, "destructive", &mut o.destructive, r)?;
+            } else if lookahead.peek(kw::ignore) {
+                parse_option::<kw::ignore, _>(input, "ignore", &mut o.ignore, r)?;
             } else if input.peek(kw::__idem_in_tools) {
                 parse_option::<kw::__idem_in_tools, _>(input, "in_tools", &mut o.in_tools, r)?;
             } else if lookahead.peek(Token![crate]) {
@@ -134,6 +139,20 @@ impl Parse for Options {
             }
         }
         Ok(o)
+    }
+}
+
+/// The field names of `ignore = ["body", "cc"]`, as written.
+pub(crate) struct Ignore {
+    pub(crate) fields: Vec<LitStr>,
+}
+
+impl Parse for Ignore {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let content;
+        syn::bracketed!(content in input);
+        let fields = content.parse_terminated(<LitStr as Parse>::parse, Token![,])?;
+        Ok(Ignore { fields: fields.into_iter().collect() })
     }
 }
 

@@ -79,6 +79,16 @@ pub(crate) struct Flatten {
     pub(crate) name: Ident,
     /// The parameter's type, for spans.
     pub(crate) ty: Type,
+    /// Its fields named by `ignore = […]`, left out of the key.
+    pub(crate) ignore: Vec<Ignored>,
+}
+
+/// A field of the argument object named by `ignore = […]`.
+pub(crate) struct Ignored {
+    /// The field, spanned on the literal, so that a name that is not a field is reported there.
+    pub(crate) field: Ident,
+    /// Its name in the arguments: `type` for `r#type`.
+    pub(crate) label: String,
 }
 
 /// The reconciler named by `reconcile = "…"`.

@@ -274,7 +274,20 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             quote_spanned!(mixed=> #krate::__private::flatten_arg(__idem_args, #label, &#ident)),
             flat.ty.span(),
         );
-        quote_spanned!(mixed=> let __idem_args = __idem_args.and_then(|__idem_args| #flatten_arg);)
+        let ignore = (!flat.ignore.is_empty()).then(|| {
+            // An access to each field, spanned on its name, so that a name that is not a field
+            // of the object is rustc's "no field `…` on type `…`" there, listing the fields.
+            let fields = flat.ignore.iter().map(|ignored| &ignored.field);
+            let labels = flat.ignore.iter().map(|ignored| &ignored.label);
+            quote_spanned! {mixed=>
+                #(let _ = &#ident.#fields;)*
+                let __idem_args = __idem_args.map(|__idem_args| __idem_args.ignoring(&[#(#labels),*]));
+            }
+        });
+        quote_spanned! {mixed=>
+            let __idem_args = __idem_args.and_then(|__idem_args| #flatten_arg);
+            #ignore
+        }
     });
     let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);

@@ -12,6 +12,7 @@ use crate::attr::{Attr, InTools, Options, ParamOptions};
 use crate::checked::Tool;
 use crate::signature;
 
+mod ignore;
 mod key;
 mod options;
 mod params;
@@ -53,7 +54,10 @@ pub(crate) fn tool(
     }
 
     let params = params::typed(sig, param_options);
-    let flatten = if keyed { params::flatten_param(&params, errors) } else { None };
+    let mut flatten = if keyed { params::flatten_param(&params, errors) } else { None };
+    if keyed {
+        ignore::ignored(options.ignore.as_ref(), flatten.as_mut(), &fn_name, errors);
+    }
     let scope = if keyed {
         let written = options.scope.as_ref().map(|o| &o.value);
         scope::scope(written, &params, flatten.as_ref(), sig, &fn_name, errors)

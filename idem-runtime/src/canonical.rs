@@ -64,6 +64,77 @@ pub(crate) fn canonical_json_for<T: Serialize + ?Sized>(
     Ok(out)
 }
 
+/// A tool's argument object, the value of a `#[idem(flatten)]` parameter, as the key sees it:
+/// the value's own canonical tree with every object member whose value is `null` left out, at
+/// every depth (inside arrays too; an array keeps its `null` items, whose position is meaning).
+/// An absent `Option` and a `null` are one intent, and an `Option` field added in a later release
+/// leaves the keys of calls that do not use it as they were.
+pub(crate) enum Arguments {
+    Object(Object),
+    /// Not an object: the value's canonical text, for the error that says so.
+    Other(String),
+}
+
+/// The members of an argument object, `null`s already left out.
+pub(crate) struct Object(BTreeMap<Cow<'static, str>, Node>);
+
+/// The argument object `value` serializes to.
+pub(crate) fn arguments_for<T: Serialize + ?Sized>(
+    tool: &str,
+    value: &T,
+) -> Result<Arguments, Error> {
+    let node = value
+        .serialize(NodeSerializer)
+        .map_err(|e| Error::Key { tool: tool.to_owned(), reason: e.0 })?;
+    match without_nulls(node) {
+        Node::Object(members) => Ok(Arguments::Object(Object(members))),
+        other => {
+            let mut text = String::new();
+            write_node(&other, &mut text);
+            Ok(Arguments::Other(text))
+        }
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.write(&[]))
+    }
+}
+
+impl Object {
+    /// The canonical text of the object without the members named in `ignore`.
+    pub(crate) fn write(&self, ignore: &[String]) -> String {
+        let mut out = String::with_capacity(128);
+        out.push('{');
+        let kept = self.0.iter().filter(|(name, _)| !ignore.iter().any(|i| i == name.as_ref()));
+        for (i, (name, value)) in kept.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            write_str(name, &mut out);
+            out.push(':');
+            write_node(value, &mut out);
+        }
+        out.push('}');
+        out
+    }
+}
+
+fn without_nulls(node: Node) -> Node {
+    match node {
+        Node::Object(members) => Node::Object(
+            members
+                .into_iter()
+                .filter(|(_, value)| !matches!(value, Node::Null))
+                .map(|(name, value)| (name, without_nulls(value)))
+                .collect(),
+        ),
+        Node::Array(items) => Node::Array(items.into_iter().map(without_nulls).collect()),
+        other => other,
+    }
+}
+
 /// Lower-case hex SHA-256 of the concatenation of `parts`.
 pub(crate) fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut hasher = Sha256::new();

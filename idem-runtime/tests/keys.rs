@@ -500,3 +500,31 @@ proptest! {
         prop_assert!(text.contains('.') || text.contains('e'), "{}", text);
     }
 }
+
+const FLATTENED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/flattened.jsonl");
+
+/// The argument object of a flattened tool, as `Args::flatten` keys it, agrees with the
+/// reference's rule: null members left out at every depth, ignored fields left out.
+#[test]
+fn every_flattened_vector_matches() {
+    let text = std::fs::read_to_string(FLATTENED).unwrap_or_else(|e| {
+        panic!("cannot read {FLATTENED}: {e}; it is part of the repository: restore it from git")
+    });
+    let mut checked = 0;
+    for (number, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let (tool, scope) = (v["tool"].as_str().unwrap(), v["scope"].as_str().unwrap());
+        let ignore: Vec<&str> =
+            v["ignore"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let text = idem_runtime::Args::new(tool)
+            .flatten("arguments", &v["arguments"])
+            .unwrap()
+            .ignoring(&ignore)
+            .canonical();
+        assert_eq!(text, v["canonical"].as_str().unwrap(), "{FLATTENED} line {}", number + 1);
+        let key = Key::derive_canonical(tool, scope, &text);
+        assert_eq!(key.as_str(), v["key"].as_str().unwrap(), "{FLATTENED} line {}", number + 1);
+        checked += 1;
+    }
+    assert!(checked >= 5, "{FLATTENED} holds only {checked} vectors");
+}

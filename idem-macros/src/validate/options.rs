@@ -55,6 +55,7 @@ pub(super) fn no_key_options(
         ("wait", options.wait.as_ref().map(|o| o.key)),
         ("ttl", options.ttl.as_ref().map(|o| o.key)),
         ("in_doubt", options.in_doubt.as_ref().map(|o| o.key)),
+        ("ignore", options.ignore.as_ref().map(|o| o.key)),
     ];
     for (option, span) in keyed {
         if let Some(span) = span {

@@ -89,7 +89,7 @@ pub(super) fn flatten_param(params: &[Param], errors: &mut Vec<syn::Error>) -> O
         ));
         return None;
     }
-    Some(Flatten { name: name.clone(), ty: (*first.typed.ty).clone() })
+    Some(Flatten { name: name.clone(), ty: (*first.typed.ty).clone(), ignore: Vec::new() })
 }
 
 /// `T` in `Parameters<T>`: the type a one-field wrapper pattern binds, when it is written out.

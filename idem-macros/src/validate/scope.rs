@@ -114,7 +114,7 @@ fn pattern_text(pat: &Pat) -> String {
 }
 
 /// A field of a scope path, `r#type` or `type` alike naming the field `r#type`.
-fn field(segment: &str, span: Span) -> Option<Member> {
+pub(super) fn field(segment: &str, span: Span) -> Option<Member> {
     if let Ok(index) = segment.parse::<u32>() {
         return Some(Member::Unnamed(syn::Index { index, span }));
     }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::canonical::canonical_json_for;
+use crate::canonical::{arguments_for, canonical_json_for, Arguments, Object};
 use crate::error::Error;
 
 /// Builds the canonical arguments of a call one parameter at a time, so that generated code
@@ -11,15 +11,17 @@ use crate::error::Error;
 pub struct Args {
     tool: String,
     fields: Vec<(&'static str, String)>,
-    /// The canonical JSON object of a parameter that is the whole argument object
+    /// The argument object of a parameter that is the whole argument object
     /// (`#[idem(flatten)]`): its fields are the arguments, so it stands alone.
-    whole: Option<String>,
+    whole: Option<Object>,
+    /// Members of the whole argument object left out of the key (`ignore = […]`).
+    ignore: Vec<String>,
 }
 
 impl Args {
     /// Arguments of `tool`, none yet.
     pub fn new(tool: &str) -> Args {
-        Args { tool: tool.to_owned(), fields: Vec::new(), whole: None }
+        Args { tool: tool.to_owned(), fields: Vec::new(), whole: None, ignore: Vec::new() }
     }
 
     /// Adds parameter `name` (an identifier: it needs no escaping).
@@ -42,8 +44,9 @@ impl Args {
     }
 
     /// Makes parameter `name` the whole argument object (`#[idem(flatten)]`): the key is derived
-    /// over its fields, as a client sends them in a `tools/call`'s `arguments`, not over
-    /// `{"name": …}`. It must serialize as a JSON object and be the only parameter in the key.
+    /// over its fields, the `arguments` of a `tools/call` as the parameter's type reads and
+    /// writes them, with every member whose value is `null` left out at every depth (see the
+    /// README's "Keys"). It must serialize as a JSON object and be the only parameter in the key.
     pub fn flatten<V: Serialize + ?Sized>(
         mut self,
         name: &'static str,
@@ -52,24 +55,35 @@ impl Args {
         if let Some((other, _)) = self.fields.first() {
             return Err(self.beside_whole(other));
         }
-        let text = canonical_json_for(&self.tool, value).map_err(|e| match e {
+        let arguments = arguments_for(&self.tool, value).map_err(|e| match e {
             Error::Key { tool, reason } => {
                 Error::Key { tool, reason: format!("parameter `{name}`: {reason}") }
             }
             other => other,
         })?;
-        if !text.starts_with('{') {
-            return Err(Error::Key {
+        match arguments {
+            Arguments::Object(object) => {
+                self.whole = Some(object);
+                Ok(self)
+            }
+            Arguments::Other(text) => Err(Error::Key {
                 tool: self.tool,
                 reason: format!(
                     "parameter `{name}` is marked #[idem(flatten)], so its fields are the \
                      arguments, but it serializes as `{text}`, not as a JSON object; flatten a \
                      struct (or a map), or drop #[idem(flatten)] to key it by its name"
                 ),
-            });
+            }),
         }
-        self.whole = Some(text);
-        Ok(self)
+    }
+
+    /// Leaves the members named in `fields` out of the whole argument object's key
+    /// (`#[idempotent(ignore = ["body"])]`): text that is not part of the intent, which a model
+    /// may reword on a retry. It only applies to a parameter made the whole object by
+    /// [`Args::flatten`], before or after this call.
+    pub fn ignoring<S: AsRef<str>>(mut self, fields: &[S]) -> Args {
+        self.ignore.extend(fields.iter().map(|field| field.as_ref().to_owned()));
+        self
     }
 
     fn beside_whole(&self, name: &str) -> Error {
@@ -85,8 +99,8 @@ impl Args {
 
     /// The canonical JSON object of all parameters, keys sorted.
     pub fn canonical(mut self) -> String {
-        if let Some(whole) = self.whole {
-            return whole;
+        if let Some(whole) = &self.whole {
+            return whole.write(&self.ignore);
         }
         self.fields.sort_by(|a, b| a.0.cmp(b.0));
         let mut out = String::from("{");
