@@ -163,6 +163,8 @@ pub(crate) struct Statements {
     pub(crate) delete: String,
     pub(crate) purge: String,
     pub(crate) history: String,
+    /// The key's last history row: the fencing token of a write whose answer was lost.
+    pub(crate) token: String,
     pub(crate) renew: String,
     pub(crate) size: String,
     /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
@@ -194,11 +196,14 @@ impl Statements {
         // in the round trip the change took before histories were kept. The row is written only
         // when the change happened (the CTE returns the changed row, or nothing).
         // Every time written is `$now`, the last parameter: the writer's reading of the store's
-        // clock, so that a lease is set, renewed and checked on one clock.
+        // clock, so that a lease is set, renewed and checked on one clock. The row's `seq` comes
+        // back: the fencing token of an in-flight record's owner (the identity grows over every
+        // key, is never handed out twice, and outlives a purge).
         let entry = |event: u8, status: &str, now: u8| {
             format!(
                 "INSERT INTO {h} (key, at, event, answer, status, by, note) \
-                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r",
+                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r \
+                 RETURNING seq",
                 event + 1,
                 event + 2,
                 event + 3
@@ -245,6 +250,7 @@ impl Statements {
             history: format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
             ),
+            token: format!("SELECT max(seq) FROM {h} WHERE key = $1"),
             // Renews every lease in one statement ($5 now); a lease that has already lapsed is
             // never revived, so a peer that saw it lapse may take the record over safely.
             renew: format!(

@@ -249,7 +249,7 @@ impl Store for PgStore {
         expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<u64>> {
         let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
         let change = ChangeValues::of(&change);
         let writing =

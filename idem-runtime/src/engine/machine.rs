@@ -66,6 +66,8 @@ pub(super) struct Reservation {
     before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
+    /// The fencing token the store gave this owner (0 until the write that makes it lands).
+    token: u64,
     /// Whether a settling write landed (an atomic, so that settling takes `&self` while the
     /// transition borrows the held record).
     settled: AtomicBool,
@@ -81,32 +83,41 @@ impl Reservation {
         step: Step<'_>,
     ) -> Result<Taken, StoreError> {
         let record = step.new.expect("a reservation or takeover leaves a record in flight");
-        let pending = Box::new(Reservation {
+        let mut pending = Box::new(Reservation {
             store: Arc::clone(store),
             record,
             before: found,
             started: false,
+            token: 0,
             settled: AtomicBool::new(false),
         });
         let written = match &pending.before {
             None => match store.insert_if_absent(&pending.record, step.change).await? {
-                Inserted::New => None,
-                Inserted::Existing(existing) => Some(Some(existing)),
+                Inserted::New { token } => Ok(token),
+                Inserted::Existing(existing) => Err(Some(existing)),
             },
             Some(before) => {
                 match store.compare_and_swap(before, Some(&pending.record), step.change).await? {
-                    true => None,
-                    false => Some(store.get(&pending.record.key).await?),
+                    Some(token) => Ok(token),
+                    None => Err(store.get(&pending.record.key).await?),
                 }
             }
         };
         match written {
-            None => Ok(Taken::Mine(pending)),
-            Some(now) => {
+            Ok(token) => {
+                pending.token = token;
+                Ok(Taken::Mine(pending))
+            }
+            Err(now) => {
                 pending.settled.store(true, Ordering::Relaxed);
                 Ok(Taken::Moved(now))
             }
         }
+    }
+
+    /// The fencing token the store gave this owner: greater than every earlier owner's.
+    pub(super) fn token(&self) -> u64 {
+        self.token
     }
 
     /// Takes `found` (in doubt, or in flight under an owner that no longer holds it) over to ask
@@ -133,7 +144,8 @@ impl Reservation {
     /// again.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
-        let stored = self.store.compare_and_swap(&self.record, new.as_ref(), change).await?;
+        let stored =
+            self.store.compare_and_swap(&self.record, new.as_ref(), change).await?.is_some();
         self.settled.store(true, Ordering::Relaxed);
         Ok((stored, new))
     }

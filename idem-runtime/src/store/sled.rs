@@ -184,14 +184,15 @@ impl SledStore {
         }
     }
 
-    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the ticket of the swap,
-    /// or `None` when it was refused (`Some(None)`: swapped, nothing to wait for).
+    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the ticket of
+    /// the swap (`None`: nothing to wait for) and the fencing token of `new`'s owner, or `None`
+    /// when it was refused.
     fn swap_now(
         &self,
         expected: &Record,
         new: Option<&Record>,
         change: Change<'_>,
-    ) -> Result<Option<Option<Ticket>>, StoreError> {
+    ) -> Result<Option<(Option<Ticket>, u64)>, StoreError> {
         let key = expected.key.as_bytes();
         let Some(bytes) = self.read(&expected.key)? else { return Ok(None) };
         let stored = decode(key, &bytes)?;
@@ -231,11 +232,11 @@ impl Store for SledStore {
                 return Ok(Inserted::Existing(existing));
             }
             match self.cas(key, None, Some(record), change)? {
-                Ok(ticket) => {
+                Ok((ticket, token)) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(Inserted::New)
+                    Ok(Inserted::New { token })
                 }
                 Err(Some(bytes)) => {
                     let view = decode(key, &bytes)?;
@@ -272,16 +273,16 @@ impl Store for SledStore {
         expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<u64>> {
         Box::pin(async move {
             match self.swap_now(expected, new, change)? {
-                Some(ticket) => {
+                Some((ticket, token)) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(true)
+                    Ok(Some(token))
                 }
-                None => Ok(false),
+                None => Ok(None),
             }
         })
     }

@@ -38,24 +38,28 @@ struct Planned {
 }
 
 /// What the steps under the key's lock got to, whether or not they all succeeded: the number
-/// of the history entry written, and the bytes handed to sled's swap.
+/// of the history entry written, the bytes handed to sled's swap, and the fencing token of an
+/// in-flight record's owner.
 #[derive(Default)]
 struct Reached {
     written: Option<u64>,
     stored: Option<sled::IVec>,
+    token: u64,
 }
 
 impl SledStore {
     /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
-    /// `sled/history.rs`). `Ok(Ok(ticket))` when it happened (the ticket, if any, completes
-    /// once it is durable), `Ok(Err(current))` with the stored bytes when they were not `old`.
+    /// `sled/history.rs`). `Ok(Ok((ticket, token)))` when it happened (the ticket, if any,
+    /// completes once it is durable; the token is the fencing token of `new`'s owner when `new`
+    /// is in flight, 0 otherwise), `Ok(Err(current))` with the stored bytes when they were not
+    /// `old`.
     pub(super) fn cas(
         &self,
         key: &[u8],
         old: Option<&[u8]>,
         new: Option<&Record>,
         change: Change<'_>,
-    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<(Option<Ticket>, u64), Option<sled::IVec>>, StoreError> {
         let mut planned = self.plan(key, old, new, &change)?;
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
@@ -137,6 +141,13 @@ impl SledStore {
         if let Some(bytes) = &mut planned.bytes {
             set_history(bytes, seq);
         }
+        if planned.in_flight {
+            // sled's ids grow across restarts (it persists the counter ahead of the ids it
+            // hands out) and over every key, so a later owner of this key, which takes it under
+            // this lock after this write, gets a greater one, even after a purge restarts the
+            // key's history numbers. Starting at 1 leaves 0 to mean no token.
+            reached.token = self.db.generate_id()?.saturating_add(1);
+        }
         if let (Some(spilled), Some(text)) = (planned.spilled, result) {
             // The chunks go first: the sync that makes the record durable covers them.
             self.chunks.write(key, spilled.id, text)?;
@@ -164,7 +175,7 @@ impl SledStore {
         swapped: sled::Result<Result<(), Option<sled::IVec>>>,
         planned: &Planned,
         reached: Reached,
-    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<(Option<Ticket>, u64), Option<sled::IVec>>, StoreError> {
         let won = matches!(swapped, Ok(Ok(())));
         // The cache of recent records follows what sled now holds (after a refused or failed
         // swap, which it does not know, it forgets the key).
@@ -185,7 +196,7 @@ impl SledStore {
         match swapped {
             Ok(Ok(())) => {
                 self.notifier.notify(&String::from_utf8_lossy(key));
-                Ok(Ok(ticket))
+                Ok(Ok((ticket, reached.token)))
             }
             Ok(Err(current)) => Ok(Err(current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
