@@ -474,6 +474,28 @@ impl Table {
         }
     }
 
+    /// Appends the history row of `change` to `key`, changing no record. An attempt whose
+    /// connection broke after it committed may leave the row twice: an entry that says what
+    /// happened, once more, rather than none.
+    pub(crate) async fn append(&self, key: &str, change: &ChangeValues) -> Result<(), StoreError> {
+        let now = self.db_now_param();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key];
+        params.extend_from_slice(&change.params());
+        params.push(&now);
+        retrying!(
+            self.deadline(),
+            format!("cannot write the history of key {key}"),
+            self.try_append(&params)
+        )
+    }
+
+    async fn try_append(&self, params: &[&(dyn ToSql + Sync)]) -> Result<(), Fault> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.append).await?;
+        client.execute(&statement, params).await?;
+        Ok(())
+    }
+
     pub(crate) async fn history(
         &self,
         key: &str,

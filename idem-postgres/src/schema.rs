@@ -165,6 +165,8 @@ pub(crate) struct Statements {
     pub(crate) history: String,
     /// The key's last history row: the fencing token of a write whose answer was lost.
     pub(crate) token: String,
+    /// A history row alone, for a change of no record (`Store::append_history`).
+    pub(crate) append: String,
     pub(crate) renew: String,
     pub(crate) size: String,
     /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
@@ -251,6 +253,11 @@ impl Statements {
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
             ),
             token: format!("SELECT max(seq) FROM {h} WHERE key = $1"),
+            // $2..$5 the change, $6 now; the row's state is the record's as it stands.
+            append: format!(
+                "INSERT INTO {h} (key, at, event, answer, status, by, note) \
+                 SELECT $1, $6::bigint, $2, $3, (SELECT status FROM {t} WHERE key = $1), $4, $5"
+            ),
             // Renews every lease in one statement ($5 now); a lease that has already lapsed is
             // never revived, so a peer that saw it lapse may take the record over safely.
             renew: format!(

@@ -293,6 +293,12 @@ impl Store for PgStore {
         self.runtime.spawn_store(async move { shared.watch(&key, &seen, deadline).await })
     }
 
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
+        let change = ChangeValues::of(&change);
+        self.runtime.spawn_write(async move { shared.append(&key, &change).await })
+    }
+
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
         self.runtime.spawn_store(async move {

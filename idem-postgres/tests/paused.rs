@@ -1,6 +1,8 @@
 //! An owner paused (SIGSTOP) past its lease, whose key another process takes over and finishes
 //! meanwhile: when it resumes, its final write is refused by the fence, and its call returns the
-//! result the store holds, never its own as if it were recorded (issue 33, finding 10).
+//! result the store holds, never its own as if it were recorded (issue 33, finding 10); the key's
+//! history says a stale owner came back, and every later owner holds a greater fencing token
+//! (finding 11).
 
 mod common;
 
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::for_stores::block_on;
+use idem_runtime::history::Event;
 use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Resolution, Status, Store};
 
@@ -28,7 +31,7 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid}");
 }
 
-/// In a child: enter the body, say so, and return only once the parent's flag file exists
+/// In a child: enter the body, say so with its fencing token, and return only once the parent's flag file exists
 /// (the parent stops this process meanwhile); then say what the call returned.
 #[test]
 fn paused_child() {
@@ -40,7 +43,7 @@ fn paused_child() {
     let flag = std::path::PathBuf::from(std::env::var("IDEM_PG_TEST_FLAG").unwrap());
     let store = common::short_lease_store(&url, &schema, LEASE);
     let got: Result<String, Error> = charge(&store).run(|| {
-        common::say("in-body");
+        common::say(&format!("in-body {}", idem_runtime::fencing_token()));
         while !flag.exists() {
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -57,6 +60,9 @@ struct Paused {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
     flag: std::path::PathBuf,
+    /// The paused owner, and the fencing token its body read.
+    owner: String,
+    token: u64,
     _dir: tempfile::TempDir,
 }
 
@@ -75,7 +81,9 @@ impl Paused {
             ],
         );
         let lines = common::child_lines(&mut child);
-        assert_eq!(lines.recv_timeout(Duration::from_secs(60)).unwrap(), "in-body");
+        let said = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+        let token = said.strip_prefix("in-body ").and_then(|t| t.parse().ok());
+        let token = token.unwrap_or_else(|| panic!("the child says its token: {said}"));
         // Paused, its heartbeat stops too: wait until its lease has lapsed.
         signal(child.id(), "STOP");
         let lapsed = common::eventually(Duration::from_secs(30), || {
@@ -83,7 +91,8 @@ impl Paused {
             !lease::holds(&record, store.clock(), store.instance())
         });
         assert!(lapsed, "the paused owner's lease lapses");
-        Paused { child, lines, flag, _dir: dir }
+        let owner = block_on(store.get(key.as_str())).unwrap().unwrap().owner.as_str().to_owned();
+        Paused { child, lines, flag, owner, token, _dir: dir }
     }
 
     /// Lets the child's body return; what its call then answered.
@@ -94,6 +103,14 @@ impl Paused {
         assert!(self.child.wait().unwrap().success());
         said
     }
+}
+
+/// The last entry of `key`'s history: the paused owner's refused late write, once it resumed.
+fn assert_late_write_recorded(store: &Arc<dyn Store>, key: &idem_runtime::Key, owner: &str) {
+    let history = block_on(store.history(key.as_str())).unwrap();
+    let last = history.last().expect("the key has a history");
+    assert_eq!(last.event, Event::LateWriteRefused, "{history:?}");
+    assert_eq!(last.by, owner, "by the stale owner");
 }
 
 #[test]
@@ -107,12 +124,19 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let key = charge(&store).key().clone();
     let paused = Paused::start(&url, &schema, &store);
 
-    // Another caller takes the key over (in doubt, rerun) and finishes it.
+    // Another caller takes the key over (in doubt, rerun) and finishes it, with a greater
+    // fencing token.
+    let mut token = 0;
     let second: String = charge(&store)
         .in_doubt(InDoubtPolicy::Rerun)
-        .run(|| Ok::<_, Error>("ch_from_the_new_owner".to_owned()))
+        .run(|| {
+            token = idem_runtime::fencing_token();
+            Ok::<_, Error>("ch_from_the_new_owner".to_owned())
+        })
         .unwrap();
     assert_eq!(second, "ch_from_the_new_owner");
+    assert!(token > paused.token, "the new owner's token {token} > the paused {}", paused.token);
+    let stale = paused.owner.clone();
 
     // The paused owner resumes and its body returns: its write is refused, and its caller is
     // told what every other caller replays.
@@ -121,6 +145,7 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!(record.status, Status::Done);
     assert_eq!(record.result.as_deref(), Some(r#""ch_from_the_new_owner""#));
+    assert_late_write_recorded(&store, &key, &stale);
 }
 
 #[test]
@@ -146,9 +171,11 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     let released =
         idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None, true);
     assert_eq!(released.unwrap(), None);
+    let stale = paused.owner.clone();
     let said = paused.resume();
     assert!(said.starts_with("failed: "), "{said}");
     assert!(said.contains("was taken over or settled while it ran"), "{said}");
     assert!(said.contains("the store holds absent"), "{said}");
     assert_eq!(block_on(store.get(key.as_str())).unwrap(), None, "its result was not recorded");
+    assert_late_write_recorded(&store, &key, &stale);
 }

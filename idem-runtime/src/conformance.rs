@@ -29,6 +29,7 @@ pub use self::around::{
     takeover_dropped_before_its_body_is_undone,
 };
 pub use self::history::{
+    a_refused_late_write_is_in_the_history_and_changes_no_record,
     history_follows_a_key_through_a_reconcile,
     history_follows_a_key_through_doubt_takeover_and_replay,
     only_changes_that_land_are_in_the_history,
@@ -91,7 +92,8 @@ macro_rules! conformance_suite {
             history_follows_a_key_through_a_reconcile,
             release_keeps_the_history_and_the_next_call_continues_it,
             operator_resolve_is_in_the_history_and_purge_removes_it,
-            only_changes_that_land_are_in_the_history);
+            only_changes_that_land_are_in_the_history,
+            a_refused_late_write_is_in_the_history_and_changes_no_record);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

@@ -259,3 +259,54 @@ pub fn history_follows_a_key_through_a_reconcile(store: Arc<dyn Store>) {
     );
     assert!(last.note.as_deref().is_some_and(|n| n.contains("the vendor is down")), "{unsure:?}");
 }
+
+/// A stale owner's refused late write is appended to the key's history and changes no record,
+/// whatever state the key is in (in doubt, absent, done with a large result), and the key's
+/// next changes follow it.
+pub fn a_refused_late_write_is_in_the_history_and_changes_no_record(store: Arc<dyn Store>) {
+    let scope = scope("late");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let stale = block_on(store.get(key.as_str())).unwrap().unwrap();
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(block_on(store.get(key.as_str())).unwrap().as_ref(), Some(&stale), "unchanged");
+    let late = history(&store, &key).pop().expect("an entry");
+    assert_eq!((late.event, late.status), (Event::LateWriteRefused, Some(Status::InDoubt)));
+    assert_eq!(late.by, stale.owner.as_str(), "by the stale owner");
+    assert!(late.note.as_deref().is_some_and(|note| note.contains("effect ran")), "{late:?}");
+
+    // The key's next changes follow it: a rerun that fails releases the key, a refused late
+    // write finds it absent, and the next call reserves it.
+    let failed: Result<String, Error> = call(&store, "charge_card", &scope)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Err(Error::Key { tool: "charge_card".into(), reason: "declined".into() }));
+    assert!(failed.is_err());
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(status(&store, &key), None, "a late write on an absent key adds no record");
+    let large = "x".repeat(16 * 1024);
+    let got: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(large.clone())).unwrap();
+    let done = block_on(store.get(key.as_str())).unwrap().unwrap();
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(block_on(store.get(key.as_str())).unwrap().as_ref(), Some(&done), "unchanged");
+    let replayed: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("again".into())).unwrap();
+    assert_eq!((got.len(), replayed), (large.len(), large));
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::LateWriteRefused, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Released, None),
+            (Event::LateWriteRefused, None),
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::Done, Some(Status::Done)),
+            (Event::LateWriteRefused, Some(Status::Done)),
+        ]
+    );
+}

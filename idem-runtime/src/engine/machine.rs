@@ -176,11 +176,26 @@ impl Reservation {
         }
     }
 
+    /// Records in the key's history that the fence refused this owner's final write: the key
+    /// moved on while the body ran, and the effect ran anyway. A failure is logged: the call's
+    /// outcome is what the record says, whatever its history.
+    async fn record_refused(&self) {
+        let (key, tool) = (&self.record.key, &self.record.tool);
+        let change = transition::refuse_late_write(&self.record);
+        if let Err(e) = self.store.append_history(key, change).await {
+            tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot record the refused late write in the key's history");
+        }
+    }
+
     /// in-flight → in-doubt, for the reason `why`.
     async fn leave_in_doubt(&self, why: &str) {
         let step = transition::leave_in_doubt(&self.record, why, self.store.clock());
         let (key, tool) = (&self.record.key, &self.record.tool);
         match self.settle(step).await {
+            Ok((false, _)) => {
+                tracing::warn!(key = %key, tool = %tool, "idem: the record changed hands while the body ran; it was not marked in doubt");
+                self.record_refused().await;
+            }
             Ok(_) => {
                 meter::call(tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %key, tool = %tool, "idem: in doubt: the body failed after its effect may have landed");
@@ -429,8 +444,10 @@ impl Call {
             return Ok(None);
         }
         // Someone settled or took the record over while the body ran (an operator, or a fleet
-        // peer after our lease lapsed): their write stands, ours is refused.
+        // peer after our lease lapsed): their write stands, ours is refused, and the history
+        // says a stale owner came back.
         tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+        owned.record_refused().await;
         let store = owned.store();
         let now = store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?;
         match now {

@@ -86,6 +86,12 @@ pub trait Store: Send + Sync + 'static {
     /// future), where nothing can be awaited. Failures are logged.
     fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>);
 
+    /// Appends `change`'s entry to the history of `key` without changing its record (the
+    /// entry's state is the record's as it stands, or absent), durably: for the one event that
+    /// is no change of state, [`Event::LateWriteRefused`]. The entry follows every entry of a
+    /// change made before it, and precedes those made after.
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()>;
+
     /// The history of `key`, oldest first: one entry per change that landed, including those
     /// before a release deleted the record (a later reservation continues it), none from before
     /// a purge. Empty when the key has none. Durable, as from [`Store::get`].

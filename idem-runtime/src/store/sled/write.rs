@@ -37,6 +37,13 @@ struct Planned {
     indexed: bool,
 }
 
+/// A swap that happened: the ticket that completes once it is durable (`None`: nothing to wait
+/// for), and the fencing token of the new record's owner when it is in flight (0 otherwise).
+pub(super) struct Swapped {
+    pub(super) ticket: Option<Ticket>,
+    pub(super) token: u64,
+}
+
 /// What the steps under the key's lock got to, whether or not they all succeeded: the number
 /// of the history entry written, the bytes handed to sled's swap, and the fencing token of an
 /// in-flight record's owner.
@@ -49,17 +56,15 @@ struct Reached {
 
 impl SledStore {
     /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
-    /// `sled/history.rs`). `Ok(Ok((ticket, token)))` when it happened (the ticket, if any,
-    /// completes once it is durable; the token is the fencing token of `new`'s owner when `new`
-    /// is in flight, 0 otherwise), `Ok(Err(current))` with the stored bytes when they were not
-    /// `old`.
+    /// `sled/history.rs`). `Ok(Ok(swapped))` when it happened, `Ok(Err(current))` with the
+    /// stored bytes when they were not `old`.
     pub(super) fn cas(
         &self,
         key: &[u8],
         old: Option<&[u8]>,
         new: Option<&Record>,
         change: Change<'_>,
-    ) -> Result<Result<(Option<Ticket>, u64), Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
         let mut planned = self.plan(key, old, new, &change)?;
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
@@ -175,7 +180,7 @@ impl SledStore {
         swapped: sled::Result<Result<(), Option<sled::IVec>>>,
         planned: &Planned,
         reached: Reached,
-    ) -> Result<Result<(Option<Ticket>, u64), Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
         let won = matches!(swapped, Ok(Ok(())));
         // The cache of recent records follows what sled now holds (after a refused or failed
         // swap, which it does not know, it forgets the key).
@@ -196,7 +201,7 @@ impl SledStore {
         match swapped {
             Ok(Ok(())) => {
                 self.notifier.notify(&String::from_utf8_lossy(key));
-                Ok(Ok((ticket, reached.token)))
+                Ok(Ok(Swapped { ticket, token: reached.token }))
             }
             Ok(Err(current)) => Ok(Err(current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
