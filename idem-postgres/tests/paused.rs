@@ -31,8 +31,9 @@ fn signal(pid: u32, name: &str) {
     assert!(status.success(), "kill -{name} {pid}");
 }
 
-/// In a child: enter the body, say so with its fencing token, and return only once the parent's flag file exists
-/// (the parent stops this process meanwhile); then say what the call returned.
+/// In a child: enter the body, say so with its fencing token, and return only once the parent's
+/// flag file exists (the parent stops this process meanwhile), with a charge, or with an error
+/// after its answer timed out (`IDEM_PG_TEST_ENDING=timed-out`); then say what the call returned.
 #[test]
 fn paused_child() {
     if std::env::var(common::CHILD_ROLE).as_deref() != Ok("paused-owner") {
@@ -41,11 +42,17 @@ fn paused_child() {
     let url = std::env::var("DATABASE_URL").unwrap();
     let schema = std::env::var("IDEM_PG_TEST_SCHEMA").unwrap();
     let flag = std::path::PathBuf::from(std::env::var("IDEM_PG_TEST_FLAG").unwrap());
+    let timed_out = std::env::var("IDEM_PG_TEST_ENDING").as_deref() == Ok("timed-out");
     let store = common::short_lease_store(&url, &schema, LEASE);
     let got: Result<String, Error> = charge(&store).run(|| {
         common::say(&format!("in-body {}", idem_runtime::fencing_token()));
         while !flag.exists() {
             std::thread::sleep(Duration::from_millis(10));
+        }
+        if timed_out {
+            // The request went out and its answer timed out: the owner marks the key in doubt.
+            idem_runtime::may_have_landed();
+            return Err(Error::Key { tool: "charge_card".into(), reason: "timed out".into() });
         }
         Ok("ch_from_the_paused_owner".to_owned())
     });
@@ -67,7 +74,8 @@ struct Paused {
 }
 
 impl Paused {
-    fn start(url: &str, schema: &str, store: &Arc<dyn Store>) -> Paused {
+    /// `ending` is how the body ends once it resumes: `charged`, or `timed-out`.
+    fn start(url: &str, schema: &str, store: &Arc<dyn Store>, ending: &str) -> Paused {
         let key = charge(store).key().clone();
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("go");
@@ -78,6 +86,7 @@ impl Paused {
                 ("DATABASE_URL", url),
                 ("IDEM_PG_TEST_SCHEMA", schema),
                 ("IDEM_PG_TEST_FLAG", flag.to_str().unwrap()),
+                ("IDEM_PG_TEST_ENDING", ending),
             ],
         );
         let lines = common::child_lines(&mut child);
@@ -122,7 +131,7 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
-    let paused = Paused::start(&url, &schema, &store);
+    let paused = Paused::start(&url, &schema, &store, "charged");
 
     // Another caller takes the key over (in doubt, rerun) and finishes it, with a greater
     // fencing token.
@@ -157,7 +166,7 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
-    let paused = Paused::start(&url, &schema, &store);
+    let paused = Paused::start(&url, &schema, &store, "charged");
     // The key is in doubt for everyone now, but its owner's process still runs on this host:
     // an operator's release is refused (it could run the effect twice), and changes nothing.
     let refused =
@@ -177,5 +186,29 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     assert!(said.contains("was taken over or settled while it ran"), "{said}");
     assert!(said.contains("the store holds absent"), "{said}");
     assert_eq!(block_on(store.get(key.as_str())).unwrap(), None, "its result was not recorded");
+    assert_late_write_recorded(&store, &key, &stale);
+}
+
+#[test]
+fn a_paused_owner_that_cannot_mark_its_key_in_doubt_is_recorded_too() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("lated");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = common::short_lease_store(&url, &schema, LEASE);
+    let key = charge(&store).key().clone();
+    let paused = Paused::start(&url, &schema, &store, "timed-out");
+    let second: String = charge(&store)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok::<_, Error>("ch_from_the_new_owner".to_owned()))
+        .unwrap();
+    assert_eq!(second, "ch_from_the_new_owner");
+    let stale = paused.owner.clone();
+    let said = paused.resume();
+    assert!(said.starts_with("failed: "), "{said}");
+    // Its word that the key is in doubt was refused: the new owner's result stands.
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!(record.status, Status::Done);
     assert_late_write_recorded(&store, &key, &stale);
 }

@@ -193,6 +193,8 @@ impl Reservation {
         let (key, tool) = (&self.record.key, &self.record.tool);
         match self.settle(step).await {
             Ok((false, _)) => {
+                // Counted as before: the call still ends as one whose effect may have landed.
+                meter::call(tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %key, tool = %tool, "idem: the record changed hands while the body ran; it was not marked in doubt");
                 self.record_refused().await;
             }
