@@ -65,8 +65,10 @@
 //! - Retrying: [`retry!`] repeats a read or an idempotent call with a [`Backoff`], and refuses a
 //!   write at compile time.
 //! - Inside a body: [`current_key()`] is the call's [`Key`], to send to a vendor that
-//!   deduplicates by idempotency key; [`may_have_landed()`] keeps the key in doubt when the body
-//!   returns an error after the vendor may have acted.
+//!   deduplicates by idempotency key; [`fencing_token()`] is a number greater for every later
+//!   owner of the key, for a system of record to refuse a stale owner's late write;
+//!   [`may_have_landed()`] keeps the key in doubt when the body returns an error after the
+//!   vendor may have acted.
 //! - Keys in doubt: [`Error::InDoubt`] says which key and what to do. A reconciler (the
 //!   `reconcile` option) answers with [`Reconciled`], at a call or in a [`Sweep`] at start-up;
 //!   an operator settles a key with [`admin::resolve`] (or `idem resolve`), and every change of
@@ -290,11 +292,11 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, history,
-    may_have_landed, open_default_store, set_default_store, store, try_current_key, Annotations,
-    Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key, Kind, Reconciled, Record,
-    SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, Sweep, SweepOutcome,
-    SweepReport, Swept, ToolInfo,
+    admin, canonical_json, current_key, default_store, default_store_path, fencing_token, history,
+    may_have_landed, open_default_store, set_default_store, store, try_current_key,
+    try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
+    Kind, Reconciled, Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
+    Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: the code `idem-macros` generates names

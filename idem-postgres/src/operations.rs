@@ -210,18 +210,20 @@ impl Table {
                 format!("cannot reserve key {}", record.key),
                 self.try_insert(&values, change)
             )?;
-            if !inserted {
-                match found {
-                    // Our own insert, committed by an attempt whose connection broke before the
-                    // answer came.
-                    Some(existing) if existing.is_as(record) => {}
-                    Some(existing) => return Ok(Inserted::Existing(existing)),
-                    // Released again meanwhile: try the insert again.
-                    None => continue,
+            let token = match (inserted, found) {
+                (Some(token), _) => token,
+                // Our own insert, committed by an attempt whose connection broke before the
+                // answer came: the key's last row is its entry (the record is held, so no one
+                // else wrote since).
+                (None, Some(existing)) if existing.is_as(record) => {
+                    self.token(&record.key, deadline).await?
                 }
-            }
+                (None, Some(existing)) => return Ok(Inserted::Existing(existing)),
+                // Released again meanwhile: try the insert again.
+                (None, None) => continue,
+            };
             self.leases.hold(record);
-            return Ok(Inserted::New);
+            return Ok(Inserted::New { token });
         }
     }
 
@@ -235,7 +237,7 @@ impl Table {
         &self,
         values: &Values,
         change: &ChangeValues,
-    ) -> Result<(bool, Option<Record>), Fault> {
+    ) -> Result<(Option<u64>, Option<Record>), Fault> {
         let (lease, now) = (self.lease_ms(), self.db_now_param());
         let client = self.pool.get().await?;
         let insert = client.prepare_cached(&self.statements.insert).await?;
@@ -248,9 +250,19 @@ impl Table {
         let key: [&(dyn ToSql + Sync); 1] = [&values.key];
         // One history row, written only when the record was.
         let (inserted, found) =
-            tokio::try_join!(client.execute(&insert, &params), client.query_opt(&get, &key))?;
+            tokio::try_join!(client.query_opt(&insert, &params), client.query_opt(&get, &key))?;
         let found = found.as_ref().map(schema::decode).transpose().map_err(Fault::Store)?;
-        Ok((inserted == 1, found))
+        Ok((inserted.map(|row| seq_of(&row)).transpose()?, found))
+    }
+
+    /// The `seq` of the key's last history row, trying until `deadline`.
+    async fn token(&self, key: &str, deadline: Instant) -> Result<u64, StoreError> {
+        let seq: Option<i64> = retrying!(
+            deadline,
+            format!("cannot read the history of key {key}"),
+            self.query_value(&self.statements.token, &[&key])
+        )?;
+        Ok(seq.map_or(0, |seq| u64::try_from(seq).unwrap_or(0)))
     }
 
     pub(crate) async fn replace(
@@ -258,13 +270,13 @@ impl Table {
         current: &Record,
         new: Option<&Record>,
         change: &ChangeValues,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         // The fence's owner clause (`lifecycle::admits`): the record's own owner may replace it
         // while its lease holds; anyone else only once it has lapsed.
         let own = change.by == current.owner.as_str() && current.owner.is_of(&self.owner);
         let outcome = self.replace_fenced(current, new, own, change).await;
         match outcome {
-            Ok(true) => {
+            Ok(Some(_)) => {
                 // The waiters of this process need not wait for the announcement's round trip.
                 self.listener.notifier.notify(&current.key);
                 self.leases.drop_if(&current.key, &Holder::of(current));
@@ -272,7 +284,7 @@ impl Table {
                     self.leases.hold(new);
                 }
             }
-            Ok(false) => {}
+            Ok(None) => {}
             // The owner's last word failed: stop renewing, so that the lease lapses and the
             // record turns in doubt, the same outcome as a crash. Renewed, the record would look
             // running for as long as this store lives.
@@ -288,7 +300,7 @@ impl Table {
         new: Option<&Record>,
         own: bool,
         change: &ChangeValues,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<u64>, StoreError> {
         let deadline = self.deadline();
         let mut retry = Retry::until(deadline);
         let mut repeated = false;
@@ -296,16 +308,21 @@ impl Table {
             // A repeat whose first attempt landed is refused by the fence: its history row was
             // committed with that attempt, once.
             match self.try_replace(current, new, own, change).await {
-                Ok(true) => return Ok(true),
-                Ok(false) if !repeated => return Ok(false),
-                Ok(false) => {
+                Ok(Some(token)) => return Ok(Some(token)),
+                Ok(None) if !repeated => return Ok(None),
+                Ok(None) => {
                     // The fence refused the repeat: did the first attempt land?
                     let now = self.get(&current.key, deadline).await?;
-                    return Ok(match (now, new) {
+                    let landed = match (now, new) {
                         (None, None) => true,
                         (Some(now), Some(new)) => now.is_as(new),
                         _ => false,
-                    });
+                    };
+                    if !landed {
+                        return Ok(None);
+                    }
+                    // Its row is the key's last: a record it left in flight is held.
+                    return self.token(&current.key, deadline).await.map(Some);
                 }
                 Err(fault) if retry.again(&fault).await => repeated = true,
                 Err(fault) => {
@@ -321,7 +338,7 @@ impl Table {
         new: Option<&Record>,
         own: bool,
         change: &ChangeValues,
-    ) -> Result<bool, Fault> {
+    ) -> Result<Option<u64>, Fault> {
         let client = self.pool.get().await?;
         let seen = current.fence();
         let (status, owner, attempts) =
@@ -348,24 +365,25 @@ impl Table {
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(client.execute(&statement, &params), announce)?.0
+                tokio::try_join!(client.query_opt(&statement, &params), announce)?.0
             }
             None if change.ends_history => {
                 let statement = client.prepare_cached(&self.statements.purge).await?;
                 let mut params = fence.to_vec();
                 params.push(&now);
                 let removed: i64 = client.query_one(&statement, &params).await?.try_get(0)?;
-                u64::try_from(removed).unwrap_or(0)
+                // A purge leaves no row to number: its token means nothing.
+                return Ok((removed == 1).then_some(0));
             }
             None => {
                 let statement = client.prepare_cached(&self.statements.delete).await?;
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(client.execute(&statement, &params), announce)?.0
+                tokio::try_join!(client.query_opt(&statement, &params), announce)?.0
             }
         };
-        Ok(changed == 1)
+        changed.map(|row| seq_of(&row)).transpose()
     }
 
     /// Renews the leases in `holding`, trying until `deadline`; returns those renewed.
@@ -456,6 +474,28 @@ impl Table {
         }
     }
 
+    /// Appends the history row of `change` to `key`, changing no record. An attempt whose
+    /// connection broke after it committed may leave the row twice: an entry that says what
+    /// happened, once more, rather than none.
+    pub(crate) async fn append(&self, key: &str, change: &ChangeValues) -> Result<(), StoreError> {
+        let now = self.db_now_param();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key];
+        params.extend_from_slice(&change.params());
+        params.push(&now);
+        retrying!(
+            self.deadline(),
+            format!("cannot write the history of key {key}"),
+            self.try_append(&params)
+        )
+    }
+
+    async fn try_append(&self, params: &[&(dyn ToSql + Sync)]) -> Result<(), Fault> {
+        let client = self.pool.get().await?;
+        let statement = client.prepare_cached(&self.statements.append).await?;
+        client.execute(&statement, params).await?;
+        Ok(())
+    }
+
     pub(crate) async fn history(
         &self,
         key: &str,
@@ -525,4 +565,10 @@ impl Table {
         )?;
         Ok(u64::try_from(size).unwrap_or(0))
     }
+}
+
+/// The `seq` a write's history row came back with.
+fn seq_of(row: &tokio_postgres::Row) -> Result<u64, Fault> {
+    let seq: i64 = row.try_get(0)?;
+    Ok(u64::try_from(seq).unwrap_or(0))
 }

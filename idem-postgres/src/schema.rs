@@ -167,6 +167,10 @@ pub(crate) struct Statements {
     /// Every key with history rows and no record, with the time of its last row.
     pub(crate) released: String,
     pub(crate) history: String,
+    /// The key's last history row: the fencing token of a write whose answer was lost.
+    pub(crate) token: String,
+    /// A history row alone, for a change of no record (`Store::append_history`).
+    pub(crate) append: String,
     pub(crate) renew: String,
     pub(crate) size: String,
     /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
@@ -198,11 +202,14 @@ impl Statements {
         // in the round trip the change took before histories were kept. The row is written only
         // when the change happened (the CTE returns the changed row, or nothing).
         // Every time written is `$now`, the last parameter: the writer's reading of the store's
-        // clock, so that a lease is set, renewed and checked on one clock.
+        // clock, so that a lease is set, renewed and checked on one clock. The row's `seq` comes
+        // back: the fencing token of an in-flight record's owner (the identity grows over every
+        // key, is never handed out twice, and outlives a purge).
         let entry = |event: u8, status: &str, now: u8| {
             format!(
                 "INSERT INTO {h} (key, at, event, answer, status, by, note) \
-                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r",
+                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r \
+                 RETURNING seq",
                 event + 1,
                 event + 2,
                 event + 3
@@ -260,6 +267,12 @@ impl Statements {
             ),
             history: format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
+            ),
+            token: format!("SELECT max(seq) FROM {h} WHERE key = $1"),
+            // $2..$5 the change, $6 now; the row's state is the record's as it stands.
+            append: format!(
+                "INSERT INTO {h} (key, at, event, answer, status, by, note) \
+                 SELECT $1, $6::bigint, $2, $3, (SELECT status FROM {t} WHERE key = $1), $4, $5"
             ),
             // Renews every lease in one statement ($5 now); a lease that has already lapsed is
             // never revived, so a peer that saw it lapse may take the record over safely.

@@ -249,7 +249,7 @@ impl Store for PgStore {
         expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<u64>> {
         let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
         let change = ChangeValues::of(&change);
         let writing =
@@ -291,6 +291,12 @@ impl Store for PgStore {
     ) -> StoreFuture<'a, Option<Record>> {
         let (shared, key, seen) = (Arc::clone(&self.shared), key.to_owned(), seen.clone());
         self.runtime.spawn_store(async move { shared.watch(&key, &seen, deadline).await })
+    }
+
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
+        let change = ChangeValues::of(&change);
+        self.runtime.spawn_write(async move { shared.append(&key, &change).await })
     }
 
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {

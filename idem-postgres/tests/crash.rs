@@ -133,12 +133,12 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
     let late = transition::complete(&stale, r#""from the dead owner""#.into(), None, 0);
     assert!(
-        !block_on(store.compare_and_swap(&stale, late.new.as_ref(), late.change)).unwrap(),
+        block_on(store.compare_and_swap(&stale, late.new.as_ref(), late.change)).unwrap().is_none(),
         "a stale write is refused"
     );
     let late = transition::release(&stale);
     assert!(
-        !block_on(store.compare_and_swap(&stale, None, late.change)).unwrap(),
+        block_on(store.compare_and_swap(&stale, None, late.change)).unwrap().is_none(),
         "a stale release is refused"
     );
     assert!(!block_on(pg.renew(&stale)).unwrap(), "a stale heartbeat is refused");

@@ -1,6 +1,8 @@
 //! An owner paused (SIGSTOP) past its lease, whose key another process takes over and finishes
 //! meanwhile: when it resumes, its final write is refused by the fence, and its call returns the
-//! result the store holds, never its own as if it were recorded (issue 33, finding 10).
+//! result the store holds, never its own as if it were recorded (issue 33, finding 10); the key's
+//! history says a stale owner came back, and every later owner holds a greater fencing token
+//! (finding 11).
 
 mod common;
 
@@ -8,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::for_stores::block_on;
+use idem_runtime::history::Event;
 use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Resolution, Status, Store};
 
@@ -27,8 +30,9 @@ fn signal(pid: u32, signal: libc::c_int) {
     assert_eq!(sent, 0, "signal {signal} to {pid}: {}", std::io::Error::last_os_error());
 }
 
-/// In a child: enter the body, say so, and return only once the parent's flag file exists
-/// (the parent stops this process meanwhile); then say what the call returned.
+/// In a child: enter the body, say so with its fencing token, and return only once the parent's
+/// flag file exists (the parent stops this process meanwhile), with a charge, or with an error
+/// after its answer timed out (`IDEM_PG_TEST_ENDING=timed-out`); then say what the call returned.
 #[test]
 fn paused_child() {
     if std::env::var(common::CHILD_ROLE).as_deref() != Ok("paused-owner") {
@@ -37,11 +41,17 @@ fn paused_child() {
     let url = std::env::var("DATABASE_URL").unwrap();
     let schema = std::env::var("IDEM_PG_TEST_SCHEMA").unwrap();
     let flag = std::path::PathBuf::from(std::env::var("IDEM_PG_TEST_FLAG").unwrap());
+    let timed_out = std::env::var("IDEM_PG_TEST_ENDING").as_deref() == Ok("timed-out");
     let store = common::short_lease_store(&url, &schema, LEASE);
     let got: Result<String, Error> = charge(&store).run(|| {
-        common::say("in-body");
+        common::say(&format!("in-body {}", idem_runtime::fencing_token()));
         while !flag.exists() {
             std::thread::sleep(Duration::from_millis(10));
+        }
+        if timed_out {
+            // The request went out and its answer timed out: the owner marks the key in doubt.
+            idem_runtime::may_have_landed();
+            return Err(Error::Key { tool: "charge_card".into(), reason: "timed out".into() });
         }
         Ok("ch_from_the_paused_owner".to_owned())
     });
@@ -56,11 +66,15 @@ struct Paused {
     child: std::process::Child,
     lines: std::sync::mpsc::Receiver<String>,
     flag: std::path::PathBuf,
+    /// The paused owner, and the fencing token its body read.
+    owner: String,
+    token: u64,
     _dir: tempfile::TempDir,
 }
 
 impl Paused {
-    fn start(url: &str, schema: &str, store: &Arc<dyn Store>) -> Paused {
+    /// `ending` is how the body ends once it resumes: `charged`, or `timed-out`.
+    fn start(url: &str, schema: &str, store: &Arc<dyn Store>, ending: &str) -> Paused {
         let key = charge(store).key().clone();
         let dir = tempfile::tempdir().unwrap();
         let flag = dir.path().join("go");
@@ -71,10 +85,13 @@ impl Paused {
                 ("DATABASE_URL", url),
                 ("IDEM_PG_TEST_SCHEMA", schema),
                 ("IDEM_PG_TEST_FLAG", flag.to_str().unwrap()),
+                ("IDEM_PG_TEST_ENDING", ending),
             ],
         );
         let lines = common::child_lines(&mut child);
-        assert_eq!(lines.recv_timeout(Duration::from_secs(60)).unwrap(), "in-body");
+        let said = lines.recv_timeout(Duration::from_secs(60)).unwrap();
+        let token = said.strip_prefix("in-body ").and_then(|t| t.parse().ok());
+        let token = token.unwrap_or_else(|| panic!("the child says its token: {said}"));
         // Paused, its heartbeat stops too: wait until its lease has lapsed.
         signal(child.id(), libc::SIGSTOP);
         let lapsed = common::eventually(Duration::from_secs(30), || {
@@ -82,7 +99,8 @@ impl Paused {
             !lease::holds(&record, store.clock(), store.instance())
         });
         assert!(lapsed, "the paused owner's lease lapses");
-        Paused { child, lines, flag, _dir: dir }
+        let owner = block_on(store.get(key.as_str())).unwrap().unwrap().owner.as_str().to_owned();
+        Paused { child, lines, flag, owner, token, _dir: dir }
     }
 
     /// Lets the child's body return; what its call then answered.
@@ -95,6 +113,14 @@ impl Paused {
     }
 }
 
+/// The last entry of `key`'s history: the paused owner's refused late write, once it resumed.
+fn assert_late_write_recorded(store: &Arc<dyn Store>, key: &idem_runtime::Key, owner: &str) {
+    let history = block_on(store.history(key.as_str())).unwrap();
+    let last = history.last().expect("the key has a history");
+    assert_eq!(last.event, Event::LateWriteRefused, "{history:?}");
+    assert_eq!(last.by, owner, "by the stale owner");
+}
+
 #[test]
 fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let Some(url) = common::database_url() else {
@@ -104,14 +130,21 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
-    let paused = Paused::start(&url, &schema, &store);
+    let paused = Paused::start(&url, &schema, &store, "charged");
 
-    // Another caller takes the key over (in doubt, rerun) and finishes it.
+    // Another caller takes the key over (in doubt, rerun) and finishes it, with a greater
+    // fencing token.
+    let mut token = 0;
     let second: String = charge(&store)
         .in_doubt(InDoubtPolicy::Rerun)
-        .run(|| Ok::<_, Error>("ch_from_the_new_owner".to_owned()))
+        .run(|| {
+            token = idem_runtime::fencing_token();
+            Ok::<_, Error>("ch_from_the_new_owner".to_owned())
+        })
         .unwrap();
     assert_eq!(second, "ch_from_the_new_owner");
+    assert!(token > paused.token, "the new owner's token {token} > the paused {}", paused.token);
+    let stale = paused.owner.clone();
 
     // The paused owner resumes and its body returns: its write is refused, and its caller is
     // told what every other caller replays.
@@ -120,6 +153,7 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!(record.status, Status::Done);
     assert_eq!(record.result.as_deref(), Some(r#""ch_from_the_new_owner""#));
+    assert_late_write_recorded(&store, &key, &stale);
 }
 
 #[test]
@@ -131,7 +165,7 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
-    let paused = Paused::start(&url, &schema, &store);
+    let paused = Paused::start(&url, &schema, &store, "charged");
     // The key is in doubt for everyone now, but its owner's process still runs on this host:
     // an operator's release is refused (it could run the effect twice), and changes nothing.
     let refused =
@@ -145,9 +179,35 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
     let released =
         idem_runtime::admin::resolve(&*store, &key, Resolution::Release, "ann@ops", None, true);
     assert_eq!(released.unwrap(), None);
+    let stale = paused.owner.clone();
     let said = paused.resume();
     assert!(said.starts_with("failed: "), "{said}");
     assert!(said.contains("was taken over or settled while it ran"), "{said}");
     assert!(said.contains("the store holds absent"), "{said}");
     assert_eq!(block_on(store.get(key.as_str())).unwrap(), None, "its result was not recorded");
+    assert_late_write_recorded(&store, &key, &stale);
+}
+
+#[test]
+fn a_paused_owner_that_cannot_mark_its_key_in_doubt_is_recorded_too() {
+    let Some(url) = common::database_url() else {
+        return;
+    };
+    let schema = common::unique_schema("lated");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = common::short_lease_store(&url, &schema, LEASE);
+    let key = charge(&store).key().clone();
+    let paused = Paused::start(&url, &schema, &store, "timed-out");
+    let second: String = charge(&store)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok::<_, Error>("ch_from_the_new_owner".to_owned()))
+        .unwrap();
+    assert_eq!(second, "ch_from_the_new_owner");
+    let stale = paused.owner.clone();
+    let said = paused.resume();
+    assert!(said.starts_with("failed: "), "{said}");
+    // Its word that the key is in doubt was refused: the new owner's result stands.
+    let record = block_on(store.get(key.as_str())).unwrap().unwrap();
+    assert_eq!(record.status, Status::Done);
+    assert_late_write_recorded(&store, &key, &stale);
 }

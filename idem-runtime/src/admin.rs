@@ -283,7 +283,7 @@ pub fn resolve(
     let step = transition::resolve(&current, &resolution, by, note, store.clock());
     let swapped = block_on(store.compare_and_swap(&current, step.new.as_ref(), step.change))
         .map_err(|e| store_error(Some(key.as_str()), e))?;
-    if !swapped {
+    if swapped.is_none() {
         return Err(Error::store(
             Some(key.as_str()),
             Some(&current.tool),
@@ -318,6 +318,7 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
         if remove
             && block_on(store.compare_and_swap(record, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?
+                .is_some()
         {
             purged.records += 1;
         }

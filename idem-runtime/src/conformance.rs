@@ -24,10 +24,12 @@ mod reconcile;
 
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
-    error_after_may_have_landed_leaves_in_doubt, operator_resolves_and_purges,
-    stale_owner_cannot_write, takeover_dropped_before_its_body_is_undone,
+    error_after_may_have_landed_leaves_in_doubt, fencing_token_grows_with_every_owner,
+    operator_resolves_and_purges, stale_owner_cannot_write,
+    takeover_dropped_before_its_body_is_undone,
 };
 pub use self::history::{
+    a_refused_late_write_is_in_the_history_and_changes_no_record,
     a_reservation_racing_a_history_purge_keeps_its_own_entry,
     history_follows_a_key_through_a_reconcile,
     history_follows_a_key_through_doubt_takeover_and_replay,
@@ -78,7 +80,7 @@ macro_rules! conformance_suite {
             one_key_many_threads_runs_once, one_key_many_tasks_runs_once,
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
             bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
-            error_after_may_have_landed_leaves_in_doubt,
+            error_after_may_have_landed_leaves_in_doubt, fencing_token_grows_with_every_owner,
             takeover_dropped_before_its_body_is_undone,
             reconciler_that_finds_it_landed_records_and_replays,
             reconciler_that_finds_it_did_not_land_runs_the_body,
@@ -94,7 +96,8 @@ macro_rules! conformance_suite {
             operator_resolve_is_in_the_history_and_purge_removes_it,
             purge_removes_old_histories_of_released_keys,
             a_reservation_racing_a_history_purge_keeps_its_own_entry,
-            only_changes_that_land_are_in_the_history);
+            only_changes_that_land_are_in_the_history,
+            a_refused_late_write_is_in_the_history_and_changes_no_record);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

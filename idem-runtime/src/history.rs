@@ -4,6 +4,8 @@
 //! Every write a store makes to a record carries a [`Change`] describing it, and the store
 //! appends an [`Entry`] for it in the same atomic step as the record's own change (the store
 //! alone cannot tell a release from a purge, or a reconcile from a resolve, from the records).
+//! One event changes no record, [`Event::LateWriteRefused`]: a store appends it alone
+//! (`Store::append_history`).
 //! A store adds storage, never semantics: which events keep the history and which end it is
 //! decided here ([`Event::ends_history`]).
 //!
@@ -85,6 +87,10 @@ pub enum Event {
     },
     /// An operator removed a finished record: its history goes with it.
     Purged,
+    /// An owner whose key moved on while its body ran (it was paused past its lease, and the
+    /// key was taken over or settled meanwhile) finished, and its final write was refused: its
+    /// effect ran after the key moved on. No change of the record; `by` is the stale owner.
+    LateWriteRefused,
 }
 
 impl Event {
@@ -100,6 +106,7 @@ impl Event {
             Event::Resolved => "resolved",
             Event::Reconciled { .. } => "reconciled",
             Event::Purged => "purged",
+            Event::LateWriteRefused => "late-write-refused",
         }
     }
 
@@ -120,7 +127,7 @@ impl Event {
 
     /// Every kind of event, with each answer of a reconcile. A store that keeps an event as a
     /// number gives each its own explicit tag (the order here is no format).
-    pub const ALL: [Event; 12] = [
+    pub const ALL: [Event; 13] = [
         Event::Reserved,
         Event::TookOver,
         Event::Done,
@@ -133,6 +140,7 @@ impl Event {
         Event::Reconciled { answer: Answer::CannotTell },
         Event::Reconciled { answer: Answer::Erred },
         Event::Purged,
+        Event::LateWriteRefused,
     ];
 
     /// The event spelled `kind` with `answer` (which only `reconciled` takes), as a store reads

@@ -41,8 +41,8 @@ mod time;
 pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
 pub use engine::{
-    current_key, may_have_landed, try_current_key, Args, Call, InDoubtPolicy, Reconciled, Sweep,
-    SweepOutcome, SweepReport, Swept,
+    current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
+    InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept,
 };
 pub use error::{Error, StoreError};
 pub use key::Key;

@@ -12,9 +12,10 @@ use idem_runtime::{Call, Error, InDoubtPolicy, SledStore, Store};
 
 const CHILD: &str = "IDEM_CRASH_CHILD";
 
-/// The effect: one line per charge in a ledger file, made durable before the body returns.
+/// The effect: one line per charge in a ledger file, made durable before the body returns. The
+/// charge names the call's fencing token, as a system of record would keep it.
 fn charge(ledger: &Path) -> Result<String, Error> {
-    let charge_id = format!("ch_{}", std::process::id());
+    let charge_id = format!("ch_{}_{}", std::process::id(), idem_runtime::fencing_token());
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(ledger).unwrap();
     writeln!(file, "{charge_id}").unwrap();
     file.sync_all().unwrap();
@@ -102,8 +103,14 @@ fn ledger(dir: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The fencing token a ledger line was charged under.
+fn token(line: &str) -> u64 {
+    line.rsplit('_').next().and_then(|t| t.parse().ok()).expect("a charge names its token")
+}
+
 /// (a)–(c): after the crash the key is in doubt; `fail` runs nothing, however often it is
-/// called; `rerun` runs the body again once.
+/// called; `rerun` runs the body again once, as an owner with a greater fencing token than the
+/// killed one's, although the store was reopened.
 fn in_doubt_after_crash_at(point: &str, lines_at_crash: usize) {
     let dir = tempfile::tempdir().unwrap();
     kill_at(dir.path(), point);
@@ -118,7 +125,11 @@ fn in_doubt_after_crash_at(point: &str, lines_at_crash: usize) {
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "`fail` never writes the ledger again");
     let rerun = outcome(dir.path(), "rerun");
     assert!(rerun.starts_with("ok ch_"), "`rerun` runs the body: {rerun}");
-    assert_eq!(ledger(dir.path()).len(), lines_at_crash + 1);
+    let charged = ledger(dir.path());
+    assert_eq!(charged.len(), lines_at_crash + 1);
+    if let [killed, rerun] = &charged[..] {
+        assert!(token(killed) < token(rerun), "the rerun's token is greater: {charged:?}");
+    }
     let after = outcome(dir.path(), "fail");
     assert_eq!(after, rerun, "the rerun's result is replayed afterwards");
     assert_eq!(ledger(dir.path()).len(), lines_at_crash + 1);

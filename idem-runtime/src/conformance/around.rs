@@ -26,12 +26,14 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
         .unwrap();
     let stale = transition::complete(&doubtful, r#""late""#.into(), None, store.clock());
     assert!(
-        !block_on(store.compare_and_swap(&doubtful, stale.new.as_ref(), stale.change)).unwrap(),
+        block_on(store.compare_and_swap(&doubtful, stale.new.as_ref(), stale.change))
+            .unwrap()
+            .is_none(),
         "a stale write is refused"
     );
     let stale = transition::release(&doubtful);
     assert!(
-        !block_on(store.compare_and_swap(&doubtful, None, stale.change)).unwrap(),
+        block_on(store.compare_and_swap(&doubtful, None, stale.change)).unwrap().is_none(),
         "a stale release is refused"
     );
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
@@ -135,6 +137,47 @@ pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
     )
     .unwrap();
     assert_eq!(seen, expected);
+}
+
+/// Every later owner of a key holds a greater fencing token: a takeover after a panic, a new
+/// reservation after a release, and one after a purge removed the key's history.
+pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
+    let scope = scope("token");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let mut tokens = Vec::new();
+    let first = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<(), Error> = call(&store, "charge_card", &scope).run(|| {
+            tokens.push(crate::fencing_token());
+            panic!("mid-effect")
+        });
+    }));
+    assert!(first.is_err(), "the panic goes on to the caller");
+    eventually_status(&store, &key, Status::InDoubt);
+    let rerun: Result<(), Error> =
+        call(&store, "charge_card", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| {
+            tokens.push(crate::fencing_token());
+            Err(Error::Key { tool: "charge_card".into(), reason: "declined".into() })
+        });
+    assert!(rerun.is_err(), "the takeover's body failed");
+    assert_eq!(status(&store, &key), None, "released: nothing landed");
+    let again =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::fencing_token())).unwrap();
+    tokens.push(again);
+    let done = block_on(store.get(key.as_str())).unwrap().expect("a result is recorded");
+    let purge = transition::purge("ann@host");
+    assert!(block_on(store.compare_and_swap(&done, None, purge.change)).unwrap().is_some());
+    let after_purge = block_on(
+        call(&store, "charge_card", &scope)
+            .run_async(|| async { Ok::<_, Error>(crate::fencing_token()) }),
+    )
+    .unwrap();
+    tokens.push(after_purge);
+    assert!(
+        tokens.windows(2).all(|pair| pair[0] < pair[1]),
+        "a first call, a takeover, a reservation after a release and one after a purge hold \
+         growing tokens: {tokens:?}"
+    );
+    assert_eq!(crate::try_fencing_token(), None, "no token outside a call");
 }
 
 pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {

@@ -148,19 +148,25 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let why = "the vendor has no record\nof this key yet";
     let asked = transition::settle_cannot_tell(&doubtful, Answer::CannotTell, why, now);
     let still = asked.new.clone().unwrap();
-    assert!(block_on(store.compare_and_swap(&doubtful, Some(&still), asked.change)).unwrap());
+    assert!(block_on(store.compare_and_swap(&doubtful, Some(&still), asked.change))
+        .unwrap()
+        .is_some());
     let landed = transition::settle_landed(&still, r#""sent""#.into(), None, now);
     let done = landed.new.clone().unwrap();
-    assert!(block_on(store.compare_and_swap(&still, Some(&done), landed.change)).unwrap());
+    assert!(block_on(store.compare_and_swap(&still, Some(&done), landed.change))
+        .unwrap()
+        .is_some());
     let before = history(&store, &key);
     let noted = before.iter().rev().find(|e| e.note.is_some()).unwrap();
     assert_eq!(noted.note.as_deref(), Some("the vendor has no record\\nof this key yet"));
 
     // Stale writes are refused by the fence, and leave no entry.
     let stale = transition::complete(&doubtful, r#""sent""#.into(), None, now);
-    assert!(!block_on(store.compare_and_swap(&doubtful, Some(&done), stale.change)).unwrap());
+    assert!(block_on(store.compare_and_swap(&doubtful, Some(&done), stale.change))
+        .unwrap()
+        .is_none());
     let stale = transition::release(&still);
-    assert!(!block_on(store.compare_and_swap(&still, None, stale.change)).unwrap());
+    assert!(block_on(store.compare_and_swap(&still, None, stale.change)).unwrap().is_none());
     let again = transition::reserve(key.as_str(), "send_email", &scope, None, &doubtful.owner, now);
     let found = block_on(store.insert_if_absent(again.new.as_ref().unwrap(), again.change));
     assert!(matches!(found.unwrap(), Inserted::Existing(_)), "a reservation finds the record");
@@ -344,4 +350,55 @@ pub fn a_reservation_racing_a_history_purge_keeps_its_own_entry(store: Arc<dyn S
         assert_eq!(status(&store, &key), Some(Status::Done), "round {round}");
     }
     eprintln!("histories continued: {continued}, fresh: {fresh}");
+}
+
+/// A stale owner's refused late write is appended to the key's history and changes no record,
+/// whatever state the key is in (in doubt, absent, done with a large result), and the key's
+/// next changes follow it.
+pub fn a_refused_late_write_is_in_the_history_and_changes_no_record(store: Arc<dyn Store>) {
+    let scope = scope("late");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let _: Result<String, Error> = call(&store, "charge_card", &scope).run(|| panic!("crash"));
+    }));
+    eventually_status(&store, &key, Status::InDoubt);
+    let stale = block_on(store.get(key.as_str())).unwrap().unwrap();
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(block_on(store.get(key.as_str())).unwrap().as_ref(), Some(&stale), "unchanged");
+    let late = history(&store, &key).pop().expect("an entry");
+    assert_eq!((late.event, late.status), (Event::LateWriteRefused, Some(Status::InDoubt)));
+    assert_eq!(late.by, stale.owner.as_str(), "by the stale owner");
+    assert!(late.note.as_deref().is_some_and(|note| note.contains("effect ran")), "{late:?}");
+
+    // The key's next changes follow it: a rerun that fails releases the key, a refused late
+    // write finds it absent, and the next call reserves it.
+    let failed: Result<String, Error> = call(&store, "charge_card", &scope)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Err(Error::Key { tool: "charge_card".into(), reason: "declined".into() }));
+    assert!(failed.is_err());
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(status(&store, &key), None, "a late write on an absent key adds no record");
+    let large = "x".repeat(16 * 1024);
+    let got: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(large.clone())).unwrap();
+    let done = block_on(store.get(key.as_str())).unwrap().unwrap();
+    block_on(store.append_history(key.as_str(), transition::refuse_late_write(&stale))).unwrap();
+    assert_eq!(block_on(store.get(key.as_str())).unwrap().as_ref(), Some(&done), "unchanged");
+    let replayed: String =
+        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>("again".into())).unwrap();
+    assert_eq!((got.len(), replayed), (large.len(), large));
+    assert_eq!(
+        steps(&history(&store, &key)),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::LateWriteRefused, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Released, None),
+            (Event::LateWriteRefused, None),
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::Done, Some(Status::Done)),
+            (Event::LateWriteRefused, Some(Status::Done)),
+        ]
+    );
 }

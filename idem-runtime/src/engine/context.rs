@@ -1,5 +1,5 @@
-//! What the body of a running call can reach: its key, and a way to say that its effect may
-//! have landed.
+//! What the body of a running call can reach: its key, its fencing token, and a way to say
+//! that its effect may have landed.
 //!
 //! One stack per thread holds the calls whose bodies are running on it, innermost last. A sync
 //! body is on it while it runs; an async body while it is polled (it joins the stack of
@@ -21,12 +21,14 @@ use crate::key::Key;
 #[derive(Clone)]
 pub(crate) struct Current {
     key: Key,
+    token: u64,
     may_have_landed: Arc<AtomicBool>,
 }
 
 impl Current {
-    pub(crate) fn new(key: &Key) -> Current {
-        Current { key: key.clone(), may_have_landed: Arc::default() }
+    /// The call of `key`, whose owner the store gave fencing token `token`.
+    pub(crate) fn new(key: &Key, token: u64) -> Current {
+        Current { key: key.clone(), token, may_have_landed: Arc::default() }
     }
 
     /// Whether the body said its effect may have landed.
@@ -57,6 +59,48 @@ fn current() -> Option<Current> {
 /// The key of the idempotent call whose body is running, if any.
 pub fn try_current_key() -> Option<Key> {
     current().map(|call| call.key)
+}
+
+/// The fencing token of the idempotent call whose body is running, if any (see
+/// [`fencing_token`]).
+pub fn try_fencing_token() -> Option<u64> {
+    current().map(|call| call.token)
+}
+
+/// The fencing token of the idempotent call whose body is running: a number the store gave
+/// this call when it became the key's owner, greater than that of every earlier owner of the
+/// key (after a takeover, a release, a purge, and across restarts). Send it with the effect to a
+/// system of record that keeps the highest token it has seen per key and refuses a write that
+/// carries a lower one: an owner that was paused past its lease, while the key moved on to
+/// another owner, then has its late write refused there (see the README, "Fencing tokens").
+///
+/// # Panics
+///
+/// Outside the body of an idempotent call; use [`try_fencing_token`] to ask without
+/// panicking. As with [`current_key`], work moved to another thread does not inherit it.
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store: std::sync::Arc<dyn idem_runtime::Store> =
+/// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+/// use idem_runtime::{Call, Error};
+///
+/// let call = || Call::new("charge_card", "order-17", &4200).map(|c| c.store(store.clone()));
+/// let first: Result<u64, Error> = call()?.run(|| {
+///     let token = idem_runtime::fencing_token();
+///     Err(Error::Key { tool: "charge_card".into(), reason: format!("declined ({token})") })
+/// });
+/// assert!(first.is_err(), "released: nothing landed");
+/// let second: u64 = call()?.run(|| Ok::<_, Error>(idem_runtime::fencing_token()))?;
+/// assert!(second > 1, "a later owner of the key holds a greater token");
+/// # Ok(()) }
+/// ```
+pub fn fencing_token() -> u64 {
+    try_fencing_token().expect(
+        "idem::fencing_token() called outside an idempotent call: call it inside the body of an \
+         #[idempotent] function or Call::run, or use idem::try_fencing_token()",
+    )
 }
 
 /// Says, from inside the body, that the effect may have landed although the body is about to

@@ -66,6 +66,8 @@ pub(super) struct Reservation {
     before: Option<Record>,
     /// Whether the body has started: from then on the effect may have landed.
     started: bool,
+    /// The fencing token the store gave this owner (0 until the write that makes it lands).
+    token: u64,
     /// Whether a settling write landed (an atomic, so that settling takes `&self` while the
     /// transition borrows the held record).
     settled: AtomicBool,
@@ -81,32 +83,41 @@ impl Reservation {
         step: Step<'_>,
     ) -> Result<Taken, StoreError> {
         let record = step.new.expect("a reservation or takeover leaves a record in flight");
-        let pending = Box::new(Reservation {
+        let mut pending = Box::new(Reservation {
             store: Arc::clone(store),
             record,
             before: found,
             started: false,
+            token: 0,
             settled: AtomicBool::new(false),
         });
         let written = match &pending.before {
             None => match store.insert_if_absent(&pending.record, step.change).await? {
-                Inserted::New => None,
-                Inserted::Existing(existing) => Some(Some(existing)),
+                Inserted::New { token } => Ok(token),
+                Inserted::Existing(existing) => Err(Some(existing)),
             },
             Some(before) => {
                 match store.compare_and_swap(before, Some(&pending.record), step.change).await? {
-                    true => None,
-                    false => Some(store.get(&pending.record.key).await?),
+                    Some(token) => Ok(token),
+                    None => Err(store.get(&pending.record.key).await?),
                 }
             }
         };
         match written {
-            None => Ok(Taken::Mine(pending)),
-            Some(now) => {
+            Ok(token) => {
+                pending.token = token;
+                Ok(Taken::Mine(pending))
+            }
+            Err(now) => {
                 pending.settled.store(true, Ordering::Relaxed);
                 Ok(Taken::Moved(now))
             }
         }
+    }
+
+    /// The fencing token the store gave this owner: greater than every earlier owner's.
+    pub(super) fn token(&self) -> u64 {
+        self.token
     }
 
     /// Takes `found` (in doubt, or in flight under an owner that no longer holds it) over to ask
@@ -133,7 +144,8 @@ impl Reservation {
     /// again.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
-        let stored = self.store.compare_and_swap(&self.record, new.as_ref(), change).await?;
+        let stored =
+            self.store.compare_and_swap(&self.record, new.as_ref(), change).await?.is_some();
         self.settled.store(true, Ordering::Relaxed);
         Ok((stored, new))
     }
@@ -164,11 +176,28 @@ impl Reservation {
         }
     }
 
+    /// Records in the key's history that the fence refused this owner's final write: the key
+    /// moved on while the body ran, and the effect ran anyway. A failure is logged: the call's
+    /// outcome is what the record says, whatever its history.
+    async fn record_refused(&self) {
+        let (key, tool) = (&self.record.key, &self.record.tool);
+        let change = transition::refuse_late_write(&self.record);
+        if let Err(e) = self.store.append_history(key, change).await {
+            tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot record the refused late write in the key's history");
+        }
+    }
+
     /// in-flight → in-doubt, for the reason `why`.
     async fn leave_in_doubt(&self, why: &str) {
         let step = transition::leave_in_doubt(&self.record, why, self.store.clock());
         let (key, tool) = (&self.record.key, &self.record.tool);
         match self.settle(step).await {
+            Ok((false, _)) => {
+                // Counted as before: the call still ends as one whose effect may have landed.
+                meter::call(tool, Outcome::InDoubt, Duration::ZERO);
+                tracing::warn!(key = %key, tool = %tool, "idem: the record changed hands while the body ran; it was not marked in doubt");
+                self.record_refused().await;
+            }
             Ok(_) => {
                 meter::call(tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %key, tool = %tool, "idem: in doubt: the body failed after its effect may have landed");
@@ -417,8 +446,10 @@ impl Call {
             return Ok(None);
         }
         // Someone settled or took the record over while the body ran (an operator, or a fleet
-        // peer after our lease lapsed): their write stands, ours is refused.
+        // peer after our lease lapsed): their write stands, ours is refused, and the history
+        // says a stale owner came back.
         tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the body ran; its result was not stored");
+        owned.record_refused().await;
         let store = owned.store();
         let now = store.get(self.key.as_str()).await.map_err(|e| self.store_error(e))?;
         match now {

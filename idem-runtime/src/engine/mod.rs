@@ -3,7 +3,7 @@
 //! [`Call`].
 //!
 //! [`Call`] and its builder live here; the state machine in `machine`, what a body can reach
-//! (`current_key()`, `may_have_landed()`) in `context`, the argument tree in `args`, and
+//! (`current_key()`, `fencing_token()`, `may_have_landed()`) in `context`, the argument tree in `args`, and
 //! reconcilers (what they answer, how they are asked, the sweep) in `reconcile`.
 
 use std::fmt::Display;
@@ -34,7 +34,9 @@ mod sweep;
 mod waiting;
 
 pub use self::args::Args;
-pub use self::context::{current_key, may_have_landed, try_current_key};
+pub use self::context::{
+    current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token,
+};
 pub(crate) use self::reconciler::erred;
 pub use self::reconciler::Reconciled;
 pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
@@ -322,7 +324,7 @@ impl Call {
         };
         failpoint("after_reserve");
         owned.start();
-        let call = Current::new(&self.key);
+        let call = Current::new(&self.key, owned.token());
         match call.enter_async(body()).await {
             Ok(value) => {
                 failpoint("after_body");

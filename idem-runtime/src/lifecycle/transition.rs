@@ -204,6 +204,17 @@ pub fn purge(by: &str) -> Step<'_> {
     Step { new: None, change: Change::new(Event::Purged, by) }
 }
 
+/// No transition: what the history records when the fence refused `held`'s owner its final
+/// write (its result, or its word that the key is in doubt) because the key moved on while the
+/// body ran, so that an operator sees a stale owner came back after its effect ran. The store
+/// appends it without changing the record (`Store::append_history`).
+pub fn refuse_late_write(held: &Record) -> Change<'_> {
+    Change::new(Event::LateWriteRefused, held.owner.as_str()).with_note(
+        "its body finished after the key moved on (taken over or settled while it ran): its \
+         effect ran, its write was refused",
+    )
+}
+
 /// in-flight → in-doubt at the open of a single-process store: the record was left by a
 /// process that died. `instance` is the store instance that opens it.
 pub fn mark_died<'a>(record: &Record, instance: &'a str, now: u64) -> Step<'a> {

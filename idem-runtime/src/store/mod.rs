@@ -61,8 +61,9 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(None)))
     }
 
-    /// Inserts `record` under its key if no record is there, durably: [`Inserted::New`] when
-    /// it did, [`Inserted::Existing`] with the record already there (durable) otherwise.
+    /// Inserts `record` under its key if no record is there, durably: [`Inserted::New`] with
+    /// its owner's fencing token when it did, [`Inserted::Existing`] with the record already
+    /// there (durable) otherwise.
     fn insert_if_absent<'a>(
         &'a self,
         record: &'a Record,
@@ -71,18 +72,25 @@ pub trait Store: Send + Sync + 'static {
 
     /// Replaces the record `expected` by `new` (deletes it when `new` is `None`) only if
     /// [`admits`] lets `change`'s author do it now, on this store's
-    /// [`clock`](Store::clock), durably. Returns whether it did: a caller that lost its record
-    /// cannot write.
+    /// [`clock`](Store::clock), durably. Returns whether it did (`None`: refused; a caller
+    /// that lost its record cannot write), with the fencing token of `new`'s owner when `new`
+    /// is in flight (a takeover; see [`Inserted::New`]), and a number of no meaning otherwise.
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
-    ) -> StoreFuture<'a, bool>;
+    ) -> StoreFuture<'a, Option<u64>>;
 
     /// [`Store::compare_and_swap`] without waiting: called from `Drop` (a panic, a dropped
     /// future), where nothing can be awaited. Failures are logged.
     fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>);
+
+    /// Appends `change`'s entry to the history of `key` without changing its record (the
+    /// entry's state is the record's as it stands, or absent), durably: for the one event that
+    /// is no change of state, [`Event::LateWriteRefused`]. The entry follows every entry of a
+    /// change made before it, and precedes those made after.
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()>;
 
     /// The history of `key`, oldest first: one entry per change that landed, including those
     /// before a release deleted the record (a later reservation continues it), none from before
@@ -148,8 +156,14 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Inserted {
-    /// The record was inserted.
-    New,
+    /// The record was inserted. `token` is its owner's fencing token: a number greater than
+    /// the token of every owner the key had before (after a release, a takeover, a purge, and
+    /// across restarts), which the body reads with `idem::fencing_token()` and hands to a
+    /// system of record, so that a stale owner's late write can be refused there.
+    New {
+        /// The fencing token of the record's owner.
+        token: u64,
+    },
     /// A record was already there; here it is, as stored.
     Existing(Record),
 }

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use self::chunks::{Chunks, MAX_RESULT};
 use self::encoding::decode;
 use self::history::History;
+use self::write::Swapped;
 use super::notify::Notifier;
-use super::sync::{Syncer, Ticket};
+use super::sync::Syncer;
 use super::{Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
 use crate::history::{Change, Entry};
@@ -184,14 +185,14 @@ impl SledStore {
         }
     }
 
-    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the ticket of the swap,
-    /// or `None` when it was refused (`Some(None)`: swapped, nothing to wait for).
+    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the swap, or
+    /// `None` when it was refused.
     fn swap_now(
         &self,
         expected: &Record,
         new: Option<&Record>,
         change: Change<'_>,
-    ) -> Result<Option<Option<Ticket>>, StoreError> {
+    ) -> Result<Option<Swapped>, StoreError> {
         let key = expected.key.as_bytes();
         let Some(bytes) = self.read(&expected.key)? else { return Ok(None) };
         let stored = decode(key, &bytes)?;
@@ -231,11 +232,11 @@ impl Store for SledStore {
                 return Ok(Inserted::Existing(existing));
             }
             match self.cas(key, None, Some(record), change)? {
-                Ok(ticket) => {
+                Ok(Swapped { ticket, token }) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(Inserted::New)
+                    Ok(Inserted::New { token })
                 }
                 Err(Some(bytes)) => {
                     let view = decode(key, &bytes)?;
@@ -272,16 +273,16 @@ impl Store for SledStore {
         expected: &'a Record,
         new: Option<&'a Record>,
         change: Change<'a>,
-    ) -> StoreFuture<'a, bool> {
+    ) -> StoreFuture<'a, Option<u64>> {
         Box::pin(async move {
             match self.swap_now(expected, new, change)? {
-                Some(ticket) => {
+                Some(Swapped { ticket, token }) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    Ok(true)
+                    Ok(Some(token))
                 }
-                None => Ok(false),
+                None => Ok(None),
             }
         })
     }
@@ -318,6 +319,34 @@ impl Store for SledStore {
             }
             let _ = crate::exec::until(watch, deadline).await;
             self.read_durable(key).await
+        })
+    }
+
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            // The entry must be confirmed like any other (`sled/history.rs`): written through
+            // `cas` with the record unchanged, whose swap moves the record's history number on
+            // to it; or, with no record, as an entry that leaves the key absent, which confirms
+            // itself. A write between the read and the swap makes the swap fail: read again.
+            loop {
+                let bytes = self.read(key)?;
+                let record = match &bytes {
+                    Some(_) => match self.load(key)? {
+                        Some(record) => Some(record),
+                        None => continue,
+                    },
+                    None => None,
+                };
+                let old = bytes.as_deref();
+                if let Ok(Swapped { ticket, .. }) =
+                    self.cas(key.as_bytes(), old, record.as_ref(), change.clone())?
+                {
+                    if let Some(ticket) = ticket {
+                        ticket.await?;
+                    }
+                    return Ok(());
+                }
+            }
         })
     }
 

@@ -86,6 +86,7 @@ const fn event_tag(event: Event) -> u8 {
         Event::Reconciled { answer: Answer::CannotTell } => 9,
         Event::Reconciled { answer: Answer::Erred } => 10,
         Event::Purged => 11,
+        Event::LateWriteRefused => 12,
     }
 }
 
@@ -344,6 +345,7 @@ mod tests {
         assert_eq!(code(Event::Done), 2);
         assert_eq!(code(Event::Reconciled { answer: Answer::Landed }), 7);
         assert_eq!(code(Event::Purged), 11);
+        assert_eq!(code(Event::LateWriteRefused), 12);
         for event in Event::ALL {
             assert_eq!(event_of(event_tag(event)), Some(event), "{event}");
         }

@@ -37,25 +37,34 @@ struct Planned {
     indexed: bool,
 }
 
+/// A swap that happened: the ticket that completes once it is durable (`None`: nothing to wait
+/// for), and the fencing token of the new record's owner when it is in flight (0 otherwise).
+pub(super) struct Swapped {
+    pub(super) ticket: Option<Ticket>,
+    pub(super) token: u64,
+}
+
 /// What the steps under the key's lock got to, whether or not they all succeeded: the number
-/// of the history entry written, and the bytes handed to sled's swap.
+/// of the history entry written, the bytes handed to sled's swap, and the fencing token of an
+/// in-flight record's owner.
 #[derive(Default)]
 struct Reached {
     written: Option<u64>,
     stored: Option<sled::IVec>,
+    token: u64,
 }
 
 impl SledStore {
     /// sled's compare-and-swap, with the entry `change` adds to the key's history (see
-    /// `sled/history.rs`). `Ok(Ok(ticket))` when it happened (the ticket, if any, completes
-    /// once it is durable), `Ok(Err(current))` with the stored bytes when they were not `old`.
+    /// `sled/history.rs`). `Ok(Ok(swapped))` when it happened, `Ok(Err(current))` with the
+    /// stored bytes when they were not `old`.
     pub(super) fn cas(
         &self,
         key: &[u8],
         old: Option<&[u8]>,
         new: Option<&Record>,
         change: Change<'_>,
-    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
         let mut planned = self.plan(key, old, new, &change)?;
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
@@ -90,7 +99,7 @@ impl SledStore {
         // A reservation between the look and the swap makes the swap fail; one that came and
         // was released again leaves a history this removes as well, the key still having no
         // record.
-        Ok(self.cas(key, None, None, change)?.ok())
+        Ok(self.cas(key, None, None, change)?.ok().map(|swapped| swapped.ticket))
     }
 
     /// Lays the write out: the bytes of `new`, the entry of `change`, and whether the write
@@ -161,6 +170,13 @@ impl SledStore {
         if let Some(bytes) = &mut planned.bytes {
             set_history(bytes, seq);
         }
+        if planned.in_flight {
+            // sled's ids grow across restarts (it persists the counter ahead of the ids it
+            // hands out) and over every key, so a later owner of this key, which takes it under
+            // this lock after this write, gets a greater one, even after a purge restarts the
+            // key's history numbers. Starting at 1 leaves 0 to mean no token.
+            reached.token = self.db.generate_id()?.saturating_add(1);
+        }
         if let (Some(spilled), Some(text)) = (planned.spilled, result) {
             // The chunks go first: the sync that makes the record durable covers them.
             self.chunks.write(key, spilled.id, text)?;
@@ -188,7 +204,7 @@ impl SledStore {
         swapped: sled::Result<Result<(), Option<sled::IVec>>>,
         planned: &Planned,
         reached: Reached,
-    ) -> Result<Result<Option<Ticket>, Option<sled::IVec>>, StoreError> {
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
         let won = matches!(swapped, Ok(Ok(())));
         // The cache of recent records follows what sled now holds (after a refused or failed
         // swap, which it does not know, it forgets the key).
@@ -209,7 +225,7 @@ impl SledStore {
         match swapped {
             Ok(Ok(())) => {
                 self.notifier.notify(&String::from_utf8_lossy(key));
-                Ok(Ok(ticket))
+                Ok(Ok(Swapped { ticket, token: reached.token }))
             }
             Ok(Err(current)) => Ok(Err(current)),
             Err(e) => Err(io_error(&self.path, "cannot write to", e)),
