@@ -11,10 +11,10 @@ use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::ItemFn;
+use syn::{ItemFn, Path};
 
 use crate::attr::{take_param_options, Attr, Options};
-use crate::checked::{Reconciler, Tool};
+use crate::checked::{Flatten, Reconciler, Tool};
 use crate::companion;
 use crate::signature::{self, Shape};
 use crate::spans::respan;
@@ -267,28 +267,7 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             let __idem_args = __idem_args.and_then(|__idem_args| #key_arg);
         }
     });
-    let flatten = tool.flatten.as_ref().map(|flat| {
-        let ident = &flat.name;
-        let label = ident.unraw().to_string();
-        let flatten_arg = respan(
-            quote_spanned!(mixed=> #krate::__private::flatten_arg(__idem_args, #label, &#ident)),
-            flat.ty.span(),
-        );
-        let ignore = (!flat.ignore.is_empty()).then(|| {
-            // An access to each field, spanned on its name, so that a name that is not a field
-            // of the object is rustc's "no field `…` on type `…`" there, listing the fields.
-            let fields = flat.ignore.iter().map(|ignored| &ignored.field);
-            let labels = flat.ignore.iter().map(|ignored| &ignored.label);
-            quote_spanned! {mixed=>
-                #(let _ = &#ident.#fields;)*
-                let __idem_args = __idem_args.map(|__idem_args| __idem_args.ignoring(&[#(#labels),*]));
-            }
-        });
-        quote_spanned! {mixed=>
-            let __idem_args = __idem_args.and_then(|__idem_args| #flatten_arg);
-            #ignore
-        }
-    });
+    let flatten = tool.flatten.as_ref().map(|flat| flatten_args(krate, flat));
     let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
     let scope_fn = respan(quote_spanned!(mixed=> #krate::__private::scope), param.span());
@@ -340,6 +319,32 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             #wait
             #ttl
             #rerun;
+    }
+}
+
+/// The statements that add a flattened parameter's fields to the key's arguments, less the
+/// fields its `ignore` names.
+fn flatten_args(krate: &Path, flat: &Flatten) -> TokenStream {
+    let mixed = Span::mixed_site();
+    let ident = &flat.name;
+    let label = ident.unraw().to_string();
+    let flatten_arg = respan(
+        quote_spanned!(mixed=> #krate::__private::flatten_arg(__idem_args, #label, &#ident)),
+        flat.ty.span(),
+    );
+    let ignore = (!flat.ignore.is_empty()).then(|| {
+        // An access to each field, spanned on its name, so that a name that is not a field
+        // of the object is rustc's "no field `…` on type `…`" there, listing the fields.
+        let fields = flat.ignore.iter().map(|ignored| &ignored.field);
+        let labels = flat.ignore.iter().map(|ignored| &ignored.label);
+        quote_spanned! {mixed=>
+            #(let _ = &#ident.#fields;)*
+            let __idem_args = __idem_args.map(|__idem_args| __idem_args.ignoring(&[#(#labels),*]));
+        }
+    });
+    quote_spanned! {mixed=>
+        let __idem_args = __idem_args.and_then(|__idem_args| #flatten_arg);
+        #ignore
     }
 }
 

@@ -194,41 +194,44 @@ fn fence(in_flight: &str, now: u8) -> String {
     )
 }
 
-impl Statements {
-    pub(crate) fn new(names: &Names) -> Statements {
-        let t = names.qualified();
-        let h = names.history();
-        // Each write is one statement: the record's change and its history row commit together,
-        // in the round trip the change took before histories were kept. The row is written only
-        // when the change happened (the CTE returns the changed row, or nothing).
-        // Every time written is `$now`, the last parameter: the writer's reading of the store's
-        // clock, so that a lease is set, renewed and checked on one clock. The row's `seq` comes
-        // back: the fencing token of an in-flight record's owner (the identity grows over every
-        // key, is never handed out twice, and outlives a purge).
-        let entry = |event: u8, status: &str, now: u8| {
-            format!(
-                "INSERT INTO {h} (key, at, event, answer, status, by, note) \
-                 SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r \
-                 RETURNING seq",
-                event + 1,
-                event + 2,
-                event + 3
-            )
-        };
+/// The history row of a write: one `INSERT … SELECT … FROM r`, where `r` is the write's CTE,
+/// so that the row is written only when the change happened. Its parameters are `$event` and
+/// the three after it (event, answer, by, note), and `$now`, the writer's reading of the store's
+/// clock (so that a lease is set, renewed and checked on one clock). The row's `seq` comes back:
+/// the fencing token of an in-flight record's owner (the identity grows over every key, is never
+/// handed out twice, and outlives a purge).
+fn entry(h: &str, event: u8, status: &str, now: u8) -> String {
+    format!(
+        "INSERT INTO {h} (key, at, event, answer, status, by, note) \
+         SELECT key, ${now}::bigint, ${event}, ${}, {status}, ${}, ${} FROM r \
+         RETURNING seq",
+        event + 1,
+        event + 2,
+        event + 3
+    )
+}
+
+/// The writes of a record, each one statement: the record's change and its history row commit
+/// together, in the round trip the change took before histories were kept.
+struct Writes {
+    insert: String,
+    update: String,
+    delete: String,
+    purge: String,
+}
+
+impl Writes {
+    fn new(t: &str, h: &str) -> Writes {
         let in_flight = Status::InFlight.as_str();
-        Statements {
-            now: format!("SELECT {NOW_MS}"),
-            exists: "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
+        Writes {
             // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
             // function, $15..$18 the change (event, answer, by, note), $19 now.
             insert: format!(
                 "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
                  $9, $10, $19::bigint + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
                  RETURNING key, status) {}",
-                entry(15, "status", 19)
+                entry(h, 15, "status", 19)
             ),
-            get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
-            scan: format!("SELECT {COLUMNS} FROM {t}"),
             // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
             // $19..$22 the change, $23 now.
             update: format!(
@@ -238,13 +241,13 @@ impl Statements {
                  lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
                  WHERE {} RETURNING key, status) {}",
                 fence(in_flight, 23),
-                entry(19, "status", 23)
+                entry(h, 19, "status", 23)
             ),
             // $6..$9 the change, $10 now; the record is gone, so the row's state is absent.
             delete: format!(
                 "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key) {}",
                 fence(in_flight, 10),
-                entry(6, "NULL", 10)
+                entry(h, 6, "NULL", 10)
             ),
             // A purge removes the history with the record, in the same statement; $6 now.
             purge: format!(
@@ -253,6 +256,25 @@ impl Statements {
                  SELECT count(*) FROM r",
                 fence(in_flight, 6)
             ),
+        }
+    }
+}
+
+impl Statements {
+    pub(crate) fn new(names: &Names) -> Statements {
+        let t = names.qualified();
+        let h = names.history();
+        let in_flight = Status::InFlight.as_str();
+        let Writes { insert, update, delete, purge } = Writes::new(&t, &h);
+        Statements {
+            now: format!("SELECT {NOW_MS}"),
+            exists: "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
+            insert,
+            get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
+            scan: format!("SELECT {COLUMNS} FROM {t}"),
+            update,
+            delete,
+            purge,
             // One statement: a reservation committed before it keeps the history (the record
             // is there), one committed after it starts afresh, and its own row, which this
             // statement's snapshot does not see, is never deleted.
