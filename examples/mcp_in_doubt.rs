@@ -61,8 +61,8 @@ impl Bank {
         Bank {
             hangs,
             payments: Arc::new(AtomicU32::new(0)),
-            // The hints, and idem's outcomes as tool results for the model: one line.
-            tool_router: idem::mcp::annotate(Self::tool_router(), Self::idem_tools()),
+            // `#[idem::tools]` gives the router the hints and idem's outcomes as tool results.
+            tool_router: Self::tool_router(),
         }
     }
 

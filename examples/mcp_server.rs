@@ -110,7 +110,8 @@ pub struct Bank {
 #[tool_router]
 impl Bank {
     /// A bank with two funded accounts. `#[idem::tools]` has written each tool's MCP hints into
-    /// its `#[tool]`, so the router rmcp generates carries them.
+    /// its `#[tool]`, and makes the router rmcp generates answer idem's outcomes (in doubt, in
+    /// flight, …) as tool results the model reads: no line wires either.
     pub fn new() -> Self {
         let balances = HashMap::from([("acct-1".to_owned(), 100_000), ("acct-2".to_owned(), 0)]);
         Bank {
@@ -118,9 +119,7 @@ impl Bank {
             payments: Arc::new(AtomicU32::new(0)),
             refunds: Arc::new(AtomicU32::new(0)),
             opened: Arc::new(AtomicU32::new(0)),
-            // Hints are written into each `#[tool]` by `#[idem::tools]`; this line makes idem's
-            // answers (in doubt, in flight, …) reach the model as tool results.
-            tool_router: idem::mcp::annotate(Self::tool_router(), Self::idem_tools()),
+            tool_router: Self::tool_router(),
         }
     }
 

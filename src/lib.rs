@@ -86,8 +86,8 @@
 //! - `metrics` (default): counters and histograms of calls and durable points through the
 //!   `metrics` facade.
 //! - `rmcp`: rmcp tool signatures with no glue (`Result<Json<T>, ErrorData>`,
-//!   `Result<CallToolResult, ErrorData>`), and `mcp::annotate`, which fills a router's MCP hints
-//!   from the classification.
+//!   `Result<CallToolResult, ErrorData>`), idem's outcomes as tool results the model reads, and
+//!   `mcp::annotate`, which fills a router's MCP hints from the classification.
 //!
 //! ## Further reading
 //!
@@ -245,7 +245,9 @@ pub use idem_macros::retry;
 /// `idem_tools()`, the block's classified tools in order. A framework's name for a tool is its
 /// name (rig's `<T as Tool>::NAME`, rmcp's `#[tool(name = "…")]` or the method's), in its key
 /// and record, and each rmcp `#[tool]` gets the MCP hints it leaves unset written into it. It
-/// stacks with `#[tool_router]` in either order.
+/// stacks with `#[tool_router]` in either order, and makes the router `#[tool_router]` generates
+/// answer idem's outcomes (in doubt, in flight elsewhere, …) as tool results the model reads
+/// (with the `rmcp` feature; see `idem::mcp::annotate`, which it calls).
 /// When some of the block's tools name a reconciler (`reconcile = "…"`), the type also gains
 /// `idem_sweep(&self) -> Sweep`, a [`Sweep`] of those tools asking through `self` (which it
 /// shares, so the type must be `Sync`), to run at start-up: `bank.idem_sweep().run()`.
@@ -322,6 +324,9 @@ pub mod __private {
         attempt_async, attempt_sync, pause, pause_blocking, retry_any, Retrying,
     };
     pub use idem_runtime::Backoff;
+    // rmcp's router under `#[idem::tools]`: idem's answers as tool results.
+    pub use idem_macros::wrap_tool_router;
+    pub use idem_runtime::for_macros::tool_router_answers;
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{

@@ -244,6 +244,17 @@ mod mcp {
             let n = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
             Ok(format!("noted {}, run {n}", req.entry_id))
         }
+
+        #[idem::idempotent(scope = "entry_id")]
+        #[tool(description = "Post an entry to a bank whose answer may be lost")]
+        async fn post_entry(
+            &self,
+            #[idem(flatten)] Parameters(req): Parameters<Entry>,
+        ) -> Result<CallToolResult, ErrorData> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            idem::may_have_landed();
+            Err(ErrorData::internal_error(format!("the bank timed out on {}", req.entry_id), None))
+        }
     }
 
     #[tool_handler(router = self.tool_router)]
@@ -274,7 +285,11 @@ mod mcp {
         own.open_world_hint = Some(false);
         assert_eq!(
             listed,
-            [("note_entry", Some(hints(false, true, true))), ("record_entry", Some(own))],
+            [
+                ("note_entry", Some(hints(false, true, true))),
+                ("post_entry", Some(hints(false, true, true))),
+                ("record_entry", Some(own))
+            ],
             "idem fills the hints a tool leaves unset, and keeps those it sets"
         );
 
@@ -290,6 +305,30 @@ mod mcp {
         assert_eq!(text(&noted), text(&noted_again));
         assert!(text(&noted).contains("noted e-7, run 2"), "{}", text(&noted));
         assert_eq!(ledger.runs.load(Ordering::SeqCst), 2, "each tool's body ran once");
+        client.cancel().await.unwrap();
+    }
+
+    /// No line wires the router: `#[idem::tools]` (here below `#[tool_router]`) makes the router
+    /// rmcp generates answer idem's errors as tool results, which a client shows the model.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_in_doubt_reaches_the_model_as_a_tool_result_with_no_wiring() {
+        store();
+        let ledger = Ledger::new();
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(ledger.clone().serve(tokio::io::split(server_io)));
+        let client = ().serve(tokio::io::split(client_io)).await.unwrap();
+        let _server = server.await.unwrap().unwrap();
+
+        let entry = object(json!({"entry_id": "e-doubt", "cents": 500}));
+        let call = || CallToolRequestParams::new("post_entry").with_arguments(entry.clone());
+        let lost = client.call_tool(call()).await;
+        assert!(lost.is_err(), "the body's own error stays a protocol error: {lost:?}");
+        let again = client.call_tool(call()).await.expect("idem's answer is a tool result");
+        assert_eq!(again.is_error, Some(true), "{again:?}");
+        let idem = &again.structured_content.as_ref().expect("structuredContent")["idem"];
+        assert_eq!(idem["error"], "in-doubt", "{again:?}");
+        assert!(text(&again).contains("Do not call `post_entry` again"), "{}", text(&again));
+        assert_eq!(ledger.runs.load(Ordering::SeqCst), 1, "the body ran once");
         client.cancel().await.unwrap();
     }
 

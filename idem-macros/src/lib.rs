@@ -16,7 +16,8 @@
 //! - `validate` (with `validate/`: `options`, `result`, `params`, `scope`, `key`, `reconcile`):
 //!   every check of `#[idempotent]`, `#[read]` and `#[write]`, producing a `checked::Tool`.
 //! - One file per macro: `expand` (`#[idempotent]`, `#[read]`, `#[write]`), `tools`
-//!   (`#[idem::tools]`), `retry` (`retry!`), `tool_info` (`tool_info!`).
+//!   (`#[idem::tools]`), `retry` (`retry!`), `tool_info` (`tool_info!`); `router` is the part of
+//!   `#[idem::tools]` that wraps rmcp's tool router (and its hidden `wrap_tool_router`).
 
 mod attr;
 mod checked;
@@ -24,6 +25,7 @@ mod companion;
 mod expand;
 mod lookup;
 mod retry;
+mod router;
 mod signature;
 mod spans;
 mod tool_info;
@@ -64,6 +66,14 @@ pub fn retry(input: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn tools(args: TokenStream, item: TokenStream) -> TokenStream {
     tools::expand(args.into(), item.into()).into()
+}
+
+/// Wraps the rmcp router function that `#[tool_router]` has added to a block under
+/// `#[idem::tools]`; written by `#[idem::tools]` after a `#[tool_router]` below it.
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn wrap_tool_router(args: TokenStream, item: TokenStream) -> TokenStream {
+    router::expand_wrap(args.into(), item.into()).into()
 }
 
 /// The classification of a tool, read from its companion; used through `idem::tool_info!`, which

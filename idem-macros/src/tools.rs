@@ -25,6 +25,7 @@ use syn::{
 
 use crate::attr::{Attr, Opt, Options};
 use crate::companion;
+use crate::router;
 use crate::signature::{self, Shape};
 use crate::validate;
 
@@ -65,6 +66,10 @@ pub(crate) fn expand(options: TokenStream, item: TokenStream) -> TokenStream {
         }
     };
 
+    match router::pending(&block) {
+        Some(at) => router::wrap_later(&mut block, at, &krate),
+        None => router::wrap(&mut block, &krate),
+    }
     let rig = rig_name(&block);
     let type_name = type_name(&block.self_ty);
     let mut collected = Collected::default();

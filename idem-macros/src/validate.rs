@@ -40,6 +40,7 @@ pub(crate) fn tool(
         errors.push(repeated);
     }
     options::one_classification(attr, item, &fn_name, errors);
+    options::rmcp_tool_needs_the_block(item, options.in_tools.is_some(), &fn_name, errors);
     if keyed {
         options::keyable_signature(sig, errors);
     } else {

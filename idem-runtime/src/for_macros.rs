@@ -396,3 +396,21 @@ where
     let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
     call.execute(codec, Some(reconcile), body).await
 }
+
+/// An rmcp tool router of a block under `#[idem::tools]`, as the block's router function returns
+/// it: its routes answer idem's errors as tool results the model reads, and carry the hints the
+/// `#[tool]`s left unset ([`crate::mcp::annotate`]).
+#[cfg(feature = "rmcp")]
+pub fn tool_router_answers<S: rmcp::service::MaybeSend + 'static>(
+    router: rmcp::handler::server::router::tool::ToolRouter<S>,
+    tools: &[crate::ToolInfo],
+) -> rmcp::handler::server::router::tool::ToolRouter<S> {
+    crate::mcp::annotate(router, tools)
+}
+
+/// Without idem's `rmcp` feature there is no rmcp router to change, and idem's errors reach an
+/// rmcp client as the tool's own errors (see the README's "With rmcp").
+#[cfg(not(feature = "rmcp"))]
+pub fn tool_router_answers<R>(router: R, _tools: &[crate::ToolInfo]) -> R {
+    router
+}

@@ -38,8 +38,9 @@ impl From<Error> for ErrorData {
 /// title and `openWorldHint`; routes idem does not classify are left as they are.
 ///
 /// A block under `#[idem::tools]` needs no call: the attribute writes the hints into each
-/// method's `#[tool(annotations(…))]` itself. This is for routes that no `#[tool]` describes
-/// (added by hand with `with_route`), with the classification of their tools:
+/// method's `#[tool(annotations(…))]` itself, and passes the router `#[tool_router]` generates
+/// through this function. This is for routers built by hand (routes added with `with_route`),
+/// with the classification of their tools:
 ///
 /// ```text
 /// let router = idem::mcp::annotate(router, &[idem::tool_info!(refund)]);

@@ -1,12 +1,13 @@
 //! The checks of the attribute itself and of its options' values: one classification per tool,
 //! options that only a keyed tool can use, a signature a key can guard, the tool's name, the
-//! facade's path, durations and the in-doubt policy.
+//! facade's path, durations and the in-doubt policy; an rmcp `#[tool]` outside `#[idem::tools]`.
 
 use std::time::Duration;
 
 use syn::{ItemFn, LitStr, Path};
 
 use crate::attr::{Attr, Opt, Options, ParamOptions};
+use crate::signature;
 
 /// A tool carries one of our attributes: any other on `item` besides the one expanding is an
 /// error.
@@ -27,6 +28,36 @@ pub(super) fn one_classification(
                 ),
             ));
         }
+    }
+}
+
+/// An rmcp `#[tool]` method (below ours, so not yet expanded) in a block without
+/// `#[idem::tools]`: it would be keyed by its Rust name rather than rmcp's, lack its MCP hints,
+/// and answer idem's outcomes as protocol errors the model never reads.
+pub(super) fn rmcp_tool_needs_the_block(
+    item: &ItemFn,
+    in_tools: bool,
+    fn_name: &str,
+    errors: &mut Vec<syn::Error>,
+) {
+    if in_tools || !signature::is_surely_in_impl(&item.sig) {
+        return;
+    }
+    let rmcp_tool = item
+        .attrs
+        .iter()
+        .find(|attr| attr.path().segments.last().is_some_and(|last| last.ident == "tool"));
+    if let Some(tool) = rmcp_tool {
+        errors.push(syn::Error::new_spanned(
+            tool,
+            format!(
+                "`{fn_name}` is an rmcp `#[tool]`, and its `impl` block has no `#[idem::tools]`: \
+                 put `#[idem::tools]` on the block, beside `#[tool_router]`. It names the tool \
+                 as rmcp does (in its key and record), writes idem's MCP hints into its \
+                 `#[tool]`, and makes the router answer idem's outcomes (in doubt, in flight) as \
+                 tool results the model reads"
+            ),
+        ));
     }
 }
 
