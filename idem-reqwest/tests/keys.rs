@@ -1,0 +1,172 @@
+//! Where the key goes (the default header, a header by name, the body), what happens to a keyed
+//! request with no call to take a key from, a retry middleware's chain under one key, and the
+//! reconciler's lookup by key.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{
+    call, charge_request, client, status, store, Charge, Fault, KeyAt, ToolError, Vendor,
+};
+use idem::{InDoubtPolicy, Reconciled, Status};
+use idem_reqwest::IdempotentRequest;
+use reqwest_middleware::ClientBuilder;
+use reqwest_retry::policies::ExponentialBackoff;
+use reqwest_retry::RetryTransientMiddleware;
+
+#[tokio::test]
+async fn a_retry_middleware_sends_every_attempt_under_the_one_key() {
+    // The vendor commits the first attempt and answers 500; the middleware retries, and the
+    // vendor, seeing the same key, answers with the charge it made.
+    let vendor = Vendor::stripe_like(&[Fault::FailAfterCommit]).await;
+    let retry = ExponentialBackoff::builder()
+        .retry_bounds(Duration::from_millis(1), Duration::from_millis(10))
+        .build_with_max_retries(3);
+    let http = ClientBuilder::new(client(Duration::from_secs(30)))
+        .with(RetryTransientMiddleware::new_with_policy(retry))
+        .build();
+    let (_dir, store) = store();
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-10", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    let charged = first
+        .run_async(|| async {
+            let request = http.post(&url).json(&charge_request("o-10", 4200)).idempotent();
+            Ok::<Charge, ToolError>(request.send_json().await?)
+        })
+        .await
+        .expect("the retry gets the first charge");
+    assert_eq!(charged.id, "ch_1");
+    assert_eq!(vendor.charges().len(), 1, "charged once");
+    let keys: Vec<_> = vendor.seen().into_iter().map(|seen| seen.key).collect();
+    assert_eq!(keys, [Some(key.to_string()), Some(key.to_string())], "two attempts, one key");
+    assert_eq!(status(&store, &key).await, Some(Status::Done));
+}
+
+#[tokio::test]
+async fn the_key_goes_in_the_header_the_vendor_names() {
+    let vendor = Vendor::start(KeyAt::Header("paypal-request-id"), &[]).await;
+    let (_dir, store) = store();
+    let http = client(Duration::from_secs(30));
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-11", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    first
+        .run_async(|| async {
+            let request = http.post(&url).json(&charge_request("o-11", 4200));
+            let sent = request.idempotent().key_header("PayPal-Request-Id").send_json().await;
+            Ok::<Charge, ToolError>(sent?)
+        })
+        .await
+        .expect("charged");
+    let seen = vendor.seen();
+    assert_eq!(seen[0].key.as_deref(), Some(key.as_str()));
+    assert_eq!(seen[0].idempotency_key_header, None, "only the header named");
+}
+
+#[tokio::test]
+async fn the_key_can_go_in_the_body_instead() {
+    let vendor = Vendor::start(KeyAt::Body, &[]).await;
+    let (_dir, store) = store();
+    let http = client(Duration::from_secs(30));
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-12", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    first
+        .run_async(|| async {
+            let mut body = charge_request("o-12", 4200);
+            body.idempotency_key = Some(idem::current_key().to_string());
+            let sent = http.post(&url).json(&body).idempotent().key_in_body().send_json().await;
+            Ok::<Charge, ToolError>(sent?)
+        })
+        .await
+        .expect("charged");
+    let seen = vendor.seen();
+    assert_eq!(seen[0].key.as_deref(), Some(key.as_str()));
+    assert_eq!(seen[0].idempotency_key_header, None, "no header");
+}
+
+#[tokio::test]
+async fn a_keyed_request_outside_a_call_is_not_sent() {
+    let vendor = Vendor::stripe_like(&[]).await;
+    let http = client(Duration::from_secs(30));
+    let sent = http
+        .post(vendor.charges_url())
+        .json(&charge_request("o-13", 4200))
+        .idempotent()
+        .send()
+        .await;
+    let Err(error) = sent else { panic!("sent without a key: {sent:?}") };
+    assert!(matches!(error, idem_reqwest::Error::OutsideCall { .. }), "{error}");
+    let message = error.to_string();
+    assert!(message.contains(&vendor.charges_url()), "names the request: {message}");
+    assert!(message.contains("#[idem::idempotent]"), "says what to do: {message}");
+    assert!(vendor.seen().is_empty(), "nothing reached the vendor");
+}
+
+/// A read: no key, so a keyed request from it is refused.
+#[idem::read]
+async fn get_charge(http: &reqwest::Client, url: &str) -> Result<Charge, ToolError> {
+    Ok(http.post(url).json(&charge_request("o-14", 4200)).idempotent().send_json().await?)
+}
+
+#[tokio::test]
+async fn a_read_tool_cannot_send_a_keyed_request() {
+    let vendor = Vendor::stripe_like(&[]).await;
+    let http = client(Duration::from_secs(30));
+    let read = get_charge(&http, &vendor.charges_url()).await;
+    assert!(
+        matches!(read, Err(ToolError::Http(idem_reqwest::Error::OutsideCall { .. }))),
+        "{read:?}"
+    );
+    assert!(vendor.seen().is_empty(), "nothing reached the vendor");
+}
+
+/// A reconciler written with the lookup helper.
+async fn find_charge(
+    http: &reqwest::Client,
+    base: &str,
+    key: &idem::Key,
+) -> Result<Reconciled<Charge>, ToolError> {
+    Ok(idem_reqwest::lookup(http.get(format!("{base}/v1/charges/by-key/{key}"))).await?)
+}
+
+#[tokio::test]
+async fn a_lookup_by_key_settles_what_the_vendor_knows() {
+    let vendor = Vendor::stripe_like(&[Fault::LoseAfterCommit]).await;
+    let (_dir, store) = store();
+    let http = client(Duration::from_millis(400));
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-15", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    let lost = first
+        .run_async(|| async {
+            let request = http.post(&url).json(&charge_request("o-15", 4200)).idempotent();
+            Ok::<Charge, ToolError>(request.send_json().await?)
+        })
+        .await;
+    assert!(lost.is_err());
+    vendor.committed(1).await;
+
+    let found = find_charge(&http, &vendor.url, &key).await.expect("the vendor answers");
+    assert_eq!(found, Reconciled::Landed(vendor.charges()[0].clone()));
+    let other = idem::Key::derive_canonical("charge_card", "o-16", "{}");
+    let missing = find_charge(&http, &vendor.url, &other).await.expect("the vendor answers");
+    assert_eq!(missing, Reconciled::NotLanded);
+}
+
+#[tokio::test]
+async fn a_lookup_that_fails_cannot_tell() {
+    let vendor = Vendor::stripe_like(&[Fault::FailAfterCommit]).await;
+    let http = client(Duration::from_secs(30));
+    let key = idem::Key::derive_canonical("charge_card", "o-17", "{}");
+    let failed = find_charge(&http, &vendor.url, &key).await;
+    let Err(ToolError::Http(error)) = failed else { panic!("500: {failed:?}") };
+    assert!(matches!(error, idem_reqwest::Error::CannotTell(_)), "{error}");
+    assert!(error.to_string().contains("cannot tell"), "{error}");
+}
