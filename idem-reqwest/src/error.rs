@@ -68,6 +68,15 @@ impl Error {
     pub fn status(&self) -> Option<StatusCode> {
         self.failure().and_then(|failure| failure.status)
     }
+
+    /// Whether the request gave up waiting: one of reqwest's timeouts (`timeout`,
+    /// `read_timeout`, `connect_timeout`) struck, or the vendor answered 408.
+    pub fn is_timeout(&self) -> bool {
+        let Some(failure) = self.failure() else { return false };
+        let timed_out = failure.cause().and_then(|cause| cause.downcast_ref::<reqwest::Error>());
+        failure.status == Some(StatusCode::REQUEST_TIMEOUT)
+            || timed_out.is_some_and(reqwest::Error::is_timeout)
+    }
 }
 
 /// A request that went wrong: which, under which key, and what came back.
