@@ -170,3 +170,51 @@ async fn a_lookup_that_fails_cannot_tell() {
     assert!(matches!(error, idem_reqwest::Error::CannotTell(_)), "{error}");
     assert!(error.to_string().contains("cannot tell"), "{error}");
 }
+
+/// The store of the attribute test below.
+fn tool_store() -> std::sync::Arc<dyn idem::Store> {
+    static STORE: std::sync::OnceLock<(tempfile::TempDir, std::sync::Arc<dyn idem::Store>)> =
+        std::sync::OnceLock::new();
+    STORE.get_or_init(store).1.clone()
+}
+
+/// The README's tool: no header and no `may_have_landed()` written by hand.
+#[idem::idempotent(scope = "order", in_doubt = "rerun", store = tool_store)]
+async fn charge_card(
+    #[idem(skip)] http: &reqwest::Client,
+    #[idem(skip)] url: &str,
+    amount: u64,
+    order: &str,
+) -> Result<Charge, ToolError> {
+    Ok(http.post(url).json(&charge_request(order, amount)).idempotent().send_json().await?)
+}
+
+#[tokio::test]
+async fn an_idempotent_tool_needs_no_hand_written_header_or_may_have_landed() {
+    let vendor = Vendor::stripe_like(&[Fault::LoseAfterCommit]).await;
+    let http = client(Duration::from_millis(400));
+    let url = vendor.charges_url();
+
+    let lost = charge_card(&http, &url, 4200, "o-18").await;
+    assert!(
+        matches!(lost, Err(ToolError::Http(idem_reqwest::Error::MayHaveLanded(_)))),
+        "{lost:?}"
+    );
+    vendor.committed(1).await;
+    let charged = charge_card(&http, &url, 4200, "o-18").await.expect("the rerun gets the charge");
+    assert_eq!(charged, vendor.charges()[0]);
+    assert_eq!(vendor.charges().len(), 1, "charged once");
+    let keys: Vec<_> = vendor.seen().into_iter().map(|seen| seen.key).collect();
+    assert!(keys[0].is_some() && keys[0] == keys[1], "one key: {keys:?}");
+}
+
+#[test]
+fn a_keyed_request_can_be_awaited_in_a_send_future() {
+    fn send<T: Send>(_: &T) {}
+    let http = reqwest::Client::new();
+    let keyed = http.post("http://127.0.0.1:9/").idempotent();
+    let sending = keyed.send_json::<Charge>();
+    send(&sending);
+    let lookup = idem_reqwest::lookup::<Charge>(http.get("http://127.0.0.1:9/"));
+    send(&lookup);
+}
