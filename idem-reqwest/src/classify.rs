@@ -92,6 +92,36 @@ impl<'a> Outcome<'a> {
     }
 }
 
+/// What is known of the attempts behind one outcome.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "middleware"), allow(dead_code))] // Only a middleware makes the others.
+pub(crate) enum AttemptsKnown {
+    /// The outcome is that of the only attempt (reqwest's own client).
+    One,
+    /// A middleware ran them, and the `Attempts` middleware recorded each one's landing, in order.
+    Recorded(Vec<Landing>),
+    /// A middleware ran them, unseen: one may have been retried after it had landed.
+    Unseen,
+}
+
+/// The landing of a request that came to `last` after `attempts`: if any attempt may have landed,
+/// the request may have, whatever the last one came to (a retry refused at the door, 429, after
+/// a first attempt timed out does not undo the first).
+pub(crate) fn over_attempts(last: Landing, attempts: &AttemptsKnown) -> Landing {
+    let earlier_may_have = match attempts {
+        AttemptsKnown::One => false,
+        AttemptsKnown::Recorded(landings) => {
+            landings.iter().any(|landing| *landing != Landing::NotLanded)
+        }
+        AttemptsKnown::Unseen => true,
+    };
+    if last == Landing::NotLanded && earlier_may_have {
+        Landing::MayHaveLanded
+    } else {
+        last
+    }
+}
+
 /// The default for an answer.
 fn status_landing(status: StatusCode) -> Landing {
     match status.as_u16() {
@@ -146,6 +176,18 @@ mod tests {
             assert_eq!(landing(code), Landing::MayHaveLanded, "{code}");
         }
         assert_eq!(landing(422), Landing::OtherIntent);
+    }
+
+    #[test]
+    fn an_attempt_that_may_have_landed_is_not_undone_by_a_later_refusal() {
+        use Landing::*;
+        let recorded = |landings: &[Landing]| AttemptsKnown::Recorded(landings.to_vec());
+        assert_eq!(over_attempts(NotLanded, &AttemptsKnown::One), NotLanded);
+        assert_eq!(over_attempts(NotLanded, &recorded(&[NotLanded, NotLanded])), NotLanded);
+        assert_eq!(over_attempts(NotLanded, &recorded(&[MayHaveLanded, NotLanded])), MayHaveLanded);
+        assert_eq!(over_attempts(NotLanded, &AttemptsKnown::Unseen), MayHaveLanded);
+        assert_eq!(over_attempts(Answered, &recorded(&[MayHaveLanded, Answered])), Answered);
+        assert_eq!(over_attempts(OtherIntent, &AttemptsKnown::Unseen), OtherIntent);
     }
 
     #[test]

@@ -22,8 +22,8 @@ pub enum Error {
     /// A keyed request was sent outside the body of an idempotent call (from a `#[read]` tool,
     /// a `#[write]` one, or no tool): there is no key to carry, so it was not sent.
     OutsideCall {
-        /// The request's method.
-        method: Method,
+        /// The request's method (none when the request could not be built).
+        method: Option<Method>,
         /// The request's URL.
         url: String,
     },
@@ -83,7 +83,7 @@ impl Error {
 #[derive(Debug)]
 pub struct Failure {
     pub(crate) key: Option<Key>,
-    pub(crate) method: Method,
+    pub(crate) method: Option<Method>,
     pub(crate) url: String,
     pub(crate) status: Option<StatusCode>,
     pub(crate) body: String,
@@ -96,9 +96,9 @@ impl Failure {
         self.key.as_ref()
     }
 
-    /// The request's method.
-    pub fn method(&self) -> &Method {
-        &self.method
+    /// The request's method (none when the request could not be built).
+    pub fn method(&self) -> Option<&Method> {
+        self.method.as_ref()
     }
 
     /// The request's URL.
@@ -148,7 +148,10 @@ impl Failure {
     }
 
     fn request(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.method, self.url)?;
+        match &self.method {
+            Some(method) => write!(f, "{method} {}", self.url)?,
+            None => write!(f, "the request to {}", self.url)?,
+        }
         if let Some(key) = &self.key {
             write!(f, " (idempotency key {key})")?;
         }
@@ -161,10 +164,11 @@ impl fmt::Display for Error {
         match self {
             Error::OutsideCall { method, url } => write!(
                 f,
-                "{method} {url} was not sent: a keyed request (`.idempotent()`) must be sent from \
+                "{}{url} was not sent: a keyed request (`.idempotent()`) must be sent from \
                  the body of an idempotent call (#[idem::idempotent] or idem::Call), which gives \
                  it its key; a #[read] or #[write] tool has no key, so send its requests without \
-                 `.idempotent()`"
+                 `.idempotent()`",
+                method.as_ref().map(|method| format!("{method} ")).unwrap_or_default()
             ),
             Error::NotLanded(failure) => {
                 failure.request(f)?;

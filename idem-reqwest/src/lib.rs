@@ -56,13 +56,18 @@
 //!
 //! - `middleware`: `.idempotent()` on `reqwest_middleware::RequestBuilder`. The header is set
 //!   once, before the middleware runs, so that a retry middleware's every attempt carries the
-//!   same key.
+//!   same key; add its middleware `Attempts` innermost, so that a refusal at the last attempt releases the key
+//!   only when no attempt before it may have landed.
 
+#[cfg(feature = "middleware")]
+mod attempts;
 mod classify;
 mod error;
 mod lookup;
 mod request;
 
+#[cfg(feature = "middleware")]
+pub use attempts::Attempts;
 pub use classify::{Landing, Outcome};
 pub use error::{Error, Failure};
 pub use lookup::lookup;

@@ -41,7 +41,7 @@ pub async fn lookup<T: DeserializeOwned>(
     let (client, request) = request.split();
     let mut failure = Failure {
         key: None,
-        method: reqwest::Method::GET,
+        method: None,
         url: String::new(),
         status: None,
         body: String::new(),
@@ -55,9 +55,9 @@ pub async fn lookup<T: DeserializeOwned>(
             return Err(Error::CannotTell(failure));
         }
     };
-    failure.method = request.method().clone();
+    failure.method = Some(request.method().clone());
     failure.url = request.url().to_string();
-    let response = match client.execute(request).await {
+    let response = match client.execute(request, None).await.0 {
         Ok(response) => response,
         Err(error) => {
             failure.source = Some(error);

@@ -2,13 +2,14 @@
 //! and reported to the call.
 
 use std::fmt;
+use std::sync::Arc;
 
 use idem_runtime::Key;
 use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Request, Response};
 use serde::de::DeserializeOwned;
 
-use crate::classify::{Landing, Outcome};
+use crate::classify::{over_attempts, AttemptsKnown, Landing, Outcome};
 use crate::error::{BoxError, Error, Failure};
 
 /// The header a keyed request carries its key in unless told otherwise: the IETF draft's name,
@@ -19,7 +20,12 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 const BODY_READ: usize = 8 * 1024;
 
 /// A per-request override of the classification: `None` keeps the default.
-type Classifier = Box<dyn Fn(&Outcome<'_>) -> Option<Landing> + Send + Sync>;
+pub(crate) type Classifier = Arc<dyn Fn(&Outcome<'_>) -> Option<Landing> + Send + Sync>;
+
+/// `outcome`'s landing: the override's, else the default.
+pub(crate) fn classified(classify: Option<&Classifier>, outcome: &Outcome<'_>) -> Landing {
+    classify.and_then(|classify| classify(outcome)).unwrap_or_else(|| outcome.default_landing())
+}
 
 /// Makes a reqwest request builder a keyed request: `.idempotent()`. Implemented for
 /// `reqwest::RequestBuilder` and, with the `middleware` feature, for `reqwest_middleware`'s.
@@ -81,18 +87,35 @@ pub enum Sender {
 
 impl Sender {
     /// Sends `request` through the whole client: a middleware's retries all carry the header set
-    /// once before.
-    pub(crate) async fn execute(self, request: Request) -> Result<Response, BoxError> {
+    /// once before. Also says what is known of the attempts made (see the `Attempts` middleware).
+    pub(crate) async fn execute(
+        self,
+        request: Request,
+        classify: Option<&Classifier>,
+    ) -> (Result<Response, BoxError>, AttemptsKnown) {
         match self {
-            Sender::Plain(client) => client.execute(request).await.map_err(BoxError::from),
+            Sender::Plain(client) => {
+                // The one attempt's outcome is classified by the caller.
+                let _ = classify;
+                (client.execute(request).await.map_err(BoxError::from), AttemptsKnown::One)
+            }
             #[cfg(feature = "middleware")]
             Sender::Middleware(client, mut extensions) => {
-                match client.execute_with_extensions(request, &mut extensions).await {
+                let log = crate::attempts::AttemptLog::new(classify.cloned());
+                extensions.insert(log.clone());
+                let result = match client.execute_with_extensions(request, &mut extensions).await {
                     Ok(response) => Ok(response),
                     // Unwrapped, so that the classification sees reqwest's error itself.
                     Err(reqwest_middleware::Error::Reqwest(error)) => Err(error.into()),
                     Err(error) => Err(error.into()),
-                }
+                };
+                let landings = log.landings();
+                let attempts = if landings.is_empty() {
+                    AttemptsKnown::Unseen
+                } else {
+                    AttemptsKnown::Recorded(landings)
+                };
+                (result, attempts)
             }
         }
     }
@@ -171,7 +194,7 @@ impl Keyed {
         mut self,
         classify: impl Fn(&Outcome<'_>) -> Option<Landing> + Send + Sync + 'static,
     ) -> Keyed {
-        self.classify = Some(Box::new(classify));
+        self.classify = Some(Arc::new(classify));
         self
     }
 
@@ -216,10 +239,8 @@ impl Keyed {
         let Keyed { key, client, request, header, classify } = self;
         let Some(key) = key else {
             let (method, url) = match &request {
-                Ok(request) => (request.method().clone(), request.url().to_string()),
-                Err(error) => {
-                    (Method::POST, error.url().map(ToString::to_string).unwrap_or_default())
-                }
+                Ok(request) => (Some(request.method().clone()), request.url().to_string()),
+                Err(error) => (None, error.url().map(ToString::to_string).unwrap_or_default()),
             };
             return Err(Error::OutsideCall { method, url });
         };
@@ -227,34 +248,36 @@ impl Keyed {
             Ok(request) => request,
             Err(error) => {
                 let url = error.url().map(ToString::to_string).unwrap_or_default();
-                let failure = failure(Some(key), Method::POST, url, Some(error.into()));
+                let failure = failure(Some(key), None, url, Some(error.into()));
                 return Err(Error::NotLanded(failure));
             }
         };
-        let mut failure =
-            failure(Some(key.clone()), request.method().clone(), request.url().to_string(), None);
+        let method = Some(request.method().clone());
+        let mut failure = failure(Some(key.clone()), method, request.url().to_string(), None);
         if let Some(name) = header {
-            match HeaderName::from_bytes(name.as_bytes()) {
-                // A key is 32 hex digits, always a valid header value.
-                Ok(name) => {
-                    let value = HeaderValue::from_str(key.as_str()).expect("a key is hex digits");
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|error| format!("{name:?} is not a header name: {error}"))
+                .and_then(|name| {
+                    // A derived key is 32 hex digits, always a valid value; checked all the same.
+                    let value = HeaderValue::from_str(key.as_str())
+                        .map_err(|error| format!("key {key} is not a header value: {error}"))?;
+                    Ok((name, value))
+                });
+            match header {
+                Ok((name, value)) => {
                     request.headers_mut().insert(name, value);
                 }
-                Err(error) => {
-                    failure.source = Some(format!("{name:?} is not a header name: {error}").into());
+                Err(reason) => {
+                    failure.source = Some(reason.into());
                     return Err(Error::NotLanded(failure));
                 }
             }
         }
-        let classify = |outcome: &Outcome<'_>| {
-            classify
-                .as_ref()
-                .and_then(|classify| classify(outcome))
-                .unwrap_or_else(|| outcome.default_landing())
-        };
-        match client.execute(request).await {
+        let (result, attempts) = client.execute(request, classify.as_ref()).await;
+        match result {
             Ok(response) => {
-                let landing = classify(&Outcome::status_code(response.status()));
+                let last = classified(classify.as_ref(), &Outcome::status_code(response.status()));
+                let landing = over_attempts(last, &attempts);
                 if landing == Landing::Answered {
                     return Ok((response, failure));
                 }
@@ -263,15 +286,27 @@ impl Keyed {
                 Err(settle(landing, failure))
             }
             Err(error) => {
-                let landing = classify(&Outcome::failed(error.as_ref()));
+                // The last attempt's own error, as recorded before a middleware wrapped it.
+                let last = match &attempts {
+                    AttemptsKnown::Recorded(landings) => landings.last().copied(),
+                    AttemptsKnown::One | AttemptsKnown::Unseen => None,
+                };
+                let last = last.unwrap_or_else(|| {
+                    classified(classify.as_ref(), &Outcome::failed(error.as_ref()))
+                });
                 failure.source = Some(error);
-                Err(settle(landing, failure))
+                Err(settle(over_attempts(last, &attempts), failure))
             }
         }
     }
 }
 
-fn failure(key: Option<Key>, method: Method, url: String, source: Option<BoxError>) -> Failure {
+fn failure(
+    key: Option<Key>,
+    method: Option<Method>,
+    url: String,
+    source: Option<BoxError>,
+) -> Failure {
     Failure { key, method, url, status: None, body: String::new(), source }
 }
 

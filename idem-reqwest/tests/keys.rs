@@ -25,6 +25,7 @@ async fn a_retry_middleware_sends_every_attempt_under_the_one_key() {
         .build_with_max_retries(3);
     let http = ClientBuilder::new(client(Duration::from_secs(30)))
         .with(RetryTransientMiddleware::new_with_policy(retry))
+        .with(idem_reqwest::Attempts)
         .build();
     let (_dir, store) = store();
     let url = vendor.charges_url();
@@ -43,6 +44,91 @@ async fn a_retry_middleware_sends_every_attempt_under_the_one_key() {
     let keys: Vec<_> = vendor.seen().into_iter().map(|seen| seen.key).collect();
     assert_eq!(keys, [Some(key.to_string()), Some(key.to_string())], "two attempts, one key");
     assert_eq!(status(&store, &key).await, Some(Status::Done));
+}
+
+/// A client that retries transient failures once, under the one key, and records each attempt.
+fn retrying(timeout: Duration) -> reqwest_middleware::ClientWithMiddleware {
+    let retry = ExponentialBackoff::builder()
+        .retry_bounds(Duration::from_millis(1), Duration::from_millis(10))
+        .build_with_max_retries(1);
+    ClientBuilder::new(client(timeout))
+        .with(RetryTransientMiddleware::new_with_policy(retry))
+        .with(idem_reqwest::Attempts)
+        .build()
+}
+
+#[tokio::test]
+async fn a_retry_refused_at_the_door_does_not_undo_an_attempt_that_may_have_landed() {
+    // The first attempt's response is lost after the commit (a timeout); the retry gets a 429,
+    // which alone would release the key.
+    let vendor = Vendor::stripe_like(&[Fault::LoseAfterCommit, Fault::RateLimit]).await;
+    let http = retrying(Duration::from_millis(400));
+    let (_dir, store) = store();
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-19", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    let failed = first
+        .run_async(|| async {
+            let request = http.post(&url).json(&charge_request("o-19", 4200)).idempotent();
+            Ok::<Charge, ToolError>(request.send_json().await?)
+        })
+        .await;
+    let Err(ToolError::Http(error)) = failed else { panic!("429: {failed:?}") };
+    assert_eq!(error.status(), Some(reqwest::StatusCode::TOO_MANY_REQUESTS), "{error}");
+    assert!(matches!(error, idem_reqwest::Error::MayHaveLanded(_)), "{error}");
+    assert_eq!(status(&store, &key).await, Some(Status::InDoubt), "not released");
+    assert_eq!(vendor.seen().len(), 2, "one retry");
+    vendor.committed(1).await;
+    assert_eq!(vendor.charges().len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_chain_that_never_connected_releases_the_key() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}/v1/charges", closed.local_addr().unwrap());
+    drop(closed);
+    let http = retrying(Duration::from_secs(30));
+    let (_dir, store) = store();
+
+    let first = call(&store, "o-20", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    let refused = first
+        .run_async(|| async {
+            let request = http.post(&nowhere).json(&charge_request("o-20", 4200)).idempotent();
+            Ok::<Charge, ToolError>(request.send_json().await?)
+        })
+        .await;
+    let Err(ToolError::Http(error)) = refused else { panic!("refused: {refused:?}") };
+    assert!(matches!(error, idem_reqwest::Error::NotLanded(_)), "{error}");
+    assert!(error.to_string().contains("after 1 retries"), "the middleware's word: {error}");
+    assert_eq!(status(&store, &key).await, None, "released: no attempt connected");
+}
+
+#[tokio::test]
+async fn without_attempts_a_middlewares_refusal_leaves_the_key_in_doubt() {
+    // No `Attempts` below the retry: whether an earlier attempt landed is unknown.
+    let vendor = Vendor::stripe_like(&[Fault::Refuse]).await;
+    let http = ClientBuilder::new(client(Duration::from_secs(30)))
+        .with(RetryTransientMiddleware::new_with_policy(
+            ExponentialBackoff::builder().build_with_max_retries(1),
+        ))
+        .build();
+    let (_dir, store) = store();
+    let url = vendor.charges_url();
+
+    let first = call(&store, "o-21", 4200, InDoubtPolicy::Fail);
+    let key = first.key().clone();
+    let refused = first
+        .run_async(|| async {
+            let request = http.post(&url).json(&charge_request("o-21", 4200)).idempotent();
+            Ok::<Charge, ToolError>(request.send_json().await?)
+        })
+        .await;
+    let Err(ToolError::Http(error)) = refused else { panic!("400: {refused:?}") };
+    assert_eq!(error.status(), Some(reqwest::StatusCode::BAD_REQUEST));
+    assert!(matches!(error, idem_reqwest::Error::MayHaveLanded(_)), "{error}");
+    assert_eq!(status(&store, &key).await, Some(Status::InDoubt));
 }
 
 #[tokio::test]

@@ -42,6 +42,8 @@ pub enum Fault {
     Refuse,
     /// Answers 503 before acting (a vendor in maintenance that says so).
     Unavailable,
+    /// Answers 429 before even looking at the key (a rate limit at the door).
+    RateLimit,
     /// Holds the request, read in full, before committing, until [`Vendor::release`].
     HoldBeforeCommit,
     /// Commits, then answers 500.
@@ -195,6 +197,11 @@ async fn charge(
         let mut ledger = vendor.ledger.lock().unwrap();
         let idempotency_key_header = header(&headers, "idempotency-key");
         ledger.seen.push(Seen { key: key.clone(), idempotency_key_header });
+        if ledger.faults.front() == Some(&Fault::RateLimit) {
+            ledger.faults.pop_front();
+            let body = serde_json::json!({"error": "slow down"});
+            return Some(json(StatusCode::TOO_MANY_REQUESTS, &body));
+        }
         if let Some(entry) = key.as_ref().and_then(|key| ledger.keys.get(key)) {
             return Some(match entry {
                 Entry::Running(first) | Entry::Done(first, _) if *first != payload => json(
