@@ -56,8 +56,8 @@
 //!
 //! - `middleware`: `.idempotent()` on `reqwest_middleware::RequestBuilder`. The header is set
 //!   once, before the middleware runs, so that a retry middleware's every attempt carries the
-//!   same key; add its middleware `Attempts` innermost, so that a refusal at the last attempt releases the key
-//!   only when no attempt before it may have landed.
+//!   same key. This crate's `Attempts` middleware, added innermost, sees each attempt, so that a
+//!   refusal at the last one releases the key only when no attempt before it may have landed.
 
 #[cfg(feature = "middleware")]
 mod attempts;
