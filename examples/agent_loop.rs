@@ -26,12 +26,14 @@
 //!    retry runs the body again: three charges, as with no protection. idem's own record cannot
 //!    know what a vendor did while the response was lost.
 //!
-//!    2c. As 2b, but on its timeout the tool calls `idem::may_have_landed()` before returning
-//!    `Err`: the key is left in doubt, not released, and nothing runs twice. One charge, in doubt.
-//! 3. **`#[idempotent]` with `idem::current_key()` sent as the `Idempotency-Key` header** (and
-//!    `in_doubt = "rerun"`): a rerun carries the same key, and the vendor answers with the charge
-//!    it already made. One charge, and the agent gets it. The key comes from the intent (tool,
-//!    arguments, order), so the model's new tool-call id does not change it.
+//!    2c. As 2b, but the tool sends its request through `idem-reqwest` (`.idempotent()`), which
+//!    classifies the timeout as "may have landed" and calls `idem::may_have_landed()` for it: the
+//!    key is left in doubt, not released, and nothing runs twice. One charge, in doubt.
+//! 3. **`#[idempotent]` with the key sent to the vendor** (`idem-reqwest` puts
+//!    `idem::current_key()` in the `Idempotency-Key` header) and `in_doubt = "rerun"`: a rerun
+//!    carries the same key, and the vendor answers with the charge it already made. One charge,
+//!    and the agent gets it. The key comes from the intent (tool, arguments, order), so the
+//!    model's new tool-call id does not change it.
 //!
 //! The program exits with status 1 if any outcome differs from the above; `tests/examples.rs`
 //! runs it. Its stores live in a temporary directory that is removed at the end.
@@ -47,6 +49,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
+use idem_reqwest::IdempotentRequest;
 use serde::{Deserialize, Serialize};
 
 /// How long the orchestration lets one tool call run.
@@ -188,6 +191,8 @@ enum PayError {
     Timeout,
     /// The service refused the request, or the connection failed.
     Vendor(String),
+    /// A keyed request failed; idem already knows whether it may have landed.
+    Http(idem_reqwest::Error),
     /// idem could not run the call (in doubt, store failure…).
     Idem(idem::Error),
 }
@@ -198,11 +203,29 @@ impl From<idem::Error> for PayError {
     }
 }
 
+impl From<idem_reqwest::Error> for PayError {
+    fn from(error: idem_reqwest::Error) -> Self {
+        PayError::Http(error)
+    }
+}
+
+impl PayError {
+    /// Whether the tool gave up waiting: the orchestration retries those.
+    fn timed_out(&self) -> bool {
+        match self {
+            PayError::Timeout => true,
+            PayError::Http(error) => error.is_timeout(),
+            PayError::Vendor(_) | PayError::Idem(_) => false,
+        }
+    }
+}
+
 impl fmt::Display for PayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PayError::Timeout => f.write_str("charge_card timed out"),
             PayError::Vendor(message) => write!(f, "the payments service failed: {message}"),
+            PayError::Http(error) => write!(f, "{error}"),
             PayError::Idem(error) => write!(f, "{error}"),
         }
     }
@@ -224,11 +247,9 @@ impl Payments {
         Payments { http: builder.build().expect("an HTTP client without TLS builds"), base }
     }
 
-    async fn charge(&self, request: &ChargeRequest, key: Option<&str>) -> Result<Charge, PayError> {
-        let mut post = self.http.post(format!("{}/v1/charges", self.base)).json(request);
-        if let Some(key) = key {
-            post = post.header("Idempotency-Key", key);
-        }
+    /// Rows 1 to 2b: the request as written by hand, with no key.
+    async fn charge(&self, request: &ChargeRequest) -> Result<Charge, PayError> {
+        let post = self.http.post(format!("{}/v1/charges", self.base)).json(request);
         let failed = |e: reqwest::Error| {
             if e.is_timeout() {
                 PayError::Timeout
@@ -246,6 +267,14 @@ impl Payments {
         }
         response.json().await.map_err(failed)
     }
+
+    /// Rows 2c and 3: the request keyed by `idem-reqwest`, from the body of an idempotent call.
+    /// The call's key goes out as `Idempotency-Key`; a timeout or a lost answer leaves the key
+    /// in doubt, a refusal releases it.
+    async fn charge_keyed(&self, request: &ChargeRequest) -> Result<Charge, PayError> {
+        let post = self.http.post(format!("{}/v1/charges", self.base)).json(request);
+        Ok(post.idempotent().send_json().await?)
+    }
 }
 
 /// Row 1: no protection.
@@ -256,7 +285,7 @@ async fn charge_card_unprotected(
     order: &str,
 ) -> Result<Charge, PayError> {
     let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
-    payments.charge(&request, None).await
+    payments.charge(&request).await
 }
 
 /// Rows 2 and 2b: keyed by idem, the key kept in the local store. The client is not part of the
@@ -269,10 +298,11 @@ async fn charge_card_local_key(
     order: &str,
 ) -> Result<Charge, PayError> {
     let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
-    payments.charge(&request, None).await
+    payments.charge(&request).await
 }
 
-/// Row 2c: as 2b, but a timeout is reported as what it is: the charge may have landed.
+/// Row 2c: as 2b, but through `idem-reqwest`, which reports the timeout as what it is: the
+/// charge may have landed, so the key is kept in doubt, not released.
 #[idem::idempotent(scope = "order", tool = "charge_card")]
 async fn charge_card_says_in_doubt(
     #[idem(skip)] payments: &Payments,
@@ -281,12 +311,7 @@ async fn charge_card_says_in_doubt(
     order: &str,
 ) -> Result<Charge, PayError> {
     let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
-    let charged = payments.charge(&request, None).await;
-    if matches!(charged, Err(PayError::Timeout)) {
-        // The request went out and no answer came: keep the key in doubt, do not release it.
-        idem::may_have_landed();
-    }
-    charged
+    payments.charge_keyed(&request).await
 }
 
 /// Row 3: the same key, also sent to the vendor, which deduplicates it; so a call found in doubt
@@ -299,7 +324,7 @@ async fn charge_card(
     order: &str,
 ) -> Result<Charge, PayError> {
     let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
-    payments.charge(&request, Some(idem::current_key().as_str())).await
+    payments.charge_keyed(&request).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -321,10 +346,8 @@ impl Protection {
             Protection::None => "1  none",
             Protection::LocalKey => "2  #[idempotent], key kept local",
             Protection::LocalKeyToolTimeout => "2b as 2, but the tool's own timeout returns Err",
-            Protection::LocalKeyToolTimeoutInDoubt => {
-                "2c as 2b, and the tool calls may_have_landed()"
-            }
-            Protection::VendorKey => "3  #[idempotent], current_key() sent to the vendor",
+            Protection::LocalKeyToolTimeoutInDoubt => "2c as 2b, sent through idem-reqwest",
+            Protection::VendorKey => "3  #[idempotent], idem-reqwest sends the key",
         }
     }
 }
@@ -417,7 +440,7 @@ async fn run_agent(protection: Protection) -> Result<Outcome, Box<dyn std::error
                         Ok(charge) => println!("  attempt {attempts}: {}", charge.id),
                         Err(error) => println!("  attempt {attempts}: {}", short(error)),
                     }
-                    if !matches!(result, Err(PayError::Timeout)) {
+                    if !result.as_ref().is_err_and(PayError::timed_out) {
                         break;
                     }
                 }
@@ -443,6 +466,9 @@ async fn run_agent(protection: Protection) -> Result<Outcome, Box<dyn std::error
 fn short(error: &PayError) -> String {
     match error {
         PayError::Idem(idem::Error::InDoubt { key, .. }) => format!("key {key} is in doubt"),
+        PayError::Http(error) if error.is_timeout() => {
+            "timed out; idem-reqwest left the key in doubt".to_owned()
+        }
         other => other.to_string(),
     }
 }
@@ -509,8 +535,8 @@ async fn demo(dir: &std::path::Path) -> Result<Vec<String>, Box<dyn std::error::
         "\nWhy 2b charges three times: the tool turned its timeout into Err, and an Err tells idem \
          that nothing landed,\nso the key is released and each retry runs the body again. Only the \
          vendor knows whether a lost response\ncharged the card: sending it idem's key (row 3) is \
-         what closes that gap, and row 2c keeps the key in doubt by saying so with\n\
-         idem::may_have_landed(). Row 2 charged once because the deadline dropped the call \
+         what closes that gap, and row 2c keeps the key in doubt: idem-reqwest calls\n\
+         idem::may_have_landed() on the timeout. Row 2 charged once because the deadline dropped the call \
          mid-body,\nwhich idem records as in doubt; an operator settles it with `idem resolve`."
     );
     Ok(failures)

@@ -9,8 +9,9 @@
 //! `Idempotency-Key` it came with and looks a charge up by that key
 //! (`GET /v1/charges/by-key/{key}`), and plays the agent by starting copies of itself (the
 //! `IDEM_EXAMPLE_ROLE` variable says which part a copy plays), all sharing one sled store in a
-//! temporary directory. The tool, `charge_card`, sends the vendor `idem::current_key()` and names
-//! `find_charge` as its reconciler.
+//! temporary directory. The tool, `charge_card`, sends the vendor its key through `idem-reqwest`
+//! (`.idempotent()` puts `idem::current_key()` in the `Idempotency-Key` header) and names
+//! `find_charge`, written with `idem_reqwest::lookup`, as its reconciler.
 //!
 //! 1. **agent** (a child) charges order o-17 and is killed with SIGKILL once the vendor has
 //!    answered, before idem records the result: the charge landed, idem never heard back.
@@ -38,6 +39,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use idem::{Key, Reconciled, SledStore};
+use idem_reqwest::IdempotentRequest;
 use serde::{Deserialize, Serialize};
 
 const ROLE: &str = "IDEM_EXAMPLE_ROLE";
@@ -132,8 +134,15 @@ async fn start_vendor() -> std::io::Result<(Vendor, String)> {
 
 #[derive(Debug)]
 enum PayError {
-    Vendor(String),
+    /// The vendor's answer, or its absence, classified by idem-reqwest.
+    Http(idem_reqwest::Error),
     Idem(idem::Error),
+}
+
+impl From<idem_reqwest::Error> for PayError {
+    fn from(error: idem_reqwest::Error) -> Self {
+        PayError::Http(error)
+    }
 }
 
 impl From<idem::Error> for PayError {
@@ -145,7 +154,7 @@ impl From<idem::Error> for PayError {
 impl fmt::Display for PayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PayError::Vendor(message) => write!(f, "the payments service failed: {message}"),
+            PayError::Http(error) => write!(f, "{error}"),
             PayError::Idem(error) => write!(f, "{error}"),
         }
     }
@@ -165,21 +174,18 @@ fn say(line: impl fmt::Display) {
 /// The tool: charges under the call's key, so that the vendor can be asked about it later.
 #[idem::idempotent(scope = "order", reconcile = "find_charge")]
 async fn charge_card(amount: u64, customer: &str, order: &str) -> Result<Charge, PayError> {
-    let key = idem::current_key();
     if std::env::var(ROLE).as_deref() == Ok("crash-early") {
         say("about to charge");
         // The parent kills this process here, before the request is sent.
         tokio::time::sleep(Duration::from_secs(60)).await;
     }
     let request = ChargeRequest { amount, customer: customer.into(), order: order.into() };
-    let response = HTTP
+    let charge: Charge = HTTP
         .post(format!("{}/v1/charges", vendor_url()))
-        .header("Idempotency-Key", key.as_str())
         .json(&request)
-        .send()
-        .await
-        .map_err(|e| PayError::Vendor(e.to_string()))?;
-    let charge: Charge = response.json().await.map_err(|e| PayError::Vendor(e.to_string()))?;
+        .idempotent()
+        .send_json()
+        .await?;
     say(format_args!("effect landed: {}", charge.id));
     if std::env::var(ROLE).as_deref() == Ok("crash") {
         // The parent kills this process here, after the charge and before idem records it.
@@ -189,23 +195,20 @@ async fn charge_card(amount: u64, customer: &str, order: &str) -> Result<Charge,
 }
 
 /// The reconciler: asks the vendor for the charge made under the key. An error (the vendor
-/// cannot be reached) leaves the key in doubt, saying why.
+/// cannot be reached, or answers neither the charge nor 404) leaves the key in doubt, saying why.
 async fn find_charge(key: &Key) -> Result<Reconciled<Charge>, PayError> {
     let url = format!("{}/v1/charges/by-key/{key}", vendor_url());
-    let response = HTTP.get(url).send().await.map_err(|e| PayError::Vendor(e.to_string()))?;
-    match response.status() {
-        StatusCode::OK => {
-            let charge: Charge =
-                response.json().await.map_err(|e| PayError::Vendor(e.to_string()))?;
+    let found: Reconciled<Charge> = idem_reqwest::lookup(HTTP.get(url)).await?;
+    match &found {
+        Reconciled::Landed(charge) => {
             say(format_args!("reconciler: the vendor has {} under key {key}", charge.id));
-            Ok(Reconciled::Landed(charge))
         }
-        StatusCode::NOT_FOUND => {
+        Reconciled::NotLanded => {
             say(format_args!("reconciler: the vendor has no charge under key {key}"));
-            Ok(Reconciled::NotLanded)
         }
-        status => Err(PayError::Vendor(format!("the lookup answered {status}"))),
+        Reconciled::CannotTell => {}
     }
+    Ok(found)
 }
 
 /// A child: opens the shared store and plays its role.

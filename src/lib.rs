@@ -92,8 +92,10 @@
 //! ## Further reading
 //!
 //! The repository's README.md teaches the rest, with examples: "Choosing the scope", "With
-//! rmcp", "With rig", "Settling keys in doubt: a reconciler, or `idem resolve`", "What is
-//! guaranteed, and what is not", "Stores and durability", "The `idem` command" and "Metrics".
+//! rmcp", "With rig", "Calling HTTP APIs" (the workspace crate `idem-reqwest`: the key in the
+//! vendor's header, and failures classified), "Settling keys in doubt: a reconciler, or `idem
+//! resolve`", "What is guaranteed, and what is not", "Stores and durability", "The `idem`
+//! command" and "Metrics".
 //! DESIGN.md is the contract: the record's states and who may change them. The examples
 //! `agent_loop`, `crash_recovery`, `crash_reconcile` and `mcp_server` run the whole story.
 

@@ -53,7 +53,7 @@ fn agent_loop_charges_once_only_when_the_key_reaches_the_vendor() {
         ]),
         "{stdout}"
     );
-    let pushed = row(&stdout, "3  #[idempotent], current_key() sent to the vendor");
+    let pushed = row(&stdout, "3  #[idempotent], idem-reqwest sends the key");
     assert!(pushed.ends_with(&["3", "1", "charged:", "ch_1"]), "{stdout}");
     assert!(stdout.contains("ok: every row is as expected"), "{stdout}");
 }
