@@ -99,6 +99,9 @@
 //! DESIGN.md is the contract: the record's states and who may change them. The examples
 //! `agent_loop`, `crash_recovery`, `crash_reconcile` and `mcp_server` run the whole story.
 
+// docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 /// Runs a side-effecting tool at most once per intent: later calls with the same scope and
 /// arguments replay its recorded result.
 ///

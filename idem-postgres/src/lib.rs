@@ -1,4 +1,4 @@
-//! The PostgreSQL store of [idem](https://docs.rs/idem): one store shared by a fleet of agent
+//! The PostgreSQL store of [idem](https://docs.rs/idem-agent): one store shared by a fleet of agent
 //! workers, in several processes or on several machines.
 //!
 //! sled, the embedded default, takes an exclusive lock on its directory. [`PgStore`] keeps the

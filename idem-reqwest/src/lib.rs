@@ -1,4 +1,4 @@
-//! # idem-reqwest: HTTP calls from idem's idempotent tools
+//! # idem-agent-reqwest: HTTP calls from idem's idempotent tools
 //!
 //! Most tools an agent calls are HTTP APIs, and the vendors that matter deduplicate a request by
 //! an idempotency key. This crate makes a reqwest request carry the key of the idempotent call it
@@ -58,6 +58,9 @@
 //!   once, before the middleware runs, so that a retry middleware's every attempt carries the
 //!   same key. This crate's `Attempts` middleware, added innermost, sees each attempt, so that a
 //!   refusal at the last one releases the key only when no attempt before it may have landed.
+
+// docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "middleware")]
 mod attempts;

@@ -21,7 +21,7 @@ pub enum Kind {
 ///
 /// Every free or associated function under `#[idem::read]`, `#[idem::idempotent]` or
 /// `#[idem::write]` has one (a method taking `self` has none), read with
-/// [`tool_info!`](https://docs.rs/idem/latest/idem/macro.tool_info.html):
+/// [`tool_info!`](https://docs.rs/idem-agent/latest/idem/macro.tool_info.html):
 ///
 /// ```ignore
 /// #[idem::read]

@@ -219,7 +219,7 @@ pub(crate) async fn until<F: Future>(future: F, deadline: Instant) -> Option<F::
     .await
 }
 
-/// Models of the timer under loom (`cargo test -p idem-runtime --features loom --lib loom_`):
+/// Models of the timer under loom (`cargo test -p idem-agent-runtime --features loom --lib loom_`):
 /// time moves on a clock the model owns, as `wait_timeout` ending would show it, and a sleep
 /// polled from any point of that race must be woken (a lost wake-up leaves its thread blocked
 /// for ever, which loom reports as a deadlock).

@@ -1,8 +1,9 @@
-//! The runtime of [idem](https://docs.rs/idem): intent keys, canonical JSON, the [`Store`]
+//! The runtime of [idem](https://docs.rs/idem-agent): intent keys, canonical JSON, the [`Store`]
 //! interface with its sled implementation, and the engine that generated code calls.
 //!
-//! Users depend on the `idem` facade; this crate is its engine room. How it is laid out (which
-//! module owns which rule, and which way calls go) is the "Architecture" section of DESIGN.md:
+//! Users depend on the facade (the package `idem-agent`, whose library is `idem`); this crate
+//! is its engine room. How it is laid out (which module owns which rule, and which way calls
+//! go) is the "Architecture" section of DESIGN.md:
 //!
 //! - `lifecycle/`: what a record means and every rule that changes it (status, owner, fence,
 //!   lease, transitions, assessment);
@@ -12,6 +13,8 @@
 //! - `for_macros.rs`: the contract with generated code.
 
 #![warn(missing_docs)]
+// docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
 mod canonical;

@@ -157,7 +157,7 @@ impl Drop for Occupant {
     }
 }
 
-/// Models of the seats under loom (`cargo test -p idem-runtime --features loom --lib loom_`):
+/// Models of the seats under loom (`cargo test -p idem-agent-runtime --features loom --lib loom_`):
 /// a connection's thread runs a request while the accepting thread makes room for a new client.
 /// Whatever the interleaving, no request runs on a seat that was given up, a new client always
 /// finds a seat while another client waits, and no more seats are held than there are.

@@ -112,9 +112,10 @@ impl Drop for Watch {
     }
 }
 
-/// Models of the notifier under loom (`cargo test -p idem-runtime --features loom --lib loom_`): a
-/// waiter watches, then reads the record, and waits only if it has not changed; the writer
-/// changes the record, then notifies. Whatever the interleaving, no waiter misses the change
+/// Models of the notifier under loom
+/// (`cargo test -p idem-agent-runtime --features loom --lib loom_`): a waiter watches, then
+/// reads the record, and waits only if it has not changed; the writer changes the record, then
+/// notifies. Whatever the interleaving, no waiter misses the change
 /// (a lost wake-up leaves a thread blocked for ever, which loom reports as a deadlock).
 #[cfg(all(test, feature = "loom"))]
 mod loom_models {

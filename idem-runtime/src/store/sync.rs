@@ -441,7 +441,7 @@ mod tests {
 }
 
 /// Models of the syncer under loom, which runs them over every interleaving of the threads
-/// (`cargo test -p idem-runtime --features loom --lib loom_`).
+/// (`cargo test -p idem-agent-runtime --features loom --lib loom_`).
 #[cfg(all(test, feature = "loom"))]
 mod loom_models {
     use loom::future::block_on;
