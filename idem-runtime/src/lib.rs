@@ -52,6 +52,8 @@ pub use store::default::{
     default_store, default_store_path, open_default_store, set_default_store,
 };
 pub use store::sled::{SledStore, SledStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
 

@@ -10,6 +10,8 @@ use crate::lifecycle::Record;
 pub(crate) mod default;
 mod notify;
 pub(crate) mod sled;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 pub(crate) mod sync;
 
 /// The future a [`Store`] method returns: boxed, `Send`, and runnable on any executor (the sync
