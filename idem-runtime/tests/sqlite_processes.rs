@@ -153,7 +153,8 @@ fn outcome_of(lines: &[String]) -> String {
 
 /// Runs a `call` child to its end and returns its outcome.
 fn call_once(dir: &Path, policy: &str) -> String {
-    let output = child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()).output().unwrap();
+    let output =
+        child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     outcome_of(&stdout.lines().map(str::to_owned).collect::<Vec<_>>())
 }
@@ -207,9 +208,13 @@ fn eight_processes_racing_on_many_keys_run_each_body_once() {
         assert_eq!(results.len(), KEYS);
         for (scope, got) in &results {
             assert_eq!(got.len(), 8, "every process called {scope}");
-            let ran: Vec<&String> = charged.iter().filter(|l| l.starts_with(&format!("{scope}:"))).collect();
+            let ran: Vec<&String> =
+                charged.iter().filter(|l| l.starts_with(&format!("{scope}:"))).collect();
             assert_eq!(ran.len(), 1, "{scope} ran once: {charged:?}");
-            assert!(got.iter().all(|g| g == ran[0]), "every process got the one result of {scope}: {got:?}");
+            assert!(
+                got.iter().all(|g| g == ran[0]),
+                "every process got the one result of {scope}: {got:?}"
+            );
         }
     }
 }
@@ -224,13 +229,21 @@ fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
         _ => owner.env("IDEM_FAILPOINT", point),
     };
     let mut owner = start(&mut owner);
-    let reached = if point == "in_body" { "IN_BODY".to_owned() } else { format!("IDEM_FAILPOINT_REACHED {point}") };
+    let reached = if point == "in_body" {
+        "IN_BODY".to_owned()
+    } else {
+        format!("IDEM_FAILPOINT_REACHED {point}")
+    };
     until_line(&mut owner.stdout, &reached);
     owner.process.kill().unwrap(); // SIGKILL
     owner.process.wait().unwrap();
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "the ledger at the crash");
     for _ in 0..2 {
-        assert_eq!(call_once(dir.path(), "fail"), "in_doubt", "a kill at {point} leaves the key in doubt");
+        assert_eq!(
+            call_once(dir.path(), "fail"),
+            "in_doubt",
+            "a kill at {point} leaves the key in doubt"
+        );
     }
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "`fail` never runs the body again");
     let rerun = call_once(dir.path(), "rerun");

@@ -70,5 +70,5 @@ pub(super) fn store_error(what: &str, doing: &str, error: rusqlite::Error) -> St
 
 /// The error of opening the store `what` names.
 pub(super) fn open_error(what: &str, error: rusqlite::Error) -> StoreError {
-    store_error(what, "cannot open the idem store", error)
+    store_error(what, "cannot open", error)
 }

@@ -108,6 +108,7 @@ fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
 /// file that is not an SQLite database, and a missing file under `create(false)`.
 fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
     let path = &options.path;
+    check_writable(path, what)?;
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(StoreError::new(format!(
             "{what} is a directory: a SQLite store is one file (a sled store is a directory: \
@@ -138,6 +139,51 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
     }
+}
+
+/// Refuses a file, or a directory, that this process may not write: SQLite would open the
+/// file read-only and fail at the first call, and it writes its `-wal` and `-shm` files beside
+/// the store. (`access` reports a read-only file system to root too.)
+#[cfg(unix)]
+fn check_writable(path: &Path, what: &str) -> Result<(), StoreError> {
+    use std::os::unix::ffi::OsStrExt;
+    let writable = |at: &Path| -> Result<(), std::io::Error> {
+        let name = std::ffi::CString::new(at.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a NUL-terminated path that lives across the call.
+        match unsafe { libc::access(name.as_ptr(), libc::W_OK) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let checks = [(path, "the file"), (parent, "its directory")];
+    for (at, which) in checks {
+        match writable(at) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::with_source(
+                    format!(
+                        "{what} cannot be written: {which} ({}) is read-only to this process; \
+                         a store is written at every call, and SQLite writes its -wal and -shm \
+                         files beside it: give this process write access, or name another file",
+                        at.display()
+                    ),
+                    e,
+                )
+                .lasting())
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_writable(_path: &Path, _what: &str) -> Result<(), StoreError> {
+    Ok(())
 }
 
 /// A connection to the store's file with the store's settings: WAL, the durability's
