@@ -292,12 +292,19 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fencing_token, history,
-    may_have_landed, open_default_store, set_default_store, store, try_current_key,
-    try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
-    Kind, Reconciled, Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
-    Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    admin, canonical_json, current_key, default_store_name, default_store_path, fencing_token,
+    history, may_have_landed, set_default_store, store, try_current_key, try_fencing_token,
+    Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key, Kind, Reconciled,
+    Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, StoreName, Sweep,
+    SweepOutcome, SweepReport, Swept, ToolInfo,
 };
+
+/// The SQLite store (feature `sqlite`): one file that several processes on one machine share.
+#[cfg(feature = "sqlite")]
+pub use idem_runtime::{SqliteStore, SqliteStoreBuilder};
+
+mod named;
+pub use named::{default_store, open_default_store, open_store, set_default_store_named};
 
 /// The only contract between the macros and the runtime: the code `idem-macros` generates names
 /// these items, and only these, by absolute path. Not a public API.

@@ -49,8 +49,10 @@ pub use key::Key;
 pub use lifecycle::{Record, Resolution, Status};
 pub use retry::Backoff;
 pub use store::default::{
-    default_store, default_store_path, open_default_store, set_default_store,
+    default_store, default_store_name, default_store_path, open_default_store, set_default_store,
+    set_default_store_named,
 };
+pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};

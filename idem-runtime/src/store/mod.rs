@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::lifecycle::Record;
 
 pub(crate) mod default;
+pub mod name;
 mod notify;
 pub(crate) mod sled;
 #[cfg(feature = "sqlite")]
