@@ -107,8 +107,7 @@ impl SqliteStore {
         self.shared.options.durability
     }
 
-    /// Runs `job` on the writer thread in one write transaction, and wakes the waiters of
-    /// `key` in every process once it has committed, when `job` says it changed the record.
+    /// Runs `job` on the writer thread in one write transaction (see [`transaction`]).
     fn write<T: Send + 'static>(
         &self,
         key: &str,
@@ -118,19 +117,29 @@ impl SqliteStore {
             + 'static,
     ) -> impl std::future::Future<Output = Result<T, StoreError>> + Send {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.writer.run(move |conn| {
-            let fail = |e| fault::store_error(&shared.what, &doing, e);
-            let tx =
-                conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(fail)?;
-            let (value, changed) = job(&tx, &shared).map_err(fail)?;
-            tx.commit().map_err(fail)?;
-            if changed {
-                shared.notifier.notify(&key);
-                shared.wake.announce(&key);
-            }
-            Ok(value)
-        })
+        self.writer.run(move |conn| transaction(conn, &shared, &key, &doing, job))
     }
+}
+
+/// Runs `job` in one write transaction on `conn`, and wakes the waiters of `key` in every
+/// process once it has committed, when `job` says it changed the record. A failure rolls the
+/// whole transaction back.
+fn transaction<T>(
+    conn: &mut Connection,
+    shared: &Shared,
+    key: &str,
+    doing: &str,
+    job: impl FnOnce(&rusqlite::Transaction<'_>, &Shared) -> Result<(T, bool), rusqlite::Error>,
+) -> Result<T, StoreError> {
+    let fail = |e| fault::store_error(&shared.what, doing, e);
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(fail)?;
+    let (value, changed) = job(&tx, shared).map_err(fail)?;
+    tx.commit().map_err(fail)?;
+    if changed {
+        shared.notifier.notify(key);
+        shared.wake.announce(key);
+    }
+    Ok(value)
 }
 
 impl Shared {
@@ -270,27 +279,19 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn compare_and_swap_detached(
-        &self,
-        expected: &Record,
-        new: Option<Record>,
-        change: Change<'_>,
-    ) {
+    fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>) {
         let (expected, entry) = (expected.clone(), OwnedChange::of(&change));
-        let doing = format!("cannot write key {}", expected.key);
-        let write = self.write(&expected.key.clone(), doing, move |tx, shared| {
-            swap(tx, shared, &expected, new.as_ref(), &entry.change())
+        let shared = Arc::clone(&self.shared);
+        // Queued behind this owner's earlier writes; nothing waits for it, so it only logs.
+        self.writer.detach(move |conn| {
+            let doing = format!("cannot write key {}", expected.key);
+            let written = transaction(conn, &shared, &expected.key, &doing, |tx, shared| {
+                swap(tx, shared, &expected, new.as_ref(), &entry.change())
+            });
+            if let Err(e) = written {
+                tracing::error!(key = %expected.key, tool = %expected.tool, error = %e, "idem: cannot settle record");
+            }
         });
-        // Queued on the writer now; the answer is only logged.
-        std::thread::Builder::new()
-            .name("idem-sqlite-settle".into())
-            .spawn(move || {
-                if let Err(e) = crate::exec::block_on(write) {
-                    tracing::error!(error = %e, "idem: cannot settle record");
-                }
-            })
-            .map(drop)
-            .unwrap_or_else(|e| tracing::error!(error = %e, "idem: cannot settle record"));
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
