@@ -22,17 +22,23 @@ fn fresh_call(store: &Arc<dyn Store>, prefix: &str) {
     let n = SEQ.fetch_add(1, Ordering::Relaxed);
     let scope = format!("{prefix}-{}-{n}", std::process::id());
     let args = serde_json::json!({ "customer": "cus_123", "amount": 4200 });
-    let out: Result<String, Error> =
-        Call::new("charge_card", scope, &args).unwrap().store(Arc::clone(store)).run(|| Ok("ch_1".into()));
+    let out: Result<String, Error> = Call::new("charge_card", scope, &args)
+        .unwrap()
+        .store(Arc::clone(store))
+        .run(|| Ok("ch_1".into()));
     out.unwrap();
 }
 
 fn sqlite(dir: &Path) -> Arc<dyn Store> {
-    Arc::new(SqliteStore::builder(dir.join("idem.sqlite")).durability(Durability::Fsync).open().unwrap())
+    Arc::new(
+        SqliteStore::builder(dir.join("idem.sqlite")).durability(Durability::Fsync).open().unwrap(),
+    )
 }
 
 fn sled(dir: &Path) -> Arc<dyn Store> {
-    Arc::new(SledStore::builder(dir.join("idem.sled")).durability(Durability::Fsync).open().unwrap())
+    Arc::new(
+        SledStore::builder(dir.join("idem.sled")).durability(Durability::Fsync).open().unwrap(),
+    )
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -137,6 +143,7 @@ fn micros_now() -> u64 {
 }
 
 fn wake_call(store: &Arc<dyn Store>, i: usize) -> Call {
+    // A scope of its own per run and round: a key of an earlier run would replay.
     Call::new("wake", format!("wake-{i}"), &serde_json::json!({ "i": i }))
         .unwrap()
         .store(Arc::clone(store))
@@ -153,8 +160,7 @@ fn wait_for(store: &Arc<dyn Store>, i: usize, waiting: impl FnOnce() + Send + 's
         }
         waiting();
     });
-    let _: String =
-        call.run(|| -> Result<String, Error> { panic!("the owner runs it") }).unwrap();
+    let _: String = call.run(|| -> Result<String, Error> { panic!("the owner runs it") }).unwrap();
     let woke = micros_now();
     watcher.join().unwrap();
     woke
@@ -179,14 +185,21 @@ fn waiter_child(dir: &Path) {
 /// How long after the owner's body returned a waiter in another process (`other_process`) or
 /// in a thread of the owner's process returns with its result: the owner's durable write of
 /// the result, then the wake-up.
-fn wakeups(dir: &Path, store: &Arc<dyn Store>, rounds: usize, other_process: bool) -> Vec<Duration> {
+fn wakeups(
+    dir: &Path,
+    store: &Arc<dyn Store>,
+    rounds: usize,
+    other_process: bool,
+) -> Vec<Duration> {
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let base = RUN.fetch_add(1, Ordering::Relaxed) as usize * 1_000_000;
     let mut child = other_process.then(|| {
         let mut child = me().env(CHILD, "waiter").env("IDEM_BENCH_DIR", dir).spawn().unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
         (child, out)
     });
     let mut latencies = Vec::new();
-    for i in 0..rounds {
+    for i in (0..rounds).map(|round| base + round) {
         let (in_body, finish) = (mpsc::channel::<()>(), mpsc::channel::<()>());
         let owner = {
             let store = Arc::clone(store);
@@ -219,7 +232,9 @@ fn wakeups(dir: &Path, store: &Arc<dyn Store>, rounds: usize, other_process: boo
                 let (waiting, waited) = mpsc::channel::<()>();
                 let waiter = {
                     let store = Arc::clone(store);
-                    std::thread::spawn(move || wait_for(&store, i, move || waiting.send(()).unwrap()))
+                    std::thread::spawn(move || {
+                        wait_for(&store, i, move || waiting.send(()).unwrap())
+                    })
                 };
                 waited.recv().unwrap();
                 finish.0.send(()).unwrap();
@@ -238,11 +253,7 @@ fn wakeups(dir: &Path, store: &Arc<dyn Store>, rounds: usize, other_process: boo
 }
 
 fn row(what: &str, sorted: &[Duration]) {
-    println!(
-        "| {what} | {} | {} |",
-        show(percentile(sorted, 0.5)),
-        show(percentile(sorted, 0.99))
-    );
+    println!("| {what} | {} | {} |", show(percentile(sorted, 0.5)), show(percentile(sorted, 0.99)));
 }
 
 fn main() {
@@ -277,7 +288,8 @@ fn main() {
         let call = Call::new("charge_card", "replayed", &args).unwrap().store(Arc::clone(store));
         let _: String = call.clone().run(|| Ok::<_, Error>("ch_1".into())).unwrap();
         let replays = timed(20_000, || {
-            let _: String = call.clone().run(|| -> Result<String, Error> { unreachable!() }).unwrap();
+            let _: String =
+                call.clone().run(|| -> Result<String, Error> { unreachable!() }).unwrap();
         });
         row(&format!("replay, {name}"), &replays);
     }
@@ -287,7 +299,8 @@ fn main() {
     row("waiter in the owner's process, SQLite", &woke);
     let woke = wakeups(&sled_dir, &sled, 200, false);
     row("waiter in the owner's process, sled", &woke);
-    let ratio = percentile(&fresh_lite, 0.5).as_secs_f64() / (2.0 * percentile(&raw, 0.5).as_secs_f64());
+    let ratio =
+        percentile(&fresh_lite, 0.5).as_secs_f64() / (2.0 * percentile(&raw, 0.5).as_secs_f64());
     println!();
     println!("fresh SQLite p50 ÷ two raw commits' p50: {ratio:.2}");
     println!();

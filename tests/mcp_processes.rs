@@ -24,7 +24,8 @@ fn server_binary() -> &'static Path {
 
 fn build_server() -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--features", "rmcp", "--example", "mcp_in_doubt"])
+        // `sqlite` too, as `tests/mcp_sqlite.rs` builds it: one binary for both.
+        .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "mcp_in_doubt"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");

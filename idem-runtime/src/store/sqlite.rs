@@ -4,11 +4,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 
 use self::owners::Owners;
 use self::wake::Wake;
-use self::writer::Writer;
+use self::writer::{Write, Writer};
 use super::notify::Notifier;
 use super::{Inserted, Store, StoreFuture};
 use crate::error::StoreError;
@@ -107,39 +107,84 @@ impl SqliteStore {
         self.shared.options.durability
     }
 
-    /// Runs `job` on the writer thread in one write transaction (see [`transaction`]).
+    /// Queues `body` on the writer thread (see `sqlite/writer.rs`); the future answers once the
+    /// transaction that holds it has committed, and the waiters of `key` in every process have
+    /// been told when `body` says it changed the record. Dropping the future does not stop the
+    /// write.
     fn write<T: Send + 'static>(
         &self,
         key: &str,
         doing: String,
-        job: impl FnOnce(&rusqlite::Transaction<'_>, &Shared) -> Result<(T, bool), rusqlite::Error>
+        body: impl FnOnce(&rusqlite::Transaction<'_>, &Shared) -> Result<(T, bool), rusqlite::Error>
             + Send
             + 'static,
     ) -> impl std::future::Future<Output = Result<T, StoreError>> + Send {
-        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.writer.run(move |conn| transaction(conn, &shared, &key, &doing, job))
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.writer.queue(Box::new(Pending {
+            shared: Arc::clone(&self.shared),
+            key: key.to_owned(),
+            doing,
+            body: Some(body),
+            outcome: None,
+            answer: Some(answer),
+        }));
+        async move {
+            answered
+                .await
+                .unwrap_or_else(|_| Err(StoreError::new("the SQLite store's writer has stopped")))
+        }
     }
 }
 
-/// Runs `job` in one write transaction on `conn`, and wakes the waiters of `key` in every
-/// process once it has committed, when `job` says it changed the record. A failure rolls the
-/// whole transaction back.
-fn transaction<T>(
-    conn: &mut Connection,
-    shared: &Shared,
-    key: &str,
-    doing: &str,
-    job: impl FnOnce(&rusqlite::Transaction<'_>, &Shared) -> Result<(T, bool), rusqlite::Error>,
-) -> Result<T, StoreError> {
-    let fail = |e| fault::store_error(&shared.what, doing, e);
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(fail)?;
-    let (value, changed) = job(&tx, shared).map_err(fail)?;
-    tx.commit().map_err(fail)?;
-    if changed {
-        shared.notifier.notify(key);
-        shared.wake.announce(key);
+/// A write on its way through the writer thread.
+struct Pending<T, F> {
+    shared: Arc<Shared>,
+    key: String,
+    /// What the write does, for its error messages ("cannot write key K").
+    doing: String,
+    body: Option<F>,
+    /// What the body did: its value, and whether it changed the record.
+    outcome: Option<Result<(T, bool), rusqlite::Error>>,
+    /// Where the answer goes; `None` for a detached write, whose failure is logged.
+    answer: Option<tokio::sync::oneshot::Sender<Result<T, StoreError>>>,
+}
+
+impl<T, F> Write for Pending<T, F>
+where
+    T: Send,
+    F: FnOnce(&rusqlite::Transaction<'_>, &Shared) -> Result<(T, bool), rusqlite::Error> + Send,
+{
+    fn run(&mut self, tx: &rusqlite::Transaction<'_>) -> bool {
+        let Some(body) = self.body.take() else { return false };
+        let outcome = body(tx, &self.shared);
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
     }
-    Ok(value)
+
+    fn finish(self: Box<Self>, ended: Result<(), &rusqlite::Error>) {
+        let Pending { shared, key, doing, outcome, answer, .. } = *self;
+        let answered = match (outcome, ended) {
+            (Some(Err(e)), _) => Err(fault::store_error(&shared.what, &doing, e)),
+            (_, Err(e)) => Err(fault::shared_error(&shared.what, &doing, e)),
+            (Some(Ok((value, changed))), Ok(())) => {
+                if changed {
+                    shared.notifier.notify(&key);
+                    shared.wake.announce(&key);
+                }
+                Ok(value)
+            }
+            (None, Ok(())) => Err(StoreError::new(format!("{doing}: the write never ran"))),
+        };
+        match (answer, answered) {
+            // The caller may have gone: its answer then goes nowhere.
+            (Some(answer), answered) => drop(answer.send(answered)),
+            (None, Err(e)) => {
+                tracing::error!(key = %key, error = %e, "idem: cannot settle record")
+            }
+            (None, Ok(_)) => {}
+        }
+    }
 }
 
 impl Shared {
@@ -279,19 +324,24 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>) {
+    fn compare_and_swap_detached(
+        &self,
+        expected: &Record,
+        new: Option<Record>,
+        change: Change<'_>,
+    ) {
         let (expected, entry) = (expected.clone(), OwnedChange::of(&change));
-        let shared = Arc::clone(&self.shared);
         // Queued behind this owner's earlier writes; nothing waits for it, so it only logs.
-        self.writer.detach(move |conn| {
-            let doing = format!("cannot write key {}", expected.key);
-            let written = transaction(conn, &shared, &expected.key, &doing, |tx, shared| {
+        self.writer.queue(Box::new(Pending {
+            shared: Arc::clone(&self.shared),
+            key: expected.key.clone(),
+            doing: format!("cannot write key {}", expected.key),
+            body: Some(move |tx: &rusqlite::Transaction<'_>, shared: &Shared| {
                 swap(tx, shared, &expected, new.as_ref(), &entry.change())
-            });
-            if let Err(e) = written {
-                tracing::error!(key = %expected.key, tool = %expected.tool, error = %e, "idem: cannot settle record");
-            }
-        });
+            }),
+            outcome: None,
+            answer: None::<tokio::sync::oneshot::Sender<Result<Option<u64>, StoreError>>>,
+        }));
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {

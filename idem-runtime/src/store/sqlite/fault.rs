@@ -1,5 +1,5 @@
 //! What a failure of SQLite means to the caller, in words that say what to do. A write that
-//! fails leaves nothing of itself: each is one transaction, rolled back whole.
+//! fails leaves nothing of itself: its savepoint, or its whole transaction, is rolled back.
 
 use rusqlite::ErrorCode;
 
@@ -15,16 +15,37 @@ pub(super) fn store_error(what: &str, doing: &str, error: rusqlite::Error) -> St
             Err(other) => StoreError::new(format!("{doing} in {what}: {other}")),
         };
     }
+    let (message, lasting) = describe(what, doing, &error);
+    finish(StoreError::with_source(message, error), lasting)
+}
+
+/// [`store_error`] for an error the caller shares with others (the commit of a group of
+/// writes, or a transaction that did not begin): its text is in the message.
+pub(super) fn shared_error(what: &str, doing: &str, error: &rusqlite::Error) -> StoreError {
+    let (message, lasting) = describe(what, doing, error);
+    finish(StoreError::new(format!("{message}: {error}")), lasting)
+}
+
+fn finish(error: StoreError, lasting: bool) -> StoreError {
+    if lasting {
+        error.lasting()
+    } else {
+        error
+    }
+}
+
+/// The message for `error`, and whether it lasts until someone acts.
+fn describe(what: &str, doing: &str, error: &rusqlite::Error) -> (String, bool) {
     let code = error.sqlite_error_code();
     let advice = match code {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            return StoreError::with_source(
+            return (
                 format!(
                     "{doing}: {what} stayed locked by another writer for the whole busy \
                      timeout; nothing was written: try again (raise \
                      SqliteStoreBuilder::busy_timeout if other processes hold it that long)"
                 ),
-                error,
+                false,
             )
         }
         Some(ErrorCode::DiskFull) => {
@@ -44,11 +65,6 @@ pub(super) fn store_error(what: &str, doing: &str, error: rusqlite::Error) -> St
         }
         _ => "",
     };
-    let message = if advice.is_empty() {
-        format!("{doing} in {what}")
-    } else {
-        format!("{doing} in {what}: {advice}")
-    };
     let lasting = matches!(
         code,
         Some(
@@ -60,12 +76,12 @@ pub(super) fn store_error(what: &str, doing: &str, error: rusqlite::Error) -> St
                 | ErrorCode::PermissionDenied
         )
     );
-    let store = StoreError::with_source(message, error);
-    if lasting {
-        store.lasting()
+    let message = if advice.is_empty() {
+        format!("{doing} in {what}")
     } else {
-        store
-    }
+        format!("{doing} in {what}: {advice}")
+    };
+    (message, lasting)
 }
 
 /// The error of opening the store `what` names.
