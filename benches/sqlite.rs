@@ -275,6 +275,12 @@ fn main() {
     let (lite, sled) = (sqlite(&lite_dir), sled(&sled_dir));
     let started = Instant::now();
 
+    if std::env::var_os("IDEM_BENCH_FRESH_ONLY").is_some() {
+        // For strace: the fresh calls alone.
+        let fresh = timed(300, || fresh_call(&lite, "fresh"));
+        row("fresh call, SQLite", &fresh);
+        return;
+    }
     println!("| what (`Durability::Fsync`) | p50 | p99 |");
     println!("| --- | --- | --- |");
     let raw = raw_commits(&at("raw"), 300);

@@ -211,3 +211,51 @@ fn a_full_disk_is_a_clear_error_and_nothing_runs_twice() {
     }
     assert!(runs.iter().all(|r| r.load(Ordering::SeqCst) <= 1), "no body ran twice");
 }
+
+/// A record damaged behind the store's back fails the calls of its own key, with an error that
+/// names the key, and no other call of the store.
+#[test]
+fn a_damaged_record_fails_its_own_key_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let call = |n: usize| {
+        Call::new("export_report", format!("report-{n}"), &serde_json::json!({ "n": n }))
+            .unwrap()
+            .store(Arc::clone(&store))
+            .in_doubt(InDoubtPolicy::Fail)
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        call(0).run(|| -> Result<String, Error> { panic!("left in doubt") })
+    }));
+    assert!(panicked.is_err());
+    let damaged = call(0).key().to_string();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute("UPDATE idem_records SET status = 'pending' WHERE key = ?1", [&damaged]).unwrap();
+    drop(other);
+    let runs = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..16)
+            .map(|n| {
+                let (call, runs) = (call(n), &runs);
+                scope.spawn(move || {
+                    call.run(|| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, Error>(format!("report {n}"))
+                    })
+                })
+            })
+            .collect();
+        for (n, handle) in calls.into_iter().enumerate() {
+            match (n, handle.join().unwrap()) {
+                (0, Err(e)) => {
+                    let message = e.to_string();
+                    assert!(message.contains(&damaged) && message.contains("pending"), "{message}");
+                }
+                (0, Ok(got)) => panic!("the damaged key ran: {got}"),
+                (n, got) => assert_eq!(got.unwrap(), format!("report {n}")),
+            }
+        }
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 15, "every other key ran once");
+}

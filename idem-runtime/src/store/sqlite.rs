@@ -81,7 +81,8 @@ struct Shared {
     what: String,
     instance: String,
     owners: Owners,
-    notifier: Arc<Notifier>,
+    /// The crate's concurrency types (loom's under its models), as every `Notifier` is held.
+    notifier: crate::loom::Arc<Notifier>,
     wake: Wake,
     readers: Mutex<Vec<Connection>>,
 }

@@ -26,6 +26,14 @@ pub(super) fn shared_error(what: &str, doing: &str, error: &rusqlite::Error) -> 
     finish(StoreError::new(format!("{message}: {error}")), lasting)
 }
 
+/// Whether SQLite's answer behind `error` was `SQLITE_BUSY` (or `SQLITE_LOCKED`).
+pub(super) fn is_busy(error: &StoreError) -> bool {
+    let code = std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<rusqlite::Error>())
+        .and_then(rusqlite::Error::sqlite_error_code);
+    matches!(code, Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
 fn finish(error: StoreError, lasting: bool) -> StoreError {
     if lasting {
         error.lasting()

@@ -83,15 +83,16 @@ pub(super) fn what(path: &Path) -> String {
 fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let what = what(&options.path);
     check_file(&options, &what)?;
-    let mut writer = connect(&options, &what, options.create)?;
-    if let Found::Empty = schema::inspect(&writer, &what)? {
-        schema::create(&mut writer, &what)?;
-    }
+    let writer = prepare(&options, &what)?;
     let instance = crate::lifecycle::owner::new_instance("sqlite");
     let owners = Owners::open(&owners::dir_of(&options.path), &instance)?;
-    let notifier = Arc::new(Notifier::default());
+    let notifier = crate::loom::Arc::new(Notifier::default());
     let shared = Arc::new(Shared {
-        wake: Wake::new(&owners::dir_of(&options.path), &instance, Arc::clone(&notifier)),
+        wake: Wake::new(
+            &owners::dir_of(&options.path),
+            &instance,
+            crate::loom::Arc::clone(&notifier),
+        ),
         what,
         instance,
         owners,
@@ -102,6 +103,29 @@ fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let reader = connect(&shared.options, &shared.what, false)?;
     shared.give_back(reader);
     Ok(SqliteStore { writer: Writer::start(writer)?, shared })
+}
+
+/// The writer's connection, with the layout created if the file had none. Processes that open a
+/// new file at once race to switch it to WAL and create the tables; SQLite answers the losers
+/// `SQLITE_BUSY` at once there, without its busy handler (a journal-mode switch and a first
+/// read of a file in rollback mode may not wait), so the open tries again, every 10 ms, until
+/// the busy timeout has passed.
+fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, StoreError> {
+    let deadline = std::time::Instant::now() + options.busy_timeout;
+    loop {
+        let attempt = connect(options, what, options.create).and_then(|mut writer| {
+            if let Found::Empty = schema::inspect(&writer, what)? {
+                schema::create(&mut writer, what)?;
+            }
+            Ok(writer)
+        });
+        match attempt {
+            Err(e) if fault::is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Refuses, before SQLite touches it, a path that is a directory (a sled store, say) or a

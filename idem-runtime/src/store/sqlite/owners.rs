@@ -96,12 +96,12 @@ impl Owners {
 
     /// Wakes every waiter of `notifier` when `instance` ends: a thread blocks on its lock (one
     /// thread per instance waited on, which ends with it).
-    pub(super) fn wake_at_end(&self, instance: &str, notifier: &Arc<Notifier>) {
+    pub(super) fn wake_at_end(&self, instance: &str, notifier: &crate::loom::Arc<Notifier>) {
         // Off Unix nothing tells of an end: waiters wake at their wait's end.
         if !cfg!(unix) || !lock(&self.watched).insert(instance.to_owned()) {
             return;
         }
-        let (path, notifier) = (file_of(&self.dir, instance), Arc::clone(notifier));
+        let (path, notifier) = (file_of(&self.dir, instance), crate::loom::Arc::clone(notifier));
         let (watched, instance) = (Arc::clone(&self.watched), instance.to_owned());
         let spawned =
             std::thread::Builder::new().name("idem-sqlite-owner".into()).spawn(move || {

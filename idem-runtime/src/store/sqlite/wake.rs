@@ -8,7 +8,8 @@
 //! every [`RECHECK`](super::RECHECK).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+#[cfg(unix)]
+use std::sync::Mutex;
 
 use crate::store::notify::Notifier;
 
@@ -16,7 +17,7 @@ use crate::store::notify::Notifier;
 pub(super) struct Wake {
     dir: PathBuf,
     own: PathBuf,
-    notifier: Arc<Notifier>,
+    notifier: crate::loom::Arc<Notifier>,
     #[cfg(unix)]
     listening: Mutex<Option<imp::Listening>>,
     #[cfg(unix)]
@@ -32,7 +33,7 @@ fn socket_of(dir: &Path, instance: &str) -> PathBuf {
 }
 
 impl Wake {
-    pub(super) fn new(dir: &Path, instance: &str, notifier: Arc<Notifier>) -> Wake {
+    pub(super) fn new(dir: &Path, instance: &str, notifier: crate::loom::Arc<Notifier>) -> Wake {
         Wake {
             dir: dir.to_owned(),
             own: socket_of(dir, instance),
@@ -51,7 +52,8 @@ impl Wake {
         {
             let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
             if listening.is_none() {
-                *listening = imp::Listening::start(&self.own, Arc::clone(&self.notifier));
+                *listening =
+                    imp::Listening::start(&self.own, crate::loom::Arc::clone(&self.notifier));
             }
         }
     }
@@ -105,7 +107,10 @@ mod imp {
     }
 
     impl Listening {
-        pub(super) fn start(path: &Path, notifier: Arc<Notifier>) -> Option<Listening> {
+        pub(super) fn start(
+            path: &Path,
+            notifier: crate::loom::Arc<Notifier>,
+        ) -> Option<Listening> {
             // A file left by a process that reused this name cannot exist (names are unique),
             // but one left by this instance's earlier listener could: bind afresh.
             let _ = std::fs::remove_file(path);

@@ -103,3 +103,76 @@ impl Drop for Writer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{channel, Receiver, Sender};
+
+    use super::*;
+
+    /// A write of one row, or (`fails`) a statement SQLite refuses; it reports how its group
+    /// ended.
+    struct Row {
+        value: i64,
+        fails: bool,
+        hold: Option<Receiver<()>>,
+        ended: Sender<(i64, bool, bool)>,
+        ran: bool,
+    }
+
+    impl Write for Row {
+        fn run(&mut self, tx: &Transaction<'_>) -> bool {
+            if let Some(hold) = self.hold.take() {
+                hold.recv().unwrap();
+            }
+            let sql = if self.fails {
+                "INSERT INTO nowhere VALUES (?1)"
+            } else {
+                "INSERT INTO t VALUES (?1)"
+            };
+            self.ran = tx.execute(sql, [self.value]).is_ok();
+            self.ran
+        }
+
+        fn finish(self: Box<Self>, outcome: Result<(), &rusqlite::Error>) {
+            self.ended.send((self.value, self.ran, outcome.is_ok())).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_failing_write_is_rolled_back_alone_and_its_group_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.sqlite");
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
+        let writer = Writer::start(conn).unwrap();
+        let (ended, ends) = channel();
+        let (release, hold) = channel();
+        let row = |value, fails, hold| {
+            Box::new(Row { value, fails, hold, ended: ended.clone(), ran: false })
+        };
+        // The first write holds the thread while the next three queue: they form one group.
+        writer.queue(row(0, false, Some(hold)));
+        writer.queue(row(1, false, None));
+        writer.queue(row(2, true, None));
+        writer.queue(row(3, false, None));
+        release.send(()).unwrap();
+        drop(writer);
+        let mut got: Vec<_> = ends.try_iter().collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [(0, true, true), (1, true, true), (2, false, true), (3, true, true)],
+            "the failed write ran alone into its error; the group committed"
+        );
+        let check = Connection::open(&path).unwrap();
+        let values: Vec<i64> = check
+            .prepare("SELECT v FROM t ORDER BY v")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(values, [0, 1, 3]);
+    }
+}
