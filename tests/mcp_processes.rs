@@ -177,6 +177,7 @@ fn a_second_server_on_a_sled_store_says_another_process_holds_it() {
     assert!(stderr.contains(&held), "{stderr}");
     assert!(stderr.contains("sled lets one process open a store at a time"), "{stderr}");
     assert!(stderr.contains("PostgreSQL store (idem-postgres)"), "{stderr}");
+    assert!(stderr.contains("sqlite:PATH"), "names the SQLite store too: {stderr}");
     assert!(!stderr.contains("does not serve"), "{stderr}");
 }
 
