@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use idem::{Call, Durability, Error, SledStore, SqliteStore, Store};
+use idem::{Call, Durability, Error, SledStore, Store};
+use idem_runtime::SqliteStore;
 
 const CHILD: &str = "IDEM_SQLITE_BENCH_CHILD";
 /// Fresh calls each caller makes in the throughput runs.
