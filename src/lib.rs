@@ -75,7 +75,10 @@
 //!   a record is kept in its key's [`history`].
 //! - Stores: the [`Store`] trait, [`SledStore`] (embedded, one process; see
 //!   [`SledStoreBuilder`] and [`Durability`]), [`set_default_store`],
-//!   [`open_default_store`] and [`default_store`]; `idem-postgres`'s `PgStore` shares one store between processes. The
+//!   [`open_default_store`] and [`default_store`]; `SqliteStore` (feature `sqlite`) shares one
+//!   file between the processes of one machine, and `idem-postgres`'s `PgStore` one database
+//!   between processes anywhere; [`open_store`] and [`set_default_store_named`] take a store by
+//!   its name (`sqlite:PATH`, `postgres://…`, or a sled directory), as `$IDEM_STORE` does. The
 //!   [`admin`] module holds the operator's operations, and `remote` reaches the store a running
 //!   process holds (Unix).
 //! - Without the macros: [`Call`] runs one keyed call, and [`Key::derive`] computes a key as a

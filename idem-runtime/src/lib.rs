@@ -1,12 +1,14 @@
 //! The runtime of [idem](https://docs.rs/idem): intent keys, canonical JSON, the [`Store`]
-//! interface with its sled implementation, and the engine that generated code calls.
+//! interface with its sled implementation (and SQLite's, feature `sqlite`), and the engine that
+//! generated code calls.
 //!
 //! Users depend on the `idem` facade; this crate is its engine room. How it is laid out (which
 //! module owns which rule, and which way calls go) is the "Architecture" section of DESIGN.md:
 //!
 //! - `lifecycle/`: what a record means and every rule that changes it (status, owner, fence,
 //!   lease, transitions, assessment);
-//! - `store/`: the storage interface a backend implements, the default store, and sled;
+//! - `store/`: the storage interface a backend implements, the default store, store names, and
+//!   the sled and SQLite backends;
 //! - `engine/`: one run path for every call, over the lifecycle and a store;
 //! - `admin.rs` and `remote/`: the operator interface, locally and over the admin socket;
 //! - `for_macros.rs`: the contract with generated code.

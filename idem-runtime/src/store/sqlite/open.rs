@@ -17,7 +17,7 @@ use crate::store::notify::Notifier;
 use crate::store::{Durability, DEFAULT_WAIT};
 
 /// How long a write waits for another process's write lock by default.
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Options for opening a [`SqliteStore`]; from [`SqliteStore::builder`].
 #[derive(Clone, Debug)]
