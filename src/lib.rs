@@ -75,7 +75,10 @@
 //!   a record is kept in its key's [`history`].
 //! - Stores: the [`Store`] trait, [`SledStore`] (embedded, one process; see
 //!   [`SledStoreBuilder`] and [`Durability`]), [`set_default_store`],
-//!   [`open_default_store`] and [`default_store`]; `idem-postgres`'s `PgStore` shares one store between processes. The
+//!   [`open_default_store`] and [`default_store`]; `SqliteStore` (feature `sqlite`) shares one
+//!   file between the processes of one machine, and `idem-postgres`'s `PgStore` one database
+//!   between processes anywhere; [`open_store`] and [`set_default_store_named`] take a store by
+//!   its name (`sqlite:PATH`, `postgres://…`, or a sled directory), as `$IDEM_STORE` does. The
 //!   [`admin`] module holds the operator's operations, and `remote` reaches the store a running
 //!   process holds (Unix).
 //! - Without the macros: [`Call`] runs one keyed call, and [`Key::derive`] computes a key as a
@@ -299,12 +302,19 @@ pub use idem_runtime::mcp;
 #[cfg(unix)]
 pub use idem_runtime::remote;
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store, default_store_path, fencing_token, history,
-    may_have_landed, open_default_store, set_default_store, store, try_current_key,
-    try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
-    Kind, Reconciled, Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
-    Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    admin, canonical_json, current_key, default_store_name, default_store_path, fencing_token,
+    history, may_have_landed, set_default_store, store, try_current_key, try_fencing_token,
+    Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key, Kind, Reconciled,
+    Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, StoreName, Sweep,
+    SweepOutcome, SweepReport, Swept, ToolInfo,
 };
+
+/// The SQLite store (feature `sqlite`): one file that several processes on one machine share.
+#[cfg(feature = "sqlite")]
+pub use idem_runtime::{SqliteStore, SqliteStoreBuilder};
+
+mod named;
+pub use named::{default_store, open_default_store, open_store, set_default_store_named};
 
 /// The only contract between the macros and the runtime: the code `idem-macros` generates names
 /// these items, and only these, by absolute path. Not a public API.

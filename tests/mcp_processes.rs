@@ -24,7 +24,8 @@ fn server_binary() -> &'static Path {
 
 fn build_server() -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--quiet", "--features", "rmcp", "--example", "mcp_in_doubt"])
+        // `sqlite` too, as `tests/mcp_sqlite.rs` builds it: one binary for both.
+        .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "mcp_in_doubt"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("cargo runs");
@@ -176,6 +177,7 @@ fn a_second_server_on_a_sled_store_says_another_process_holds_it() {
     assert!(stderr.contains(&held), "{stderr}");
     assert!(stderr.contains("sled lets one process open a store at a time"), "{stderr}");
     assert!(stderr.contains("PostgreSQL store (idem-postgres)"), "{stderr}");
+    assert!(stderr.contains("sqlite:PATH"), "names the SQLite store too: {stderr}");
     assert!(!stderr.contains("does not serve"), "{stderr}");
 }
 

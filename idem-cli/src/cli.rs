@@ -12,9 +12,10 @@ use crate::duration::parse_duration;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, about, max_term_width = 100)]
 pub(crate) struct Cli {
-    /// The store: a sled directory, or a postgres:// URL [default: $IDEM_STORE, else ./idem.sled
-    /// if one is there, else $XDG_DATA_HOME/idem/idem.sled or ~/.local/share/idem/idem.sled]
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The store: sqlite:PATH (a SQLite file), a postgres:// URL, or a sled directory
+    /// [default: $IDEM_STORE, read the same way, else ./idem.sled if one is there, else
+    /// $XDG_DATA_HOME/idem/idem.sled or ~/.local/share/idem/idem.sled]
+    #[arg(long, global = true, value_name = "STORE")]
     pub(crate) store: Option<OsString>,
 
     #[command(subcommand)]

@@ -4,13 +4,13 @@
 //! socket ([`idem_runtime::remote::Remote`]). Both give the same values and errors, so every
 //! subcommand prints the same either way.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::admin::{Admin, Local};
-use idem_runtime::{Durability, SledStore, Store};
+use idem_runtime::{Durability, SledStore, Store, StoreName};
 
 use crate::failure::Failure;
 
@@ -18,19 +18,24 @@ use crate::failure::Failure;
 /// the store, so an operator who runs `idem` as the agent exits should not see it as held.
 const SLED_LOCK_WAIT: Duration = Duration::from_secs(1);
 
-/// Opens the store `--store` names, else the process default store's place
-/// (`idem_runtime::default_store_path`: `$IDEM_STORE`, else the data directory's). A store that does not exist is an error: creating an empty one at a
-/// mistyped path would make every record look gone.
+/// Opens the store `--store` names, else the process default store
+/// (`idem_runtime::default_store_name`: `$IDEM_STORE`, else the data directory's), both read as
+/// every name is (`StoreName`: `sqlite:PATH`, `postgres://…`, or a sled directory). A store
+/// that does not exist is an error: creating an empty one at a mistyped path would make every
+/// record look gone.
 pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Admin>, Failure> {
-    let location: OsString = match store {
-        Some(location) => location.to_owned(),
-        None => idem_runtime::default_store_path().into_os_string(),
+    let name = match store {
+        Some(name) => StoreName::parse(name)?,
+        None => idem_runtime::default_store_name()?,
     };
-    match location.to_str() {
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            open_postgres(url).map(local)
+    match &name {
+        StoreName::Postgres(url) => open_postgres(url).map(local),
+        StoreName::Sqlite(path) => open_sqlite(path).map(local),
+        StoreName::Sled(path) => {
+            name.check_kind()?;
+            open_sled(path)
         }
-        _ => open_sled(Path::new(&location)),
+        _ => Err(Failure::failed(format!("this idem cannot open the store {name}"))),
     }
 }
 
@@ -56,6 +61,25 @@ fn local(store: Arc<dyn Store>) -> Box<dyn Admin> {
     Box::new(Local::new(store))
 }
 
+/// A SQLite store is opened directly even while agents use it: SQLite lets several processes
+/// share the file, and the command's resolve or purge is fenced like any write.
+#[cfg(feature = "sqlite")]
+fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Failure> {
+    // Fsync and `create(false)`, as for sled.
+    let store = idem_runtime::SqliteStore::builder(path)
+        .create(false)
+        .durability(Durability::Fsync)
+        .open()?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_path: &Path) -> Result<Arc<dyn Store>, Failure> {
+    Err(Failure::failed(
+        "this idem was built without SQLite support: rebuild it with the `sqlite` feature",
+    ))
+}
+
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
     // One command needs few connections; `create(false)`: a mistyped database is an error.
@@ -67,6 +91,6 @@ fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
 fn open_postgres(_url: &str) -> Result<Arc<dyn Store>, Failure> {
     Err(Failure::failed(
         "this idem was built without PostgreSQL support: rebuild it with the `postgres` \
-         feature, or point --store at a sled directory",
+         feature",
     ))
 }

@@ -1,5 +1,6 @@
 //! The runtime of [idem](https://docs.rs/idem-agent): intent keys, canonical JSON, the [`Store`]
-//! interface with its sled implementation, and the engine that generated code calls.
+//! interface with its sled implementation (and SQLite's, feature `sqlite`), and the engine that
+//! generated code calls.
 //!
 //! Users depend on the facade (the package `idem-agent`, whose library is `idem`); this crate
 //! is its engine room. How it is laid out (which module owns which rule, and which way calls
@@ -7,7 +8,8 @@
 //!
 //! - `lifecycle/`: what a record means and every rule that changes it (status, owner, fence,
 //!   lease, transitions, assessment);
-//! - `store/`: the storage interface a backend implements, the default store, and sled;
+//! - `store/`: the storage interface a backend implements, the default store, store names, and
+//!   the sled and SQLite backends;
 //! - `engine/`: one run path for every call, over the lifecycle and a store;
 //! - `admin.rs` and `remote/`: the operator interface, locally and over the admin socket;
 //! - `for_macros.rs`: the contract with generated code.
@@ -52,9 +54,13 @@ pub use key::Key;
 pub use lifecycle::{Record, Resolution, Status};
 pub use retry::Backoff;
 pub use store::default::{
-    default_store, default_store_path, open_default_store, set_default_store,
+    default_store, default_store_name, default_store_path, open_default_store, set_default_store,
+    set_default_store_named,
 };
+pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
 

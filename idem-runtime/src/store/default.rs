@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, StoreError};
+use crate::store::name::StoreName;
 use crate::store::sled::SledStore;
 use crate::store::Store;
 
@@ -42,6 +43,24 @@ pub fn default_store_path() -> PathBuf {
     store_path(|name| std::env::var_os(name), here_has_a_store)
 }
 
+/// The default store, named: `$IDEM_STORE` read as [`StoreName::parse`] reads any name
+/// (`sqlite:PATH`, `postgres://…`, or a sled directory), else the sled store at
+/// [`default_store_path`].
+pub fn default_store_name() -> Result<StoreName, Error> {
+    match std::env::var_os("IDEM_STORE").filter(|name| !name.is_empty()) {
+        Some(name) => StoreName::parse(name),
+        None => Ok(StoreName::Sled(default_store_path())),
+    }
+}
+
+/// Opens the store `name` gives and installs it as the process default store: the named
+/// companion of [`set_default_store`], for a name taken from configuration. Returns the store.
+pub fn set_default_store_named(name: &str) -> Result<Arc<dyn Store>, Error> {
+    let store = StoreName::parse(name)?.open()?;
+    set_default_store(Arc::clone(&store));
+    Ok(store)
+}
+
 /// [`default_store_path`] over the environment `env` and whether `./idem.sled` holds a store.
 fn store_path(env: impl Fn(&str) -> Option<OsString>, here_has_a_store: bool) -> PathBuf {
     if let Some(path) = env("IDEM_STORE").filter(|path| !path.is_empty()) {
@@ -73,11 +92,13 @@ pub fn default_store() -> Result<Arc<dyn Store>, Error> {
     if let Some(store) = slot.as_ref() {
         return Ok(Arc::clone(store));
     }
-    let path = default_store_path();
-    let store: Arc<dyn Store> = Arc::new(open_at(&path)?);
+    let name = default_store_name()?;
+    let store = name.open()?;
     *slot = Some(Arc::clone(&store));
     #[cfg(unix)]
-    socket_at_exit::remove_at_exit(&path);
+    if let StoreName::Sled(path) = &name {
+        socket_at_exit::remove_at_exit(path);
+    }
     Ok(store)
 }
 
@@ -99,7 +120,7 @@ pub fn open_default_store() -> Result<Arc<dyn Store>, Error> {
 /// Opens (or creates) the sled store at `path`, its parent directories included. A store that
 /// cannot be created is reported as such, naming the path and the cause, and is not retryable:
 /// calling again fails the same way until someone changes the path or its permissions.
-fn open_at(path: &Path) -> Result<SledStore, Error> {
+pub(crate) fn open_sled_at(path: &Path) -> Result<SledStore, Error> {
     if !path.exists() {
         if let Err(cause) = std::fs::create_dir_all(path) {
             return Err(cannot_create(path, &cause));
@@ -117,7 +138,7 @@ fn open_at(path: &Path) -> Result<SledStore, Error> {
 }
 
 /// The error for a store that cannot be created at `path`, for the deepest reason in `cause`.
-fn cannot_create(path: &Path, cause: &(dyn std::error::Error + 'static)) -> Error {
+pub(crate) fn cannot_create(path: &Path, cause: &(dyn std::error::Error + 'static)) -> Error {
     let mut root = cause;
     while let Some(source) = root.source() {
         root = source;
@@ -164,7 +185,7 @@ mod tests {
     fn a_store_is_created_with_its_parent_directories() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("data/idem/idem.sled");
-        drop(open_at(&path).expect("the store and its parents are created"));
+        drop(open_sled_at(&path).expect("the store and its parents are created"));
         assert!(path.join("conf").exists());
     }
 
@@ -174,7 +195,7 @@ mod tests {
         let file = dir.path().join("a-file");
         std::fs::write(&file, "not a directory").unwrap();
         let path = file.join("idem.sled");
-        let Err(error) = open_at(&path) else { panic!("a store under a file opened") };
+        let Err(error) = open_sled_at(&path) else { panic!("a store under a file opened") };
         let message = error.to_string();
         assert!(message.contains(&format!("cannot create the idem store at {}", path.display())));
         assert!(message.contains("os error 20"), "the cause (ENOTDIR): {message}");

@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use crate::lifecycle::Record;
 
 pub(crate) mod default;
+pub mod name;
 mod notify;
 pub(crate) mod sled;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite;
 pub(crate) mod sync;
 
 /// The future a [`Store`] method returns: boxed, `Send`, and runnable on any executor (the sync

@@ -380,8 +380,9 @@ fn held_elsewhere(path: &std::path::Path) -> StoreError {
     StoreError::new(format!(
         "the sled store at {} is open in another process, which holds it: sled lets one \
          process open a store at a time; stop that process, give this one a store of its own \
-         ($IDEM_STORE), or, for several processes on one store, use the PostgreSQL store \
-         (idem-postgres). The `idem` command reaches a held store's records through the \
+         ($IDEM_STORE), or, for several processes on one store, use the SQLite store \
+         ($IDEM_STORE=sqlite:PATH, one machine) or the PostgreSQL store (idem-postgres). The \
+         `idem` command reaches a held store's records through the \
          holder's admin socket, when it serves one (the default)",
         path.display()
     ))

@@ -1,0 +1,232 @@
+//! How a store is named, written once: `$IDEM_STORE`, the `idem` command's `--store` and
+//! [`open_store`] all read a name with [`StoreName::parse`], and give it the same meaning.
+//!
+//! - `sqlite:PATH`: the SQLite store in the file `PATH` (feature `sqlite`);
+//! - `postgres://…` or `postgresql://…`: the PostgreSQL store at that URL (`idem-postgres`);
+//! - anything else: the sled store in the directory of that path.
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, StoreError};
+use crate::store::Store;
+
+/// A store, as a name gives it.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreName {
+    /// A sled store: the directory it lives in.
+    Sled(PathBuf),
+    /// A SQLite store (`sqlite:PATH`): its file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL store: the URL as written (`postgres://…`).
+    Postgres(String),
+}
+
+/// What a name of a SQLite store begins with.
+pub const SQLITE_PREFIX: &str = "sqlite:";
+
+impl StoreName {
+    /// Reads `name` as `$IDEM_STORE` and `--store` take it (see the module docs). An empty
+    /// name, or `sqlite:` with no path, is an error that says what a name looks like.
+    pub fn parse(name: impl AsRef<OsStr>) -> Result<StoreName, Error> {
+        let name = name.as_ref();
+        let text = name.to_str();
+        let bad = |what: &str| {
+            let message = format!(
+                "{what}: name a store as sqlite:PATH (a SQLite file), postgres://… (a PostgreSQL \
+                 database) or a plain path (a sled directory)"
+            );
+            Error::store(None, None, StoreError::new(message).lasting())
+        };
+        if name.is_empty() {
+            return Err(bad("the store's name is empty"));
+        }
+        match text {
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Ok(StoreName::Postgres(url.to_owned()))
+            }
+            Some(text) if text.starts_with(SQLITE_PREFIX) => match &text[SQLITE_PREFIX.len()..] {
+                "" => Err(bad("`sqlite:` names no file")),
+                path => Ok(StoreName::Sqlite(PathBuf::from(path))),
+            },
+            _ => Ok(StoreName::Sled(PathBuf::from(name))),
+        }
+    }
+
+    /// The file or directory of a sled or SQLite store; `None` for PostgreSQL.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            StoreName::Sled(path) | StoreName::Sqlite(path) => Some(path),
+            StoreName::Postgres(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for StoreName {
+    /// The name as it was given, except a PostgreSQL URL's password, which is never shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreName::Sled(path) => write!(f, "{}", path.display()),
+            StoreName::Sqlite(path) => write!(f, "{SQLITE_PREFIX}{}", path.display()),
+            StoreName::Postgres(url) => f.write_str(&without_password(url)),
+        }
+    }
+}
+
+impl fmt::Debug for StoreName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreName({self})")
+    }
+}
+
+/// `url` with the password of its user part, if any, written as `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, tail) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) if user.contains(':') => {
+            let name = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{name}:***@{host}{tail}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[doc(hidden)]
+/// What opens a PostgreSQL store by its URL: registered by a crate that has one (the `idem`
+/// facade with its `postgres` feature), since this crate cannot depend on `idem-postgres`.
+pub type PostgresOpener = fn(&str) -> Result<Arc<dyn Store>, Error>;
+
+static POSTGRES: RwLock<Option<PostgresOpener>> = RwLock::new(None);
+
+#[doc(hidden)]
+/// Registers how `postgres://` names are opened. Not a public API: the facade calls it.
+pub fn register_postgres(opener: PostgresOpener) {
+    *POSTGRES.write().unwrap_or_else(|e| e.into_inner()) = Some(opener);
+}
+
+/// Opens (creating it if missing, with its parent directories) the store named `name`, read
+/// as [`StoreName::parse`] reads it: `sqlite:PATH`, `postgres://…`, or a sled directory.
+///
+/// ```
+/// # fn main() -> Result<(), idem_runtime::Error> {
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("idem.sled");
+/// let store = idem_runtime::open_store(path.to_str().unwrap())?;
+/// # drop(store);
+/// # Ok(()) }
+/// ```
+pub fn open_store(name: &str) -> Result<Arc<dyn Store>, Error> {
+    StoreName::parse(name)?.open()
+}
+
+impl StoreName {
+    /// Opens (creating it if missing, with its parent directories) the store this name gives.
+    pub fn open(&self) -> Result<Arc<dyn Store>, Error> {
+        open_named(self)
+    }
+}
+
+impl StoreName {
+    /// Refuses a name whose path holds a store of another kind: a sled store is a directory,
+    /// and a file there (a SQLite one is named `sqlite:PATH`) is an error that says so.
+    pub fn check_kind(&self) -> Result<(), Error> {
+        let StoreName::Sled(path) = self else { return Ok(()) };
+        if !path.is_file() {
+            return Ok(());
+        }
+        let sqlite = if is_sqlite_file(path) {
+            format!(" (it is a SQLite file: name it {SQLITE_PREFIX}{})", path.display())
+        } else {
+            String::new()
+        };
+        let message =
+            format!("{} is a file, and a sled store is a directory{sqlite}", path.display());
+        Err(Error::store(None, None, StoreError::new(message).lasting()))
+    }
+}
+
+fn open_named(name: &StoreName) -> Result<Arc<dyn Store>, Error> {
+    match name {
+        StoreName::Sled(path) => {
+            name.check_kind()?;
+            Ok(Arc::new(super::default::open_sled_at(path)?))
+        }
+        StoreName::Sqlite(path) => open_sqlite(path),
+        StoreName::Postgres(url) => {
+            let opener = *POSTGRES.read().unwrap_or_else(|e| e.into_inner());
+            match opener {
+                Some(open) => open(url),
+                None => Err(Error::store(
+                    None,
+                    None,
+                    StoreError::new(format!(
+                        "the store {name} is a PostgreSQL database, which this program opens \
+                         only through idem's `postgres` feature: turn it on and call \
+                         idem::open_default_store() (or idem::open_store) at start-up"
+                    ))
+                    .lasting(),
+                )),
+            }
+        }
+    }
+}
+
+/// Whether `path` is a file that begins as an SQLite database does.
+fn is_sqlite_file(path: &Path) -> bool {
+    let mut head = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
+        .is_ok_and(|()| &head == b"SQLite format 3\0")
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|cause| super::default::cannot_create(path, &cause))?;
+    }
+    Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
+    let message = format!(
+        "the store {SQLITE_PREFIX}{} is a SQLite file, and this program was built without \
+         idem's `sqlite` feature: turn it on in Cargo.toml",
+        path.display()
+    );
+    Err(Error::store(None, None, StoreError::new(message).lasting()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_means_one_store_kind() {
+        let parse = |name: &str| StoreName::parse(name).unwrap();
+        assert_eq!(
+            parse("sqlite:/srv/agent.sqlite"),
+            StoreName::Sqlite("/srv/agent.sqlite".into())
+        );
+        assert_eq!(parse("sqlite:rel/a.db"), StoreName::Sqlite("rel/a.db".into()));
+        assert_eq!(parse("/srv/agent.sled"), StoreName::Sled("/srv/agent.sled".into()));
+        assert_eq!(parse("idem.sled"), StoreName::Sled("idem.sled".into()));
+        let url = "postgres://agent@db/agents?idem_table=a.b";
+        assert_eq!(parse(url), StoreName::Postgres(url.into()));
+        assert_eq!(parse("postgresql://db/x"), StoreName::Postgres("postgresql://db/x".into()));
+        assert!(StoreName::parse("sqlite:").is_err());
+        assert!(StoreName::parse("").is_err());
+    }
+
+    #[test]
+    fn a_name_shows_no_password() {
+        let name = StoreName::parse("postgres://ann:s3cret@db:5432/agents").unwrap();
+        assert_eq!(name.to_string(), "postgres://ann:***@db:5432/agents");
+        assert_eq!(StoreName::parse("sqlite:/a").unwrap().to_string(), "sqlite:/a");
+    }
+}

@@ -1,0 +1,244 @@
+//! Opening a SQLite store: the builder's options, the checks that refuse what is not an idem
+//! store, and the settings every connection gets.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::owners::{self, Owners};
+use super::schema::{self, Found};
+use super::wake::Wake;
+use super::writer::Writer;
+use super::{fault, Shared, SqliteStore};
+use crate::error::StoreError;
+use crate::store::notify::Notifier;
+use crate::store::{Durability, DEFAULT_WAIT};
+
+/// How long a write waits for another process's write lock by default.
+const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Options for opening a [`SqliteStore`]; from [`SqliteStore::builder`].
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct SqliteStoreBuilder {
+    pub(super) path: PathBuf,
+    pub(super) durability: Durability,
+    pub(super) busy_timeout: Duration,
+    pub(super) default_wait: Duration,
+    pub(super) create: bool,
+}
+
+impl SqliteStoreBuilder {
+    pub(super) fn new(path: &Path) -> SqliteStoreBuilder {
+        SqliteStoreBuilder {
+            path: path.to_owned(),
+            durability: Durability::Fsync,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            default_wait: DEFAULT_WAIT,
+            create: true,
+        }
+    }
+
+    /// How far a write goes before it counts as done (see [`SqliteStore`]): `Fsync` (the
+    /// default) is SQLite's `synchronous = FULL`, `Flush` is `NORMAL`, `None` is `OFF`.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// How long a write waits while other processes hold the file's write lock (5 s by
+    /// default). SQLite lets one writer in at a time; the others queue for this long, then the
+    /// call fails with an error that says so, having written nothing.
+    pub fn busy_timeout(mut self, wait: Duration) -> Self {
+        self.busy_timeout = wait;
+        self
+    }
+
+    /// How long a call waits for a key's owner when the call sets no `wait`.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Whether to create the file when it does not exist (the default). The `idem` command
+    /// opens with `false`: a mistyped path is an error, not a new empty store.
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self
+    }
+
+    /// Opens the store.
+    pub fn open(self) -> Result<SqliteStore, crate::Error> {
+        open(self).map_err(|source| crate::Error::store(None, None, source))
+    }
+}
+
+/// The store's file named in messages.
+pub(super) fn what(path: &Path) -> String {
+    format!("the SQLite store at {}", path.display())
+}
+
+fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
+    let what = what(&options.path);
+    check_file(&options, &what)?;
+    let writer = prepare(&options, &what)?;
+    let instance = crate::lifecycle::owner::new_instance("sqlite");
+    let owners = Owners::open(&owners::dir_of(&options.path), &instance)?;
+    let notifier = crate::loom::Arc::new(Notifier::default());
+    let shared = Arc::new(Shared {
+        wake: Wake::new(
+            &owners::dir_of(&options.path),
+            &instance,
+            crate::loom::Arc::clone(&notifier),
+        ),
+        what,
+        instance,
+        owners,
+        notifier,
+        readers: Mutex::new(Vec::new()),
+        options,
+    });
+    let reader = connect(&shared.options, &shared.what, false)?;
+    shared.give_back(reader);
+    Ok(SqliteStore { writer: Writer::start(writer)?, shared })
+}
+
+/// The writer's connection, with the layout created if the file had none. Processes that open a
+/// new file at once race to switch it to WAL and create the tables; SQLite answers the losers
+/// `SQLITE_BUSY` at once there, without its busy handler (a journal-mode switch and a first
+/// read of a file in rollback mode may not wait), so the open tries again, every 10 ms, until
+/// the busy timeout has passed.
+fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, StoreError> {
+    let deadline = std::time::Instant::now() + options.busy_timeout;
+    loop {
+        let attempt = connect(options, what, options.create).and_then(|mut writer| {
+            if let Found::Empty = schema::inspect(&writer, what)? {
+                schema::create(&mut writer, what)?;
+            }
+            Ok(writer)
+        });
+        match attempt {
+            Err(e) if fault::is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Refuses, before SQLite touches it, a path that is a directory (a sled store, say) or a
+/// file that is not an SQLite database, and a missing file under `create(false)`.
+fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
+    let path = &options.path;
+    check_writable(path, what)?;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(StoreError::new(format!(
+            "{what} is a directory: a SQLite store is one file (a sled store is a directory: \
+             name it without `sqlite:`)"
+        ))
+        .lasting()),
+        Ok(meta) if meta.len() > 0 => {
+            let mut head = [0u8; 16];
+            let read = std::fs::File::open(path)
+                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head));
+            match read {
+                Ok(()) if &head == b"SQLite format 3\0" => Ok(()),
+                Ok(()) => Err(StoreError::new(format!(
+                    "{what} is not an SQLite database (it does not begin as one): name another \
+                     file for the store; idem never writes to this one"
+                ))
+                .lasting()),
+                Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
+            }
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.create => {
+            Err(StoreError::new(format!(
+                "{what} does not exist: check the path (an agent's first call creates the store)"
+            ))
+            .lasting())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
+    }
+}
+
+/// Refuses a file, or a directory, that this process may not write: SQLite would open the
+/// file read-only and fail at the first call, and it writes its `-wal` and `-shm` files beside
+/// the store. (`access` reports a read-only file system to root too.)
+#[cfg(unix)]
+fn check_writable(path: &Path, what: &str) -> Result<(), StoreError> {
+    use std::os::unix::ffi::OsStrExt;
+    let writable = |at: &Path| -> Result<(), std::io::Error> {
+        let name = std::ffi::CString::new(at.as_os_str().as_bytes())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: a NUL-terminated path that lives across the call.
+        match unsafe { libc::access(name.as_ptr(), libc::W_OK) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    };
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let checks = [(path, "the file"), (parent, "its directory")];
+    for (at, which) in checks {
+        match writable(at) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::with_source(
+                    format!(
+                        "{what} cannot be written: {which} ({}) is read-only to this process; \
+                         a store is written at every call, and SQLite writes its -wal and -shm \
+                         files beside it: give this process write access, or name another file",
+                        at.display()
+                    ),
+                    e,
+                )
+                .lasting())
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(not(unix))]
+fn check_writable(_path: &Path, _what: &str) -> Result<(), StoreError> {
+    Ok(())
+}
+
+/// A connection to the store's file with the store's settings: WAL, the durability's
+/// `synchronous`, and the busy timeout.
+pub(super) fn connect(
+    options: &SqliteStoreBuilder,
+    what: &str,
+    create: bool,
+) -> Result<Connection, StoreError> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let fail = |e| fault::open_error(what, e);
+    let conn = Connection::open_with_flags(&options.path, flags).map_err(fail)?;
+    conn.busy_timeout(options.busy_timeout).map_err(fail)?;
+    let mode: String =
+        conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(fail)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::new(format!(
+            "{what} cannot use SQLite's write-ahead log (journal mode {mode}): a store that \
+             several processes share needs it; put the file on a local disk"
+        ))
+        .lasting());
+    }
+    let synchronous = match options.durability {
+        Durability::Fsync => "FULL",
+        Durability::Flush => "NORMAL",
+        Durability::None => "OFF",
+    };
+    conn.execute_batch(&format!("PRAGMA synchronous = {synchronous};")).map_err(fail)?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}

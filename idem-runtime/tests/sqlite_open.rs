@@ -1,0 +1,261 @@
+//! What the SQLite store refuses, and how: a file that is not an idem store, a store of a later
+//! schema, a directory, a missing file the command names, a read-only file system, a full disk,
+//! and a write lock another process keeps past the busy timeout. Each is an error that names
+//! the file and says what to do; nothing is half-written and nothing runs twice.
+//!
+//! The read-only and full-disk cases mount a small tmpfs, which needs root and `mount`;
+//! elsewhere they say so loudly and skip.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
+
+fn open_error(path: &Path) -> String {
+    match SqliteStore::open(path) {
+        Ok(_) => panic!("{} opened as a store", path.display()),
+        Err(e) => {
+            assert!(!e.is_retryable(), "nothing changes by opening again: {e}");
+            e.to_string()
+        }
+    }
+}
+
+#[test]
+fn a_file_that_is_not_sqlite_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "my notes, not a database\n").unwrap();
+    let message = open_error(&path);
+    assert!(message.contains("is not an SQLite database"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "names the file: {message}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "my notes, not a database\n");
+}
+
+#[test]
+fn an_sqlite_database_of_another_program_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("CREATE TABLE invoices (id INTEGER PRIMARY KEY)").unwrap();
+    drop(other);
+    let message = open_error(&path);
+    assert!(message.contains("not an idem store"), "{message}");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let tables: Vec<String> = other
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(tables, ["invoices"], "no idem table was added");
+}
+
+#[test]
+fn a_store_of_a_later_schema_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    drop(SqliteStore::open(&path).unwrap());
+    rusqlite::Connection::open(&path).unwrap().execute_batch("PRAGMA user_version = 7").unwrap();
+    let message = open_error(&path);
+    assert!(message.contains("schema version 7") && message.contains("later idem"), "{message}");
+}
+
+#[test]
+fn a_directory_and_a_missing_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let message = open_error(dir.path());
+    assert!(message.contains("is a directory"), "{message}");
+    let missing = dir.path().join("typo.sqlite");
+    let Err(e) = SqliteStore::builder(&missing).create(false).open() else {
+        panic!("a missing store opened under create(false)")
+    };
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    assert!(!missing.exists(), "nothing was created");
+}
+
+/// Holds the store's write lock from another connection (as another process's long write
+/// would): a call waits out the busy timeout, then fails with an error that says so, and has
+/// written nothing; once the lock goes, the same call runs.
+#[test]
+fn a_write_lock_held_past_the_busy_timeout_is_a_clear_error_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::builder(&path).busy_timeout(Duration::from_millis(200)).open().unwrap(),
+    );
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        Call::new("send_email", "welcome-42", &serde_json::json!({ "to": "ann" }))
+            .unwrap()
+            .store(Arc::clone(&store))
+    };
+    let body = || {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, Error>("sent".to_owned())
+    };
+    let Err(e) = call().run(body) else { panic!("a call ran while the write lock was held") };
+    let message = e.to_string();
+    assert!(message.contains("stayed locked by another writer"), "{message}");
+    assert!(message.contains("nothing was written"), "{message}");
+    assert!(e.is_retryable(), "the lock may go: {message}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
+    holder.execute_batch("ROLLBACK").unwrap();
+    let key = call().key().clone();
+    assert!(idem_runtime::for_stores::block_on(store.get(key.as_str())).unwrap().is_none());
+    assert_eq!(call().run(body).unwrap(), "sent");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &Path, options: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(at).ok()?;
+        let mounted =
+            Command::new("mount").args(["-t", "tmpfs", "-o", options, "tmpfs"]).arg(at).output();
+        mounted.ok()?.status.success().then(|| SmallDisk(at.to_owned()))
+    }
+
+    fn remount(&self, options: &str) {
+        let status = Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(status.success(), "remount {options}");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn require_mount(disk: Option<SmallDisk>, test: &str) -> Option<SmallDisk> {
+    if disk.is_none() {
+        eprintln!("NOTICE: cannot mount a tmpfs (needs root): the {test} test is SKIPPED");
+        assert!(std::env::var_os("CI").is_none(), "CI runs as root: the {test} test must run");
+    }
+    disk
+}
+
+#[test]
+fn a_store_on_a_read_only_file_system_is_a_clear_error_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) =
+        require_mount(SmallDisk::mount(&dir.path().join("disk"), "size=8m"), "read-only")
+    else {
+        return;
+    };
+    let path = disk.0.join("idem.sqlite");
+    drop(SqliteStore::open(&path).unwrap());
+    disk.remount("ro");
+    let message = open_error(&path);
+    assert!(message.contains("read-only"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "names the file: {message}");
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_and_nothing_runs_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) =
+        require_mount(SmallDisk::mount(&dir.path().join("disk"), "size=2m"), "full-disk")
+    else {
+        return;
+    };
+    let path = disk.0.join("idem.sqlite");
+    let runs: Vec<AtomicUsize> = (0..200).map(|_| AtomicUsize::new(0)).collect();
+    let call = |store: &Arc<dyn Store>, n: usize| {
+        Call::new("export_report", format!("report-{n}"), &serde_json::json!({ "n": n }))
+            .unwrap()
+            .store(Arc::clone(store))
+            .in_doubt(InDoubtPolicy::Fail)
+    };
+    let body = |n: usize| {
+        runs[n].fetch_add(1, Ordering::SeqCst);
+        Ok::<_, Error>(format!("{n:06}").repeat(10_000))
+    };
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let mut failed = None;
+    for n in 0..200 {
+        if let Err(e) = call(&store, n).run(|| body(n)) {
+            failed = Some((n, e));
+            break;
+        }
+    }
+    let (n, e) = failed.expect("a 2 MiB disk fills up");
+    assert!(e.to_string().contains("the disk is full"), "{e}");
+    drop(store);
+    disk.remount("size=64m");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    for earlier in 0..n {
+        let got: String = call(&store, earlier).run(|| body(earlier)).unwrap();
+        assert_eq!(got, format!("{earlier:06}").repeat(10_000), "report {earlier} replays");
+    }
+    let again = call(&store, n).run(|| body(n));
+    match runs[n].load(Ordering::SeqCst) {
+        // The body ran before the disk filled: its key is in doubt, not run again.
+        1 => assert!(matches!(again, Err(Error::InDoubt { .. })), "{again:?}"),
+        // The reservation itself failed: nothing was written, and the call runs now.
+        0 => assert!(again.is_ok(), "{again:?}"),
+        more => panic!("report {n} ran {more} times"),
+    }
+    assert!(runs.iter().all(|r| r.load(Ordering::SeqCst) <= 1), "no body ran twice");
+}
+
+/// A record damaged behind the store's back fails the calls of its own key, with an error that
+/// names the key, and no other call of the store.
+#[test]
+fn a_damaged_record_fails_its_own_key_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let call = |n: usize| {
+        Call::new("export_report", format!("report-{n}"), &serde_json::json!({ "n": n }))
+            .unwrap()
+            .store(Arc::clone(&store))
+            .in_doubt(InDoubtPolicy::Fail)
+    };
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        call(0).run(|| -> Result<String, Error> { panic!("left in doubt") })
+    }));
+    assert!(panicked.is_err());
+    let damaged = call(0).key().to_string();
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute("UPDATE idem_records SET status = 'pending' WHERE key = ?1", [&damaged]).unwrap();
+    drop(other);
+    let runs = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..16)
+            .map(|n| {
+                let (call, runs) = (call(n), &runs);
+                scope.spawn(move || {
+                    call.run(|| {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, Error>(format!("report {n}"))
+                    })
+                })
+            })
+            .collect();
+        for (n, handle) in calls.into_iter().enumerate() {
+            match (n, handle.join().unwrap()) {
+                (0, Err(e)) => {
+                    let message = e.to_string();
+                    assert!(message.contains(&damaged) && message.contains("pending"), "{message}");
+                }
+                (0, Ok(got)) => panic!("the damaged key ran: {got}"),
+                (n, got) => assert_eq!(got.unwrap(), format!("report {n}")),
+            }
+        }
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 15, "every other key ran once");
+}

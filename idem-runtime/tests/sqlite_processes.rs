@@ -1,0 +1,317 @@
+//! Several processes on one SQLite store, for real: each child is this test binary run again in
+//! child mode, opening the same file. Racing processes run each key's body once; an owner killed
+//! with SIGKILL at any point leaves its key in doubt for every other process at once (its lock is
+//! gone with it, so no lease is waited out), never run again under `fail`; and a waiter in
+//! another process is woken by the owner's result, or by its death.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
+
+const CHILD: &str = "IDEM_SQLITE_CHILD";
+const DIR: &str = "IDEM_SQLITE_DIR";
+const KEYS: usize = 25;
+
+fn store(dir: &Path) -> Arc<dyn Store> {
+    Arc::new(SqliteStore::open(dir.join("idem.sqlite")).expect("the shared store opens"))
+}
+
+/// The effect: one line in the ledger (`O_APPEND`, one write), made durable.
+fn charge(dir: &Path, what: &str) -> String {
+    let id = format!("{what}:{}:{}", std::process::id(), idem_runtime::fencing_token());
+    let mut file =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join("ledger")).unwrap();
+    file.write_all(format!("{id}\n").as_bytes()).unwrap();
+    file.sync_all().unwrap();
+    id
+}
+
+fn ledger(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("ledger"))
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Child mode `race`: waits for `go` on stdin, then calls every key of the round, starting at
+/// its own offset so that the processes meet on every key, and prints each result.
+fn race_child(dir: &Path) {
+    let store = store(dir);
+    let round = std::env::var("IDEM_ROUND").unwrap();
+    let offset: usize = std::env::var("IDEM_OFFSET").unwrap().parse().unwrap();
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    for i in 0..KEYS {
+        let key = (i + offset) % KEYS;
+        let scope = format!("round-{round}-order-{key}");
+        let got: String = Call::new("charge_card", &scope, &serde_json::json!({ "amount": key }))
+            .unwrap()
+            .store(Arc::clone(&store))
+            .run(|| Ok::<_, Error>(charge(dir, &scope)))
+            .unwrap_or_else(|e| panic!("key {scope}: {e}"));
+        println!("RESULT {scope} {got}");
+    }
+}
+
+/// Child mode `call`: one call of `order-7`, with the body `IDEM_BODY` names; prints
+/// `WAITING` once it waits for another process's owner, and its outcome.
+fn call_child(dir: &Path) {
+    let store = store(dir);
+    let policy = match std::env::var("IDEM_POLICY").as_deref() {
+        Ok("rerun") => InDoubtPolicy::Rerun,
+        _ => InDoubtPolicy::Fail,
+    };
+    let call = Call::new("charge_card", "order-7", &serde_json::json!({ "amount": 4200 }))
+        .unwrap()
+        .store(store)
+        .in_doubt(policy)
+        .wait(Duration::from_secs(120));
+    let key = call.key().to_string();
+    std::thread::spawn(move || {
+        while idem_runtime::for_stores::waiting(&key) == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("WAITING");
+        std::io::stdout().flush().unwrap();
+    });
+    let outcome = call.run(|| {
+        let id = charge(dir, "order-7");
+        match std::env::var("IDEM_BODY").as_deref() {
+            Ok("park") => {
+                println!("IN_BODY");
+                std::io::stdout().flush().unwrap();
+                loop {
+                    std::thread::park();
+                }
+            }
+            Ok("stdin") => {
+                println!("IN_BODY");
+                std::io::stdout().flush().unwrap();
+                let mut line = String::new();
+                std::io::stdin().read_line(&mut line).unwrap();
+            }
+            _ => {}
+        }
+        Ok::<_, Error>(id)
+    });
+    match outcome {
+        Ok(id) => println!("OUTCOME ok {id}"),
+        Err(Error::InDoubt { .. }) => println!("OUTCOME in_doubt"),
+        Err(e) => println!("OUTCOME error {e}"),
+    }
+}
+
+#[test]
+fn sqlite_child() {
+    let Ok(mode) = std::env::var(CHILD) else { return };
+    let dir = PathBuf::from(std::env::var(DIR).unwrap());
+    match mode.as_str() {
+        "race" => race_child(&dir),
+        _ => call_child(&dir),
+    }
+}
+
+fn child(dir: &Path, mode: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "sqlite_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .env(DIR, dir)
+        .env_remove("IDEM_FAILPOINT")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    command
+}
+
+/// Reads `child`'s stdout until a line holding `want`; the lines before it.
+fn until_line(stdout: &mut BufReader<ChildStdout>, want: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    loop {
+        let mut line = String::new();
+        let read = stdout.read_line(&mut line).unwrap();
+        assert!(read > 0, "the child ended before printing {want:?}; it printed {seen:?}");
+        if line.contains(want) {
+            seen.push(line.trim_end().to_owned());
+            return seen;
+        }
+        seen.push(line.trim_end().to_owned());
+    }
+}
+
+fn outcome_of(lines: &[String]) -> String {
+    lines
+        .iter()
+        .find_map(|l| l.split_once("OUTCOME ").map(|(_, o)| o.to_owned()))
+        .unwrap_or_else(|| panic!("the child printed no outcome: {lines:?}"))
+}
+
+/// Runs a `call` child to its end and returns its outcome.
+fn call_once(dir: &Path, policy: &str) -> String {
+    let output =
+        child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    outcome_of(&stdout.lines().map(str::to_owned).collect::<Vec<_>>())
+}
+
+struct Running {
+    process: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+fn start(command: &mut Command) -> Running {
+    let mut process = command.spawn().unwrap();
+    let stdout = BufReader::new(process.stdout.take().unwrap());
+    Running { process, stdout }
+}
+
+#[test]
+fn eight_processes_racing_on_many_keys_run_each_body_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..3 {
+        let mut children: Vec<Running> = (0..8)
+            .map(|n| {
+                start(
+                    child(dir.path(), "race")
+                        .env("IDEM_ROUND", round.to_string())
+                        .env("IDEM_OFFSET", (n * 3).to_string()),
+                )
+            })
+            .collect();
+        for running in &mut children {
+            until_line(&mut running.stdout, "READY");
+        }
+        // All at once: every process has opened the store before any calls.
+        for running in &mut children {
+            writeln!(running.process.stdin.as_mut().unwrap(), "go").unwrap();
+        }
+        let mut results = std::collections::BTreeMap::<String, Vec<String>>::new();
+        for mut running in children {
+            let mut rest = String::new();
+            std::io::Read::read_to_string(&mut running.stdout, &mut rest).unwrap();
+            assert!(running.process.wait().unwrap().success(), "a racing process failed");
+            for line in rest.lines().filter_map(|l| l.strip_prefix("RESULT ")) {
+                let (scope, got) = line.split_once(' ').unwrap();
+                results.entry(scope.to_owned()).or_default().push(got.to_owned());
+            }
+        }
+        let charged: Vec<String> = ledger(dir.path())
+            .into_iter()
+            .filter(|line| line.starts_with(&format!("round-{round}-")))
+            .collect();
+        assert_eq!(charged.len(), KEYS, "one body per key in round {round}: {charged:?}");
+        assert_eq!(results.len(), KEYS);
+        for (scope, got) in &results {
+            assert_eq!(got.len(), 8, "every process called {scope}");
+            let ran: Vec<&String> =
+                charged.iter().filter(|l| l.starts_with(&format!("{scope}:"))).collect();
+            assert_eq!(ran.len(), 1, "{scope} ran once: {charged:?}");
+            assert!(
+                got.iter().all(|g| g == ran[0]),
+                "every process got the one result of {scope}: {got:?}"
+            );
+        }
+    }
+}
+
+/// Kills the owner at `point` (a fail point, or `in_body`) while the store is shared, then
+/// checks that every later process finds the key in doubt and never runs it under `fail`.
+fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = child(dir.path(), "call");
+    match point {
+        "in_body" => owner.env("IDEM_BODY", "park"),
+        _ => owner.env("IDEM_FAILPOINT", point),
+    };
+    let mut owner = start(&mut owner);
+    let reached = if point == "in_body" {
+        "IN_BODY".to_owned()
+    } else {
+        format!("IDEM_FAILPOINT_REACHED {point}")
+    };
+    until_line(&mut owner.stdout, &reached);
+    owner.process.kill().unwrap(); // SIGKILL
+    owner.process.wait().unwrap();
+    assert_eq!(ledger(dir.path()).len(), lines_at_crash, "the ledger at the crash");
+    for _ in 0..2 {
+        assert_eq!(
+            call_once(dir.path(), "fail"),
+            "in_doubt",
+            "a kill at {point} leaves the key in doubt"
+        );
+    }
+    assert_eq!(ledger(dir.path()).len(), lines_at_crash, "`fail` never runs the body again");
+    let rerun = call_once(dir.path(), "rerun");
+    assert!(rerun.starts_with("ok order-7:"), "`rerun` runs the body: {rerun}");
+    assert_eq!(ledger(dir.path()).len(), lines_at_crash + 1);
+    assert_eq!(call_once(dir.path(), "fail"), rerun, "the rerun's result replays");
+}
+
+#[test]
+fn an_owner_killed_after_its_reservation_leaves_the_key_in_doubt() {
+    in_doubt_after_kill_at("after_reserve", 0);
+}
+
+#[test]
+fn an_owner_killed_in_its_body_leaves_the_key_in_doubt() {
+    in_doubt_after_kill_at("in_body", 1);
+}
+
+#[test]
+fn an_owner_killed_before_its_result_is_durable_leaves_the_key_in_doubt() {
+    in_doubt_after_kill_at("after_body", 1);
+}
+
+#[test]
+fn an_owner_killed_after_its_result_is_durable_is_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_FAILPOINT", "after_complete"));
+    until_line(&mut owner.stdout, "IDEM_FAILPOINT_REACHED after_complete");
+    owner.process.kill().unwrap();
+    owner.process.wait().unwrap();
+    let charged = ledger(dir.path());
+    assert_eq!(charged.len(), 1);
+    assert_eq!(call_once(dir.path(), "fail"), format!("ok {}", charged[0]));
+    assert_eq!(ledger(dir.path()), charged, "the body never ran again");
+}
+
+#[test]
+fn a_waiter_in_another_process_learns_of_the_owner_s_death_without_a_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "park"));
+    until_line(&mut owner.stdout, "IN_BODY");
+    let mut waiter = start(&mut child(dir.path(), "call"));
+    until_line(&mut waiter.stdout, "WAITING");
+    let killed = Instant::now();
+    owner.process.kill().unwrap();
+    owner.process.wait().unwrap();
+    let lines = until_line(&mut waiter.stdout, "OUTCOME");
+    let woke = killed.elapsed();
+    assert_eq!(outcome_of(&lines), "in_doubt", "the waiter finds the key in doubt");
+    // Not a speed check: the waiter waits up to 120 s and the store has no lease; only the
+    // owner's end can have woken it this early.
+    assert!(woke < Duration::from_secs(30), "the waiter woke at the owner's death ({woke:?})");
+    assert!(waiter.process.wait().unwrap().success());
+    assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
+}
+
+#[test]
+fn a_waiter_in_another_process_gets_the_owner_s_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "stdin"));
+    until_line(&mut owner.stdout, "IN_BODY");
+    let mut waiter = start(&mut child(dir.path(), "call"));
+    until_line(&mut waiter.stdout, "WAITING");
+    writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
+    let owned = outcome_of(&until_line(&mut owner.stdout, "OUTCOME"));
+    let waited = outcome_of(&until_line(&mut waiter.stdout, "OUTCOME"));
+    assert!(owned.starts_with("ok order-7:"), "{owned}");
+    assert_eq!(waited, owned, "the waiter gets the owner's result");
+    assert!(owner.process.wait().unwrap().success() && waiter.process.wait().unwrap().success());
+    assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
+}

@@ -1,0 +1,114 @@
+//! Two MCP servers (`examples/mcp_in_doubt.rs`, as an MCP host starts one per window) on one
+//! SQLite store, `IDEM_STORE=sqlite:PATH`: the same `tools/call` sent to both at once runs the
+//! payment once, and both clients get its receipt. Needs the `rmcp` feature; the example is
+//! built with `sqlite` too.
+
+#![cfg(all(feature = "rmcp", unix))]
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+
+use rmcp::model::{CallToolRequestParams, JsonObject};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::json;
+
+fn server_binary() -> &'static Path {
+    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BINARY.get_or_init(|| {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "mcp_in_doubt"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo build --example mcp_in_doubt failed");
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let debug = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
+        debug.join("examples").join("mcp_in_doubt")
+    })
+}
+
+struct Server {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(store: &str) -> Server {
+        let mut child = Command::new(server_binary())
+            .env("IDEM_STORE", store)
+            .env_remove("BANK_HANGS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let (lines, stderr) = mpsc::channel();
+        let pipe = child.stderr.take().expect("piped stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Server { child, stderr }
+    }
+
+    fn wait_for(&self, text: &str) {
+        let mut seen = Vec::new();
+        for line in self.stderr.iter() {
+            if line.contains(text) {
+                return;
+            }
+            seen.push(line);
+        }
+        panic!("the server exited without writing {text:?}; its stderr:\n{}", seen.join("\n"))
+    }
+
+    async fn client(&mut self) -> RunningService<RoleClient, ()> {
+        let stdout = OwnedFd::from(self.child.stdout.take().expect("piped stdout"));
+        let stdin = OwnedFd::from(self.child.stdin.take().expect("piped stdin"));
+        let reading = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
+        let writing = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
+        ().serve((reading, writing)).await.expect("the client initializes")
+    }
+
+    /// What it wrote to stderr until it exited (its stdin closed with its client).
+    fn finish(mut self) -> String {
+        self.child.wait().expect("the server is waited for");
+        self.stderr.iter().collect::<Vec<_>>().join("\n")
+    }
+}
+
+fn payment(invoice_id: &str) -> CallToolRequestParams {
+    let arguments = json!({ "invoice_id": invoice_id, "amount_cents": 4200 });
+    let serde_json::Value::Object(arguments) = arguments else { unreachable!() };
+    CallToolRequestParams::new("send_payment").with_arguments(JsonObject::from(arguments))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_on_one_sqlite_store_run_the_same_call_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("agents.sqlite").display());
+    let (mut first, mut second) = (Server::start(&store), Server::start(&store));
+    first.wait_for("serving MCP");
+    second.wait_for("serving MCP");
+    let (a, b) = (first.client().await, second.client().await);
+    for invoice in ["inv-1", "inv-2", "inv-3"] {
+        let (x, y) = tokio::join!(a.call_tool(payment(invoice)), b.call_tool(payment(invoice)));
+        let (x, y) = (x.expect("a tool result"), y.expect("a tool result"));
+        assert_eq!(x.is_error, Some(false), "{x:?}");
+        assert_eq!(x.structured_content, y.structured_content, "both get the one receipt");
+    }
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+    let logs = format!("{}\n{}", first.finish(), second.finish());
+    for invoice in ["inv-1", "inv-2", "inv-3"] {
+        let paid = logs.matches(&format!("paying invoice {invoice}")).count();
+        assert_eq!(paid, 1, "{invoice} was paid once across both servers:\n{logs}");
+    }
+}
