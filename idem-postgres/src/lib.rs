@@ -31,6 +31,8 @@ mod operations;
 mod runtime;
 mod schema;
 mod store;
+mod transaction;
 
 pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
 pub use store::PgStore;
+pub use transaction::{TransactionError, Transactional, DEFAULT_ATTEMPTS};

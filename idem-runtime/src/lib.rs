@@ -59,7 +59,14 @@ pub use time::utc_timestamp;
 /// [`Store`] interface. Not a public API: it may change in any release.
 #[doc(hidden)]
 pub mod for_stores {
-    pub use crate::engine::waiting;
+    pub use crate::engine::{waiting, CallParts, Waiting};
     pub use crate::exec::block_on;
+    pub use crate::lifecycle::transition;
     pub use crate::time::deadline_after;
+
+    /// The owner of a new call of the store instance `instance`: what a store's own run path
+    /// (idem-postgres's transactional calls) writes into the record it reserves.
+    pub fn new_call(instance: &str) -> crate::store::Owner {
+        crate::store::Owner::new_call(instance)
+    }
 }
