@@ -22,9 +22,11 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use idem_runtime::for_stores::{deadline_after, new_call, transition, CallParts, Waiting};
+use idem_runtime::for_stores::{
+    as_current, deadline_after, new_call, transition, CallParts, Waiting,
+};
 use idem_runtime::store::{assess, Assessment};
-use idem_runtime::{Call, Error, InDoubtPolicy, Record, Store};
+use idem_runtime::{Call, Error, InDoubtPolicy, Kind, Record, Store, ToolInfo};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -39,6 +41,19 @@ mod with_tokio_postgres;
 use self::error::DbError;
 pub use self::error::TransactionError;
 use self::statements::Param;
+
+/// The classification of a transactional tool, for MCP hints (`idem::mcp::annotate`): its
+/// effects are all in one transaction, kept or undone together, so repeating the call is
+/// harmless and it is [`Kind::Idempotent`]. `destructive` says whether it may change or delete
+/// rows already there (false when it only adds).
+///
+/// ```
+/// const REFUND: idem_runtime::ToolInfo = idem_postgres::tool_info("refund", "order_id", false);
+/// assert!(REFUND.annotations().idempotent_hint);
+/// ```
+pub const fn tool_info(name: &'static str, scope: &'static str, destructive: bool) -> ToolInfo {
+    ToolInfo { name, kind: Kind::Idempotent { scope }, destructive }
+}
 
 /// How many times a transactional call runs its transaction at most, by default: the first run
 /// and four more after serialization failures, deadlocks or broken connections.
@@ -199,8 +214,8 @@ struct Run<'a> {
 
 /// How the claim of the key inside the transaction ended.
 enum Claimed<T> {
-    /// The key is this transaction's, with the record as written.
-    Mine(Record),
+    /// The key is this transaction's, with the record as written and its fencing token.
+    Mine(Record, u64),
     /// The key's result, read back.
     Replay(T),
     /// The call cannot own the key; this error says why.
@@ -320,8 +335,8 @@ impl<'a> Run<'a> {
                     tx.int(self.update, &params).await.map_err(|e| ("take over", e))?
                 }
             };
-            if written.is_some() {
-                return Ok(Claimed::Mine(new));
+            if let Some(seq) = written {
+                return Ok(Claimed::Mine(new, u64::try_from(seq).unwrap_or(0)));
             }
             // Someone else's record, committed (the insert waited for it if it was not yet).
             let params = [Param::Text(Some(self.parts.key.to_string()))];
@@ -399,14 +414,14 @@ impl<'a> Run<'a> {
         X: Exec,
         F: AsyncFnOnce(&mut X) -> Result<T, E> + Clone,
     {
-        let held = match self.claim::<T, X>(tx).await {
-            Ok(Claimed::Mine(held)) => held,
+        let (held, token) = match self.claim::<T, X>(tx).await {
+            Ok(Claimed::Mine(held, token)) => (held, token),
             Ok(Claimed::Replay(value)) => return Err(Ended::Value(value)),
             Ok(Claimed::Refused(e)) => return Err(Ended::Fail(E::from(e))),
             Ok(Claimed::Wait(record)) => return Err(Ended::Wait(record)),
             Err((doing, e)) => return Err(self.failed(doing, e)),
         };
-        match (body.clone())(tx).await {
+        match as_current(self.parts.key, token, (body.clone())(tx)).await {
             Ok(value) => match self.complete(tx, &held, &value).await {
                 Ok(()) => Ok(value),
                 Err(e @ Error::Store { .. }) if is_transient_store(&e) => {

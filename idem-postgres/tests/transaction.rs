@@ -100,6 +100,16 @@ async fn a_fresh_call_commits_its_writes_with_its_record_and_a_repeat_replays() 
     let Some(shop) = Shop::open("tx0").await else { return };
     let runs = AtomicUsize::new(0);
     let first = shop.refund(17, &runs).await.unwrap();
+    let seen: Result<(String, u64), BoxError> = shop
+        .store
+        .transactional(shop.call(18))
+        .run(async |_tx| {
+            Ok((idem_runtime::current_key().to_string(), idem_runtime::fencing_token()))
+        })
+        .await;
+    let (key, token) = seen.unwrap();
+    assert_eq!(key, shop.call(18).key().to_string(), "the body runs as its call");
+    assert!(token > 0, "with its owner's fencing token");
     let again = shop.refund(17, &runs).await.unwrap();
     assert_eq!((first, again), (first, first), "the repeat replays the committed result");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");

@@ -64,6 +64,16 @@ pub mod for_stores {
     pub use crate::lifecycle::transition;
     pub use crate::time::deadline_after;
 
+    /// Runs `body` as the call of `key` (its owner's fencing token `token`), so that
+    /// `current_key()` and `fencing_token()` answer inside it.
+    pub async fn as_current<F: std::future::Future>(
+        key: &crate::Key,
+        token: u64,
+        body: F,
+    ) -> F::Output {
+        crate::engine::as_current(key, token, body).await
+    }
+
     /// The owner of a new call of the store instance `instance`: what a store's own run path
     /// (idem-postgres's transactional calls) writes into the record it reserves.
     pub fn new_call(instance: &str) -> crate::store::Owner {

@@ -377,6 +377,13 @@ pub struct CallParts<'a> {
     pub in_doubt: InDoubtPolicy,
 }
 
+/// Runs `body` as the call of `key`, whose owner has fencing token `token`: inside it,
+/// `current_key()` and `fencing_token()` answer for that call (a store's own run path,
+/// idem-postgres's transactional calls, runs its bodies so).
+pub(crate) async fn as_current<F: Future>(key: &Key, token: u64, body: F) -> F::Output {
+    Current::new(key, token).enter_async(body).await
+}
+
 /// A sync body as the run path's async body: it runs at the first poll, inside the call (the
 /// call is entered for the length of each poll), not when the closure is called.
 pub(crate) fn sync_body<B>(body: B) -> impl FnOnce() -> SyncBody<B> {
