@@ -225,7 +225,7 @@ enum Claimed<T> {
 }
 
 /// A transaction's statements, for both drivers: each is sent unnamed, with typed parameters.
-pub(crate) trait Exec {
+pub(crate) trait Exec: Send {
     /// Runs `sql`, and returns the first column of its row (a `bigint`), if it gave one.
     fn int(
         &mut self,
@@ -239,6 +239,25 @@ pub(crate) trait Exec {
         sql: &str,
         params: &[Param],
     ) -> impl Future<Output = Result<Option<String>, DbError>> + Send;
+
+    /// Runs `write` (an insert or update returning a `bigint` when it wrote), and when it wrote
+    /// nothing, `read` (returning a `text`). A driver that can pipelines the read behind the
+    /// write, one round trip for both: the read is a statement of its own, whose snapshot (at
+    /// `READ COMMITTED`) shows a row committed while the write waited for it.
+    fn write_or_read(
+        &mut self,
+        write: &str,
+        write_params: &[Param],
+        read: &str,
+        read_params: &[Param],
+    ) -> impl Future<Output = Result<(Option<i64>, Option<String>), DbError>> + Send {
+        async move {
+            match self.int(write, write_params).await? {
+                Some(written) => Ok((Some(written), None)),
+                None => Ok((None, self.text(read, read_params).await?)),
+            }
+        }
+    }
 }
 
 impl<'a> Run<'a> {
@@ -318,29 +337,25 @@ impl<'a> Run<'a> {
                 }
             };
             let new = step.new.expect("a reservation or takeover leaves a record");
-            let written = match &found {
+            let key = [Param::Text(Some(self.parts.key.to_string()))];
+            let (written, row) = match &found {
                 None => {
                     let params = statements::insert_params(&new, &step.change, self.lease_ms);
-                    tx.int(self.insert, &params).await.map_err(|e| ("reserve", e))?
+                    let read = tx.write_or_read(self.insert, &params, &self.get, &key);
+                    read.await.map_err(|e| ("reserve", e))?
                 }
                 Some(before) => {
-                    let params = statements::update_params(
-                        before,
-                        &new,
-                        false,
-                        &step.change,
-                        self.lease_ms,
-                        now,
-                    );
-                    tx.int(self.update, &params).await.map_err(|e| ("take over", e))?
+                    let change = &step.change;
+                    let params =
+                        statements::update_params(before, &new, false, change, self.lease_ms, now);
+                    let read = tx.write_or_read(self.update, &params, &self.get, &key);
+                    read.await.map_err(|e| ("take over", e))?
                 }
             };
             if let Some(seq) = written {
                 return Ok(Claimed::Mine(new, u64::try_from(seq).unwrap_or(0)));
             }
             // Someone else's record, committed (the insert waited for it if it was not yet).
-            let params = [Param::Text(Some(self.parts.key.to_string()))];
-            let row = tx.text(&self.get, &params).await.map_err(|e| ("read", e))?;
             found = match row {
                 Some(json) => Some(
                     statements::decode(&json)
@@ -351,12 +366,11 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// Writes the body's result into the held record: in flight → done, inside the
-    /// transaction. `Err` with an idem error when the value cannot be stored (nothing commits).
-    async fn complete<T, X>(&self, tx: &mut X, held: &Record, value: &T) -> Result<(), Error>
+    /// The parameters of the write that records the body's result (in flight → done, inside
+    /// the transaction); an idem error when the value cannot be stored (nothing commits).
+    fn completion<T>(&self, held: &Record, value: &T) -> Result<Vec<Param>, Error>
     where
         T: Serialize + DeserializeOwned,
-        X: Exec,
     {
         let unstorable = |reason: String| Error::Result {
             key: self.parts.key.to_string(),
@@ -369,19 +383,31 @@ impl<'a> Run<'a> {
         let now = self.store.clock();
         let step = transition::complete(held, json, self.parts.ttl, now);
         let new = step.new.as_ref().expect("a completion leaves a record");
-        let params = statements::update_params(held, new, true, &step.change, self.lease_ms, now);
-        match tx.int(self.update, &params).await {
+        Ok(statements::update_params(held, new, true, &step.change, self.lease_ms, now))
+    }
+
+    /// The completion's outcome (the `seq` of its history row, if it wrote one) as the run's.
+    fn completed<T, E: From<Error>>(
+        &self,
+        written: Result<Option<i64>, DbError>,
+    ) -> Result<(), Ended<T, E>> {
+        match written {
             Ok(Some(_)) => Ok(()),
-            // The row is this transaction's, locked and invisible to others: nothing can have
-            // changed it.
-            Ok(None) => Err(self.store_error(
+            // The row is this transaction's, locked and invisible to others: nothing but the
+            // body itself writing to idem's table can have changed it.
+            Ok(None) => Err(self.failed(
                 "record the result of",
                 DbError::Worded(idem_runtime::StoreError::new(
-                    "the record was not where it was left",
+                    "the record was not as the call left it: does the body write to idem's table?",
                 )),
             )),
-            Err(e) => Err(self.store_error("record the result of", e)),
+            Err(e) => Err(self.failed("record the result of", e)),
         }
+    }
+
+    /// The statement that records the result, for a driver to send.
+    fn completion_sql(&self) -> &str {
+        self.update
     }
 
     fn shared_tool_name(&self, found: &Record) -> Option<Error> {
@@ -405,9 +431,10 @@ impl<'a> Run<'a> {
         })
     }
 
-    /// One run inside `tx`, up to the commit, which the driver makes: `Ok(value)` when the body
-    /// ran and its result is written (commit it), else how the run ended (roll back).
-    async fn within<T, E, X, F>(&self, tx: &mut X, body: &F) -> Result<T, Ended<T, E>>
+    /// One run inside `tx`, up to the result's write, which the driver makes with the commit:
+    /// `Ok` with the body's value and the parameters of the completion (write it, then
+    /// commit), else how the run ended (roll back).
+    async fn within<T, E, X, F>(&self, tx: &mut X, body: &F) -> Result<(T, Vec<Param>), Ended<T, E>>
     where
         T: Serialize + DeserializeOwned,
         E: From<Error> + TransactionError,
@@ -422,34 +449,14 @@ impl<'a> Run<'a> {
             Err((doing, e)) => return Err(self.failed(doing, e)),
         };
         match as_current(self.parts.key, token, (body.clone())(tx)).await {
-            Ok(value) => match self.complete(tx, &held, &value).await {
-                Ok(()) => Ok(value),
-                Err(e @ Error::Store { .. }) if is_transient_store(&e) => {
-                    Err(Ended::Transient(E::from(e)))
-                }
+            Ok(value) => match self.completion(&held, &value) {
+                Ok(params) => Ok((value, params)),
                 Err(e) => Err(Ended::Fail(E::from(e))),
             },
             Err(e) if error::transient(e.sqlstate()) => Err(Ended::Transient(e)),
             Err(e) => Err(Ended::Fail(e)),
         }
     }
-}
-
-/// Whether a store error came from a statement that another run may get through.
-fn is_transient_store(e: &Error) -> bool {
-    use std::error::Error as _;
-    let mut cause = e.source();
-    while let Some(error) = cause {
-        if let Some(pg) = error.downcast_ref::<tokio_postgres::Error>() {
-            return error::pg_transient(pg);
-        }
-        #[cfg(feature = "sqlx")]
-        if let Some(sqlx) = error.downcast_ref::<sqlx::Error>() {
-            return error::sqlx_transient(sqlx);
-        }
-        cause = error.source();
-    }
-    false
 }
 
 /// Stops the process at `name` when a crash test asks for it (`IDEM_FAILPOINT`), with the

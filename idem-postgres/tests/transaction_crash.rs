@@ -1,6 +1,6 @@
 //! A transactional call's process killed by SIGKILL at every point of its transaction: before
-//! the body's first write, between two writes, after the last write, after idem's own last
-//! write before the commit, and during the commit. After each, the application's rows and
+//! the body's first write, between two writes, after the last write, after the body returned
+//! and before idem sends the result's write and the commit, and during the commit. After each, the application's rows and
 //! idem's record agree: both absent, and the next call runs the body once; or both present,
 //! and the next call replays the result. Each point again with 64 callers of the same key
 //! waiting on the dead transaction. Directly, and through a pooler when `IDEM_TEST_POOLER_URL`
@@ -19,7 +19,8 @@ use tokio_postgres::types::Type;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The points, as the child names them. `txn_before_commit` is idem's own crash point (the
-/// `failpoints` feature), after it wrote the result into the record and before the commit.
+/// `failpoints` feature): the body has returned, and the result's write and the `COMMIT`
+/// (pipelined, in one round trip) are not sent yet.
 const BEFORE_FIRST_WRITE: &str = "before_first_write";
 const BETWEEN_WRITES: &str = "between_writes";
 const AFTER_LAST_WRITE: &str = "after_last_write";
@@ -307,7 +308,7 @@ fn killed_after_the_last_write_leaves_neither_rows_nor_record() {
 }
 
 #[test]
-fn killed_after_the_result_is_written_before_the_commit_leaves_neither() {
+fn killed_after_the_body_returned_before_the_commit_leaves_neither() {
     matrix(BEFORE_COMMIT);
 }
 

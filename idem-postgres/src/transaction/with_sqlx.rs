@@ -107,7 +107,12 @@ where
         Err(e) => return run.failed("begin the transaction of", e.into()),
     };
     match run.within(&mut *tx, body).await {
-        Ok(value) => {
+        Ok((value, completion)) => {
+            let written = tx.int(run.completion_sql(), &completion).await;
+            if let Err(ended) = run.completed(written) {
+                let _ = tx.rollback().await;
+                return ended;
+            }
             failpoint("txn_before_commit");
             match tx.commit().await {
                 Ok(()) => Ended::Value(value),

@@ -24,20 +24,42 @@ fn typed(params: &[Param]) -> Vec<(&(dyn ToSql + Sync), Type)> {
 
 impl Exec for tokio_postgres::Transaction<'_> {
     async fn int(&mut self, sql: &str, params: &[Param]) -> Result<Option<i64>, DbError> {
-        let rows = self.query_typed(sql, &typed(params)).await?;
-        Ok(match rows.first() {
-            Some(row) => Some(row.try_get(0)?),
-            None => None,
-        })
+        first(&self.query_typed(sql, &typed(params)).await?)
     }
 
     async fn text(&mut self, sql: &str, params: &[Param]) -> Result<Option<String>, DbError> {
-        let rows = self.query_typed(sql, &typed(params)).await?;
-        Ok(match rows.first() {
-            Some(row) => Some(row.try_get(0)?),
-            None => None,
-        })
+        first(&self.query_typed(sql, &typed(params)).await?)
     }
+
+    async fn write_or_read(
+        &mut self,
+        write: &str,
+        write_params: &[Param],
+        read: &str,
+        read_params: &[Param],
+    ) -> Result<(Option<i64>, Option<String>), DbError> {
+        let (write_params, read_params) = (typed(write_params), typed(read_params));
+        let (written, found) = tokio::join!(
+            self.query_typed(write, &write_params),
+            self.query_typed(read, &read_params)
+        );
+        // A failed write aborts the transaction, and the read fails after it: the write's
+        // error is the one to report. A write that landed reads back its own row, unused.
+        match first(&written?)? {
+            Some(written) => Ok((Some(written), None)),
+            None => Ok((None, first(&found?)?)),
+        }
+    }
+}
+
+/// The first column of the first row, if there is one.
+fn first<T: for<'r> tokio_postgres::types::FromSql<'r>>(
+    rows: &[tokio_postgres::Row],
+) -> Result<Option<T>, DbError> {
+    Ok(match rows.first() {
+        Some(row) => Some(row.try_get(0)?),
+        None => None,
+    })
 }
 
 impl Transactional<'_> {
@@ -87,19 +109,43 @@ where
         Err(e) => return run.failed("begin the transaction of", e.into()),
     };
     match run.within(&mut tx, body).await {
-        Ok(value) => {
+        Ok((value, completion)) => {
             failpoint("txn_before_commit");
-            match tx.commit().await {
+            match complete_and_commit(run, tx, &completion).await {
                 Ok(()) => Ended::Value(value),
-                Err(e) => run.failed("commit", e.into()),
+                Err(ended) => ended,
             }
         }
         Err(ended) => {
-            // A broken connection has rolled back already; its error says nothing new.
-            let _ = tx.rollback().await;
+            // Dropped, the transaction sends its `ROLLBACK` without waiting for the answer: the
+            // connection goes back to the pool with it queued ahead of anything else.
+            drop(tx);
             ended
         }
     }
+}
+
+/// Writes the result and commits, in one round trip: the `COMMIT` is pipelined behind the
+/// result's write on the connection. When the write fails, the server has aborted the
+/// transaction and answers that `COMMIT` with a rollback, so nothing commits.
+async fn complete_and_commit<T, E: From<Error>>(
+    run: &Run<'_>,
+    tx: tokio_postgres::Transaction<'_>,
+    completion: &[Param],
+) -> Result<(), Ended<T, E>> {
+    let typed = typed(completion);
+    let (written, committed) =
+        tokio::join!(tx.query_typed(run.completion_sql(), &typed), tx.batch_execute("COMMIT"));
+    // The `COMMIT` above ended the transaction, which tokio-postgres does not know: dropped,
+    // it would send a `ROLLBACK` outside any transaction (a warning in the server's log). It
+    // holds only the borrow of the client.
+    std::mem::forget(tx);
+    let written = written.map_err(DbError::from).and_then(|rows| match rows.first() {
+        Some(row) => Ok(Some(row.try_get::<_, i64>(0)?)),
+        None => Ok(None),
+    });
+    run.completed(written)?;
+    committed.map_err(|e| run.failed("commit", e.into()))
 }
 
 /// A connection of the store's pool, taken on the store's runtime (a new connection's task
