@@ -2,7 +2,10 @@
 //! all with the same two writes (a refund row and its ledger row):
 //!
 //! - `raw_commit`: the writes in one transaction of their own (BEGIN, two inserts, COMMIT), on
-//!   one connection: the floor.
+//!   one connection whose task runs on the caller's runtime: the floor.
+//! - `raw_commit_other_runtime`: the same on a connection whose task runs on another runtime of
+//!   two threads, as the store's pooled connections do (the store runs its I/O on a runtime of
+//!   its own): what the hops between runtimes add to each round trip.
 //! - `transactional_fresh` / `transactional_replay`: `PgStore::transactional`, the writes and the
 //!   call's record in one transaction.
 //! - `plain_fresh` / `plain_replay`: an ordinary idem call on the same store whose body makes
@@ -66,6 +69,15 @@ fn transactional(c: &mut Criterion) {
             .unwrap();
         tokio::sync::Mutex::new(client)
     });
+    // A connection driven by a runtime of its own, as the store's are.
+    let other =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let across = runtime.block_on(async {
+        let (client, connection) =
+            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        other.spawn(connection);
+        tokio::sync::Mutex::new(client)
+    });
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     let run = format!("{}-{}", std::process::id(), started.as_millis());
 
@@ -77,6 +89,14 @@ fn transactional(c: &mut Criterion) {
     group.bench_function("raw_commit", |b| {
         b.to_async(&runtime).iter(|| async {
             let mut client = raw.lock().await;
+            let tx = client.transaction().await.unwrap();
+            writes(&tx, 17).await.unwrap();
+            tx.commit().await.unwrap();
+        })
+    });
+    group.bench_function("raw_commit_other_runtime", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let mut client = across.lock().await;
             let tx = client.transaction().await.unwrap();
             writes(&tx, 17).await.unwrap();
             tx.commit().await.unwrap();
