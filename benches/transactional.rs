@@ -50,6 +50,27 @@ fn call(scope: &str) -> Call {
     Call::new("refund", scope, &serde_json::json!({ "cents": 1250 })).unwrap()
 }
 
+type Client = tokio::sync::Mutex<tokio_postgres::Client>;
+
+/// The raw rows' connections, after the store made its schema: one driven by the caller's
+/// runtime, one by a runtime of its own (returned, to keep it running), as the store's are.
+async fn connections(url: &str) -> (Client, Client, tokio::runtime::Runtime) {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {SCHEMA}.refunds (id bigserial PRIMARY KEY, order_id bigint, cents bigint); \
+             CREATE TABLE IF NOT EXISTS {SCHEMA}.ledger (refund_id bigint, cents bigint);"
+        ))
+        .await
+        .unwrap();
+    let other =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let (across, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+    other.spawn(connection);
+    (tokio::sync::Mutex::new(client), tokio::sync::Mutex::new(across), other)
+}
+
 fn transactional(c: &mut Criterion) {
     let Ok(url) = std::env::var("DATABASE_URL") else {
         eprintln!("DATABASE_URL is not set: skipping the transactional benchmarks");
@@ -57,27 +78,7 @@ fn transactional(c: &mut Criterion) {
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let store = Arc::new(PgStore::builder(&url).schema(SCHEMA).pool_size(4).connect().unwrap());
-    let raw = runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {SCHEMA}.refunds (id bigserial PRIMARY KEY, order_id bigint, cents bigint); \
-                 CREATE TABLE IF NOT EXISTS {SCHEMA}.ledger (refund_id bigint, cents bigint);"
-            ))
-            .await
-            .unwrap();
-        tokio::sync::Mutex::new(client)
-    });
-    // A connection driven by a runtime of its own, as the store's are.
-    let other =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let across = runtime.block_on(async {
-        let (client, connection) =
-            tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-        other.spawn(connection);
-        tokio::sync::Mutex::new(client)
-    });
+    let (raw, across, _other) = runtime.block_on(connections(&url));
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
     let run = format!("{}-{}", std::process::id(), started.as_millis());
 
