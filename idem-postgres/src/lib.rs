@@ -8,6 +8,10 @@
 //! owner's record is in doubt for everyone once its lease lapses, and a stale owner's late write
 //! is refused.
 //!
+//! When a tool's effect is a write to this same database, [`PgStore::transactional`] runs its
+//! body inside one transaction with the call's record, so that the effect and the record commit
+//! together or not at all ([`Transactional`]; the README's "Effects in your own database").
+//!
 //! ```no_run
 //! # fn main() -> Result<(), idem_runtime::Error> {
 //! use std::sync::Arc;
@@ -31,6 +35,8 @@ mod operations;
 mod runtime;
 mod schema;
 mod store;
+mod transaction;
 
 pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
 pub use store::PgStore;
+pub use transaction::{tool_info, TransactionError, Transactional, DEFAULT_ATTEMPTS};

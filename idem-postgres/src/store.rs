@@ -155,6 +155,16 @@ impl PgStore {
         })
     }
 
+    /// The store's table and pool, for transactional calls.
+    pub(crate) fn table_state(&self) -> &Arc<Table> {
+        &self.shared
+    }
+
+    /// The store's runtime, for transactional calls.
+    pub(crate) fn own_runtime(&self) -> &OwnRuntime {
+        &self.runtime
+    }
+
     /// The records table, schema-qualified.
     pub fn table(&self) -> String {
         format!("{}.{}", self.shared.names.schema, self.shared.names.table)

@@ -68,7 +68,24 @@ pub use time::utc_timestamp;
 /// [`Store`] interface. Not a public API: it may change in any release.
 #[doc(hidden)]
 pub mod for_stores {
-    pub use crate::engine::waiting;
+    pub use crate::engine::{waiting, CallParts, Waiting};
     pub use crate::exec::block_on;
+    pub use crate::lifecycle::transition;
     pub use crate::time::deadline_after;
+
+    /// Runs `body` as the call of `key` (its owner's fencing token `token`), so that
+    /// `current_key()` and `fencing_token()` answer inside it.
+    pub async fn as_current<F: std::future::Future>(
+        key: &crate::Key,
+        token: u64,
+        body: F,
+    ) -> F::Output {
+        crate::engine::as_current(key, token, body).await
+    }
+
+    /// The owner of a new call of the store instance `instance`: what a store's own run path
+    /// (idem-postgres's transactional calls) writes into the record it reserves.
+    pub fn new_call(instance: &str) -> crate::store::Owner {
+        crate::store::Owner::new_call(instance)
+    }
 }

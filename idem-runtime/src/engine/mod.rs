@@ -40,7 +40,7 @@ pub use self::context::{
 pub(crate) use self::reconciler::erred;
 pub use self::reconciler::Reconciled;
 pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
-pub use self::waiting::waiting;
+pub use self::waiting::{waiting, Waiting};
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -163,6 +163,21 @@ impl Call {
     /// The call's idempotency key.
     pub fn key(&self) -> &Key {
         &self.key
+    }
+
+    /// What a store's own run path needs of the call (idem-postgres's transactional calls):
+    /// not a public API.
+    #[doc(hidden)]
+    pub fn parts(&self) -> CallParts<'_> {
+        CallParts {
+            tool: &self.tool,
+            function: self.function.as_deref(),
+            scope: &self.scope,
+            key: &self.key,
+            wait: self.wait,
+            ttl: self.ttl,
+            in_doubt: self.in_doubt,
+        }
     }
 
     fn resolve_store(&self) -> Result<Arc<dyn Store>, Error> {
@@ -340,6 +355,33 @@ impl Call {
             }
         }
     }
+}
+
+/// A call's name, key and policy, as a store's own run path reads them ([`Call::parts`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallParts<'a> {
+    /// The tool's name.
+    pub tool: &'a str,
+    /// The calling function's path, when the call names one.
+    pub function: Option<&'a str>,
+    /// The scope, as text.
+    pub scope: &'a str,
+    /// The key.
+    pub key: &'a Key,
+    /// How long to wait for another owner (the store's default when `None`).
+    pub wait: Option<Duration>,
+    /// How long a result replays (for ever when `None`).
+    pub ttl: Option<Duration>,
+    /// What to do with a key in doubt.
+    pub in_doubt: InDoubtPolicy,
+}
+
+/// Runs `body` as the call of `key`, whose owner has fencing token `token`: inside it,
+/// `current_key()` and `fencing_token()` answer for that call (a store's own run path,
+/// idem-postgres's transactional calls, runs its bodies so).
+pub(crate) async fn as_current<F: Future>(key: &Key, token: u64, body: F) -> F::Output {
+    Current::new(key, token).enter_async(body).await
 }
 
 /// A sync body as the run path's async body: it runs at the first poll, inside the call (the

@@ -11,12 +11,13 @@ fn lock() -> MutexGuard<'static, HashMap<String, usize>> {
     WAITING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One call waiting for the owner of a key, counted while it lives.
-pub(crate) struct Waiting(String);
+/// One call waiting for the owner of a key, counted while it lives (a store's own run path,
+/// idem-postgres's transactional calls, counts its waits with it too).
+pub struct Waiting(String);
 
 impl Waiting {
     /// Counts a call that has read the key's record and is about to wait for it to change.
-    pub(crate) fn start(key: &str) -> Waiting {
+    pub fn start(key: &str) -> Waiting {
         *lock().entry(key.to_owned()).or_default() += 1;
         Waiting(key.to_owned())
     }

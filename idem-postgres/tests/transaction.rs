@@ -1,0 +1,451 @@
+//! Transactional calls: the body's writes and the call's record commit together or not at all;
+//! duplicates wait for the first transaction and replay it; failures the database says to retry
+//! run the transaction again with the same key. Through tokio-postgres and sqlx.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_postgres::PgStore;
+use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
+use tokio_postgres::types::Type;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A store on a schema of its own, with the application's `refunds` table beside idem's.
+struct Shop {
+    url: String,
+    schema: String,
+    store: Arc<PgStore>,
+    guard: Option<common::DropSchema>,
+}
+
+impl Drop for Shop {
+    fn drop(&mut self) {
+        // The schema is dropped from a plain thread: the tests run inside a runtime.
+        let guard = self.guard.take();
+        let _ = std::thread::spawn(move || drop(guard)).join();
+    }
+}
+
+impl Shop {
+    async fn open(prefix: &str) -> Option<Shop> {
+        let url = common::database_url()?;
+        let schema = common::unique_schema(prefix);
+        let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+        let store = PgStore::builder(&url).schema(&schema).pool_size(20).connect_async().await;
+        let store = Arc::new(store.expect("the store connects"));
+        let shop = Shop { url, schema, store, guard: Some(guard) };
+        shop.sql(&format!(
+            "CREATE TABLE \"{0}\".refunds (id bigserial PRIMARY KEY, order_id bigint NOT NULL, \
+             cents bigint NOT NULL); \
+             CREATE TABLE \"{0}\".accounts (id bigint PRIMARY KEY, balance bigint NOT NULL); \
+             INSERT INTO \"{0}\".accounts VALUES (1, 0), (2, 0);",
+            shop.schema
+        ))
+        .await;
+        Some(shop)
+    }
+
+    async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    async fn sql(&self, sql: &str) {
+        self.client().await.batch_execute(sql).await.unwrap();
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM \"{}\".{table}", self.schema);
+        self.client().await.query_one(&sql, &[]).await.unwrap().get(0)
+    }
+
+    fn refunds(&self) -> String {
+        format!("\"{}\".refunds", self.schema)
+    }
+
+    fn call(&self, order: i64) -> Call {
+        Call::new("refund", format!("order-{order}"), &serde_json::json!({ "order": order }))
+            .unwrap()
+    }
+
+    async fn record(&self, call: &Call) -> Option<idem_runtime::Record> {
+        self.store.get(call.key().as_str()).await.unwrap()
+    }
+
+    /// A refund of `order` through tokio-postgres, counting the body's runs in `runs`.
+    async fn refund(&self, order: i64, runs: &AtomicUsize) -> Result<i64, BoxError> {
+        let sql = format!(
+            "INSERT INTO {} (order_id, cents) VALUES ($1, 1250) RETURNING id",
+            self.refunds()
+        );
+        self.store
+            .transactional(self.call(order))
+            .run(async |tx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let row = tx.query_typed_one(&sql, &[(&order, Type::INT8)]).await?;
+                Ok::<i64, BoxError>(row.get(0))
+            })
+            .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_call_commits_its_writes_with_its_record_and_a_repeat_replays() {
+    let Some(shop) = Shop::open("tx0").await else { return };
+    let runs = AtomicUsize::new(0);
+    let first = shop.refund(17, &runs).await.unwrap();
+    let seen: Result<(String, u64), BoxError> = shop
+        .store
+        .transactional(shop.call(18))
+        .run(async |_tx| {
+            Ok((idem_runtime::current_key().to_string(), idem_runtime::fencing_token()))
+        })
+        .await;
+    let (key, token) = seen.unwrap();
+    assert_eq!(key, shop.call(18).key().to_string(), "the body runs as its call");
+    assert!(token > 0, "with its owner's fencing token");
+    let again = shop.refund(17, &runs).await.unwrap();
+    assert_eq!((first, again), (first, first), "the repeat replays the committed result");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    assert_eq!(shop.count("refunds").await, 1, "one refund row");
+    let record = shop.record(&shop.call(17)).await.expect("the record committed");
+    assert_eq!(record.status, Status::Done);
+    assert_eq!(record.result.as_deref(), Some(first.to_string().as_str()));
+    let events: Vec<_> = shop
+        .store
+        .history(shop.call(17).key().as_str())
+        .await
+        .unwrap()
+        .iter()
+        .map(|entry| entry.event.as_str())
+        .collect();
+    assert_eq!(events, ["reserved", "done"], "its history, committed with it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_err_rolls_back_the_writes_and_frees_the_key() {
+    let Some(shop) = Shop::open("tx1").await else { return };
+    let sql = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
+    let failed: Result<i64, BoxError> = shop
+        .store
+        .transactional(shop.call(17))
+        .run(async |tx| {
+            tx.execute_typed(&sql, &[]).await?;
+            Err::<i64, BoxError>("the payment provider said no".into())
+        })
+        .await;
+    assert_eq!(failed.unwrap_err().to_string(), "the payment provider said no");
+    assert_eq!(shop.count("refunds").await, 0, "the body's write rolled back");
+    assert!(shop.record(&shop.call(17)).await.is_none(), "no record: the key is free");
+    let runs = AtomicUsize::new(0);
+    shop.refund(17, &runs).await.unwrap();
+    assert_eq!((runs.load(Ordering::SeqCst), shop.count("refunds").await), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panic_or_a_dropped_call_rolls_back_and_frees_the_key() {
+    let Some(shop) = Shop::open("tx2").await else { return };
+    let sql = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
+    let (store, call, panicking) = (Arc::clone(&shop.store), shop.call(17), sql.clone());
+    let panicked = tokio::spawn(async move {
+        let _: Result<i64, BoxError> = store
+            .transactional(call)
+            .run(async |tx| {
+                tx.execute_typed(&panicking, &[]).await?;
+                panic!("the body panics after its write");
+            })
+            .await;
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+
+    // Dropped while the body waits, after its write.
+    let (wrote, written) = tokio::sync::oneshot::channel::<()>();
+    let (store, call) = (Arc::clone(&shop.store), shop.call(17));
+    let task = tokio::spawn(async move {
+        let wrote = std::sync::Mutex::new(Some(wrote));
+        let _: Result<i64, BoxError> = store
+            .transactional(call)
+            .run(async |tx| {
+                tx.execute_typed(&sql, &[]).await?;
+                let _ = wrote.lock().unwrap().take().map(|w| w.send(()));
+                std::future::pending::<()>().await;
+                Ok(0)
+            })
+            .await;
+    });
+    written.await.unwrap();
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+
+    let runs = AtomicUsize::new(0);
+    let id = shop.refund(17, &runs).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the key was free: the next call ran the body");
+    assert_eq!(shop.count("refunds").await, 1, "only the last call's write is there");
+    assert_eq!(shop.record(&shop.call(17)).await.unwrap().result, Some(id.to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_duplicates_wait_for_the_first_transaction_and_replay_it() {
+    let Some(shop) = Shop::open("tx3").await else { return };
+    let shop = Arc::new(shop);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let callers: Vec<_> = (0..32)
+        .map(|_| {
+            let (shop, runs) = (Arc::clone(&shop), Arc::clone(&runs));
+            tokio::spawn(async move { shop.refund(17, &runs).await.unwrap() })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for caller in callers {
+        ids.push(caller.await.unwrap());
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "one body ran");
+    assert!(ids.iter().all(|id| *id == ids[0]), "every caller got its result: {ids:?}");
+    assert_eq!(shop.count("refunds").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_serialization_failure_runs_the_transaction_again_with_the_same_key() {
+    let Some(shop) = Shop::open("tx4").await else { return };
+    let runs = AtomicUsize::new(0);
+    let insert = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
+    // The server refuses the first run as it would a serializable transaction's conflict.
+    let refuse = "DO $$ BEGIN RAISE EXCEPTION 'conflict with a concurrent update' \
+                  USING ERRCODE = 'serialization_failure'; END $$";
+    let value: Result<String, BoxError> = shop
+        .store
+        .transactional(shop.call(17))
+        .run(async |tx| {
+            tx.execute_typed(&insert, &[]).await?;
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                tx.batch_execute(refuse).await?;
+            }
+            Ok("refunded".to_owned())
+        })
+        .await;
+    assert_eq!(value.unwrap(), "refunded");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the body ran again after the failure");
+    assert_eq!(shop.count("refunds").await, 1, "the first run's write rolled back");
+
+    // Never getting through: the bound stops it, and nothing is left behind.
+    let runs = AtomicUsize::new(0);
+    let refused: Result<String, BoxError> = shop
+        .store
+        .transactional(shop.call(18))
+        .attempts(3)
+        .run(async |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tx.batch_execute(refuse).await?;
+            Ok("never".to_owned())
+        })
+        .await;
+    let error = refused.unwrap_err();
+    assert_eq!(idem_postgres::TransactionError::sqlstate(&error), Some("40001"), "{error}");
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "three runs, as bounded");
+    assert!(shop.record(&shop.call(18)).await.is_none(), "the key is free");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deadlock_between_two_calls_runs_the_victim_again() {
+    let Some(shop) = Shop::open("tx5").await else { return };
+    let shop = Arc::new(shop);
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let transfer = |order: i64, from: i64, to: i64| {
+        let (shop, barrier, runs) = (Arc::clone(&shop), Arc::clone(&barrier), Arc::clone(&runs));
+        tokio::spawn(async move {
+            let update = format!(
+                "UPDATE \"{}\".accounts SET balance = balance + $2 WHERE id = $1",
+                shop.schema
+            );
+            let first = std::sync::atomic::AtomicBool::new(true);
+            shop.store
+                .transactional(shop.call(order))
+                .run(async |tx| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tx.execute_typed(&update, &[(&from, Type::INT8), (&-5i64, Type::INT8)]).await?;
+                    if first.swap(false, Ordering::SeqCst) {
+                        // Both hold their first row before either asks for the other's.
+                        barrier.wait().await;
+                    }
+                    tx.execute_typed(&update, &[(&to, Type::INT8), (&5i64, Type::INT8)]).await?;
+                    Ok::<_, BoxError>(order)
+                })
+                .await
+                .unwrap()
+        })
+    };
+    let (a, b) = (transfer(1, 1, 2), transfer(2, 2, 1));
+    assert_eq!((a.await.unwrap(), b.await.unwrap()), (1, 2), "both calls got through");
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the deadlock's victim ran once more");
+    let client = shop.client().await;
+    let sql = format!("SELECT count(*) FROM \"{}\".accounts WHERE balance = 0", shop.schema);
+    let row = client.query_one(&sql, &[]).await.unwrap();
+    assert_eq!(row.get::<_, i64>(0), 2, "each transfer applied once: balances are back to 0");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_result_that_cannot_be_stored_rolls_back_its_writes() {
+    let Some(shop) = Shop::open("tx6").await else { return };
+    let sql = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
+    let stored: Result<f64, BoxError> = shop
+        .store
+        .transactional(shop.call(17))
+        .run(async |tx| {
+            tx.execute_typed(&sql, &[]).await?;
+            Ok(f64::NAN)
+        })
+        .await;
+    let error = stored.unwrap_err();
+    assert!(matches!(error.downcast_ref::<Error>(), Some(Error::Result { .. })), "{error}");
+    assert_eq!(shop.count("refunds").await, 0, "nothing committed");
+    assert!(shop.record(&shop.call(17)).await.is_none(), "the key is free");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_result_is_taken_over_inside_the_transaction() {
+    let Some(shop) = Shop::open("tx7").await else { return };
+    let runs = AtomicUsize::new(0);
+    let sql =
+        format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250) RETURNING id", shop.refunds());
+    let refund = || {
+        shop.store.transactional(shop.call(17).ttl(Duration::from_millis(1))).run(async |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<i64, BoxError>(tx.query_typed_one(&sql, &[]).await?.get(0))
+        })
+    };
+    let first = refund().await.unwrap();
+    let expires = shop.record(&shop.call(17)).await.unwrap().expires_at.unwrap();
+    // The ttl is measured on the store's clock: wait until that clock is past it.
+    assert!(common::eventually(Duration::from_secs(5), || shop.store.clock() > expires));
+    let second = refund().await.unwrap();
+    assert_ne!(first, second, "the body ran again for an expired result");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let record = shop.record(&shop.call(17)).await.unwrap();
+    assert_eq!((record.attempts, record.result), (2, Some(second.to_string())));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_a_plain_call_left_in_doubt_is_not_run_unless_rerun() {
+    let Some(shop) = Shop::open("tx8").await else { return };
+    let store: Arc<dyn Store> = Arc::clone(&shop.store) as Arc<dyn Store>;
+    let lost: Result<i64, Error> = shop
+        .call(17)
+        .store(store)
+        .run_async(|| async {
+            idem_runtime::may_have_landed();
+            Err(Error::Key { tool: "refund".into(), reason: "the answer was lost".into() })
+        })
+        .await;
+    assert!(lost.is_err());
+    let runs = AtomicUsize::new(0);
+    let refused = shop.refund(17, &runs).await.unwrap_err();
+    assert!(matches!(refused.downcast_ref::<Error>(), Some(Error::InDoubt { .. })), "{refused}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran");
+
+    let sql =
+        format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250) RETURNING id", shop.refunds());
+    let rerun: i64 = shop
+        .store
+        .transactional(shop.call(17).in_doubt(InDoubtPolicy::Rerun))
+        .run(async |tx| Ok::<i64, BoxError>(tx.query_typed_one(&sql, &[]).await?.get(0)))
+        .await
+        .unwrap();
+    let record = shop.record(&shop.call(17)).await.unwrap();
+    assert_eq!((record.status, record.result), (Status::Done, Some(rerun.to_string())));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transactional_call_waits_for_a_plain_owner_and_replays_its_result() {
+    let Some(shop) = Shop::open("tx9").await else { return };
+    let store: Arc<dyn Store> = Arc::clone(&shop.store) as Arc<dyn Store>;
+    let (entered, in_body) = tokio::sync::oneshot::channel::<()>();
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let plain = tokio::spawn(shop.call(17).store(store).run_async(move || async move {
+        entered.send(()).unwrap();
+        finished.await.unwrap();
+        Ok::<i64, Error>(99)
+    }));
+    in_body.await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let waiter = {
+        let (store, sql, runs) = (Arc::clone(&shop.store), shop.refunds(), Arc::clone(&runs));
+        let call = shop.call(17);
+        tokio::spawn(async move {
+            let sql = format!("INSERT INTO {sql} (order_id, cents) VALUES (17, 1) RETURNING id");
+            store
+                .transactional(call)
+                .run(async |tx| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<i64, BoxError>(tx.query_typed_one(&sql, &[]).await?.get(0))
+                })
+                .await
+                .unwrap()
+        })
+    };
+    let key = shop.call(17).key().clone();
+    assert!(
+        common::eventually(Duration::from_secs(10), || {
+            idem_runtime::for_stores::waiting(key.as_str()) > 0 || waiter.is_finished()
+        }),
+        "the transactional call waits"
+    );
+    finish.send(()).unwrap();
+    assert_eq!(plain.await.unwrap().unwrap(), 99);
+    assert_eq!(waiter.await.unwrap(), 99, "it replays the plain call's result");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(shop.count("refunds").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn through_sqlx_the_writes_and_the_record_commit_together() {
+    let Some(shop) = Shop::open("tx10").await else { return };
+    let pool =
+        sqlx::postgres::PgPoolOptions::new().max_connections(8).connect(&shop.url).await.unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let sql =
+        format!("INSERT INTO {} (order_id, cents) VALUES ($1, 1250) RETURNING id", shop.refunds());
+    let refund = |order: i64, fail: bool| {
+        let (store, pool, sql, runs, call) = (
+            Arc::clone(&shop.store),
+            pool.clone(),
+            sql.clone(),
+            Arc::clone(&runs),
+            shop.call(order),
+        );
+        async move {
+            store
+                .transactional(call)
+                .run_sqlx(&pool, async |tx| {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    let id: i64 = sqlx::query_scalar(&sql).bind(order).fetch_one(&mut *tx).await?;
+                    if fail {
+                        return Err::<i64, BoxError>("refused".into());
+                    }
+                    Ok(id)
+                })
+                .await
+        }
+    };
+    assert!(refund(17, true).await.is_err());
+    assert_eq!(shop.count("refunds").await, 0, "an Err rolled the write back");
+    assert!(shop.record(&shop.call(17)).await.is_none());
+
+    let callers: Vec<_> = (0..16).map(|_| tokio::spawn(refund(17, false))).collect();
+    let mut ids = Vec::new();
+    for caller in callers {
+        ids.push(caller.await.unwrap().unwrap());
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "the failed run and one more");
+    assert_eq!(shop.count("refunds").await, 1);
+    let record = shop.record(&shop.call(17)).await.unwrap();
+    assert_eq!((record.status, record.result), (Status::Done, Some(ids[0].to_string())));
+}
