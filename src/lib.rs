@@ -293,10 +293,10 @@ pub use idem_runtime::mcp;
 pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store, default_store_path, fencing_token, history,
-    may_have_landed, open_default_store, set_default_store, store, try_current_key,
+    may_have_landed, open_default_store, retention, set_default_store, store, try_current_key,
     try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
-    Kind, Reconciled, Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture,
-    Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    Kind, Reconciled, Record, Retention, SledStore, SledStoreBuilder, Status, Store, StoreError,
+    StoreFuture, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The only contract between the macros and the runtime: the code `idem-macros` generates names

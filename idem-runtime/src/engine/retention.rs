@@ -143,6 +143,7 @@ pub struct RetentionPass<'a> {
     now: u64,
     stage: Stage,
     removed: Removed,
+    reported: bool,
 }
 
 impl std::fmt::Debug for RetentionPass<'_> {
@@ -163,15 +164,21 @@ impl<'a> RetentionPass<'a> {
             now: store.clock(),
             stage: Stage::Records(None),
             removed: Removed::default(),
+            reported: false,
         }
     }
 
     /// Runs the next batch: what it removed, or `None` when the pass has ended.
     pub async fn next_batch(&mut self) -> Result<Option<Removed>, Error> {
-        let batch = match std::mem::replace(&mut self.stage, Stage::Ended) {
-            Stage::Records(after) => self.records_after(after).await?,
-            Stage::Histories(after) => self.histories_after(after).await?,
-            Stage::Ended => return Ok(None),
+        // Each stage's step moves the pass on once it has read its page; a step that fails
+        // before that is tried again by the next call.
+        let batch = match &self.stage {
+            Stage::Records(after) => self.records_after(after.clone()).await?,
+            Stage::Histories(after) => self.histories_after(after.clone()).await?,
+            Stage::Ended => {
+                self.report();
+                return Ok(None);
+            }
         };
         self.removed.add(batch);
         Ok(Some(batch))
@@ -180,6 +187,20 @@ impl<'a> RetentionPass<'a> {
     /// What the pass has removed so far.
     pub fn removed(&self) -> Removed {
         self.removed
+    }
+
+    /// Counts the ended pass in the metrics and the log, once.
+    fn report(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        let Removed { records, histories } = self.removed;
+        meter::retention_pass(records, histories);
+        tracing::info!(
+            records,
+            histories,
+            "idem: a retention pass removed finished records and released keys' histories"
+        );
     }
 
     async fn records_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
@@ -218,9 +239,10 @@ impl<'a> RetentionPass<'a> {
             .histories_page(after.as_deref(), limit)
             .await
             .map_err(|e| Error::store(None, None, e))?;
-        if let Some((last, _)) = page.last().filter(|_| page.len() >= limit) {
-            self.stage = Stage::Histories(Some(last.clone()));
-        }
+        self.stage = match page.last() {
+            Some((last, _)) if page.len() >= limit => Stage::Histories(Some(last.clone())),
+            _ => Stage::Ended,
+        };
         let (keep, now) = (self.policy.keep, self.now);
         let mut removed = Removed::default();
         for (key, _) in
@@ -427,13 +449,6 @@ fn pass(store: &dyn Store, policy: &Retention, shared: &Shared) -> bool {
         batches,
         removed,
     };
-    meter::retention_pass(removed.records, removed.histories);
-    tracing::info!(
-        records = removed.records,
-        histories = removed.histories,
-        batches,
-        "idem: retention pass removed finished records and released keys' histories"
-    );
     let mut state = shared.lock();
     state.status.passes += 1;
     state.status.last_pass = Some(report);

@@ -24,10 +24,14 @@ impl SledStore {
             None => Bound::Unbounded,
         };
         let mut page = Vec::new();
-        for entry in self.tree.range::<&[u8], _>((from, Bound::Unbounded)).take(limit) {
+        for entry in self.tree.range::<&[u8], _>((from, Bound::Unbounded)) {
+            if page.len() == limit {
+                break;
+            }
             let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
             let key = String::from_utf8_lossy(&key).into_owned();
-            // A record whose result is in chunks is read whole; a damaged one is reported.
+            // A record whose result is in chunks is read whole (unless it went meanwhile); a
+            // damaged one is reported.
             let record = match decode(key.as_bytes(), &bytes) {
                 Ok(view) if view.spilled.is_none() => Ok(view.to_record(&key)),
                 Ok(_) => match self.load(&key).transpose() {
