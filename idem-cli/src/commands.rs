@@ -399,14 +399,14 @@ fn retention_text(status: Option<&RetentionStatus>) -> String {
          histories removed\n",
         status.batch, status.passes, status.removed.records, status.removed.histories
     );
-    if let Some(last) = &status.last_pass {
+    for pass in &status.recent_passes {
         text.push_str(&format!(
-            "  last pass: ended {}, {} records and {} histories in {} batches ({} ms)\n",
-            idem_runtime::utc_timestamp(last.ended_at),
-            last.removed.records,
-            last.removed.histories,
-            last.batches,
-            last.took_ms
+            "  pass ended {}: {} records and {} histories removed in {} batches ({} ms)\n",
+            idem_runtime::utc_timestamp(pass.ended_at),
+            pass.removed.records,
+            pass.removed.histories,
+            pass.batches,
+            pass.took_ms
         ));
     }
     if let Some(error) = &status.last_error {

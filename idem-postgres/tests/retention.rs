@@ -70,7 +70,7 @@ fn a_store_connected_with_retain_removes_old_finished_records_in_the_background(
     let status_now = keeper.retention().expect("the store runs retention");
     assert!(ended, "no retention pass ended: {status_now:?}");
     assert_eq!(status_now.keep_ms, 3_600_000);
-    assert_eq!(status_now.last_pass.map(|p| p.removed.records), Some(5), "{status_now:?}");
+    assert_eq!(status_now.last_pass().map(|p| p.removed.records), Some(5), "{status_now:?}");
     for key in &old {
         assert_eq!(status(writer.as_ref(), key), None, "old finished key {key} is removed");
         assert!(block_on(writer.history(key.as_str())).unwrap().is_empty(), "with its history");

@@ -78,7 +78,7 @@ fn a_store_opened_with_retain_removes_old_finished_records_in_the_background() {
         SledStore::builder(&path).lock_wait(Duration::from_secs(5)).retain(HOUR).open().unwrap();
     let passes = after_a_pass(&store);
     assert_eq!(passes.keep_ms, 3_600_000);
-    let last = passes.last_pass.expect("the pass that ended");
+    let last = passes.last_pass().expect("the pass that ended");
     assert_eq!((last.removed.records, last.removed.histories), (5, 0), "{passes:?}");
     for key in &old {
         assert_eq!(status(&store, key), None, "old finished key {key} is removed");

@@ -278,11 +278,22 @@ pub struct RetentionStatus {
     pub passes: u64,
     /// What the passes removed since the store opened, the running one included.
     pub removed: Removed,
-    /// The last pass that ended.
-    pub last_pass: Option<PassReport>,
+    /// The last passes that ended, oldest first: at most [`RetentionStatus::RECENT`], each with
+    /// what it removed.
+    pub recent_passes: Vec<PassReport>,
     /// The last pass that failed, and why (it is tried again at the next pass).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+impl RetentionStatus {
+    /// How many ended passes [`RetentionStatus::recent_passes`] keeps.
+    pub const RECENT: usize = 10;
+
+    /// The last pass that ended.
+    pub fn last_pass(&self) -> Option<&PassReport> {
+        self.recent_passes.last()
+    }
 }
 
 /// What one ended pass removed.
@@ -413,11 +424,7 @@ fn millis(d: Duration) -> u64 {
 
 /// The retainer's thread: a pass, a rest of `every`, and again, until asked to stop.
 fn retain(store: &dyn Store, policy: &Retention, shared: &Shared) {
-    loop {
-        if !pass(store, policy, shared) || !shared.rest(policy.every) {
-            return;
-        }
-    }
+    while pass(store, policy, shared) && shared.rest(policy.every) {}
 }
 
 /// One pass, resting `pause` between batches; whether to go on.
@@ -451,6 +458,10 @@ fn pass(store: &dyn Store, policy: &Retention, shared: &Shared) -> bool {
     };
     let mut state = shared.lock();
     state.status.passes += 1;
-    state.status.last_pass = Some(report);
+    let recent = &mut state.status.recent_passes;
+    if recent.len() == RetentionStatus::RECENT {
+        recent.remove(0);
+    }
+    recent.push(report);
     !state.stop
 }
