@@ -5,16 +5,14 @@
 //! The statements are sent unnamed, with their parameter types (`query_typed`), so that they
 //! need no prepared statement on the connection.
 
-use idem_runtime::{Record, StoreError};
+use idem_runtime::store::RecordPage;
+use idem_runtime::StoreError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
 
 use crate::fault::{Fault, Retry};
 use crate::operations::Table;
 use crate::schema::{self, COLUMNS};
-
-/// A page of records and what `Store::scan_page` hands back for it.
-type RecordPage = Vec<(String, Result<Record, StoreError>)>;
 
 impl Table {
     /// Up to `limit` records whose keys sort after `after`, in key order.

@@ -9,7 +9,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::{Retainer, RetentionStatus};
-use idem_runtime::store::{new_instance, Inserted, StoreError};
+use idem_runtime::store::{new_instance, Inserted, RecordPage, StoreError};
 use idem_runtime::{Record, Retention, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -342,7 +342,7 @@ impl Store for PgStore {
         &'a self,
         after: Option<&'a str>,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Result<Record, StoreError>)>> {
+    ) -> StoreFuture<'a, RecordPage> {
         let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
         self.runtime.spawn_store(async move { shared.scan_page(after.as_deref(), limit).await })
     }

@@ -143,9 +143,9 @@ pub trait Store: Send + Sync + 'static {
         &'a self,
         after: Option<&'a str>,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Result<Record, StoreError>)>> {
+    ) -> StoreFuture<'a, RecordPage> {
         Box::pin(async move {
-            let mut page: Vec<(String, Result<Record, StoreError>)> = self
+            let mut page: RecordPage = self
                 .scan()
                 .await?
                 .into_iter()
@@ -217,6 +217,10 @@ pub trait Store: Send + Sync + 'static {
         DEFAULT_WAIT
     }
 }
+
+/// A page of records in key order, each beside its key, with an `Err` for one that cannot be
+/// read ([`Store::scan_page`]).
+pub type RecordPage = Vec<(String, Result<Record, StoreError>)>;
 
 /// The wait used when neither the call nor the store sets one.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);

@@ -414,7 +414,7 @@ impl Store for SledStore {
         &'a self,
         after: Option<&'a str>,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Result<Record, StoreError>)>> {
+    ) -> StoreFuture<'a, super::RecordPage> {
         Box::pin(async move {
             let page = self.scan_page_now(after, limit)?;
             self.durable().await?;

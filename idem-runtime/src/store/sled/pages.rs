@@ -11,6 +11,7 @@ use crate::error::StoreError;
 use crate::history::Change;
 use crate::lifecycle::Record;
 use crate::store::sync::Ticket;
+use crate::store::RecordPage;
 
 impl SledStore {
     /// Up to `limit` records after `after`, in key order, each beside its key.
@@ -18,7 +19,7 @@ impl SledStore {
         &self,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<(String, Result<Record, StoreError>)>, StoreError> {
+    ) -> Result<RecordPage, StoreError> {
         let from = match after {
             Some(after) => Bound::Excluded(after.as_bytes()),
             None => Bound::Unbounded,
