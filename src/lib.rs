@@ -303,10 +303,10 @@ pub use idem_runtime::mcp;
 pub use idem_runtime::remote;
 pub use idem_runtime::{
     admin, canonical_json, current_key, default_store_name, default_store_path, fencing_token,
-    history, may_have_landed, set_default_store, store, try_current_key, try_fencing_token,
-    Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key, Kind, Reconciled,
-    Record, SledStore, SledStoreBuilder, Status, Store, StoreError, StoreFuture, StoreName, Sweep,
-    SweepOutcome, SweepReport, Swept, ToolInfo,
+    history, may_have_landed, retention, set_default_store, store, try_current_key,
+    try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
+    Kind, Reconciled, Record, Retention, SledStore, SledStoreBuilder, Status, Store, StoreError,
+    StoreFuture, StoreName, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The SQLite store (feature `sqlite`): one file that several processes on one machine share.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use idem_runtime::admin::{Admin, Filter, Purge, Resolution};
 use idem_runtime::history::{check_note, Entry};
+use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::{now_ms, Assessment, Liveness};
 use idem_runtime::{Error, Key, Record, Status};
 
@@ -353,6 +354,7 @@ fn stats(admin: &mut dyn Admin, json: bool, out: Out<'_>) -> Result<(), Failure>
             "total": stats.by_status.values().sum::<u64>(),
             "size_on_disk": stats.size_on_disk,
             "unreadable": stats.unreadable,
+            "retention": stats.retention,
         });
         return writeln!(out, "{line}").map_err(write_failed);
     }
@@ -378,7 +380,39 @@ fn stats(admin: &mut dyn Admin, json: bool, out: Out<'_>) -> Result<(), Failure>
         Some(bytes) => text.push_str(&format!("size on disk: {}\n", size(bytes))),
         None => text.push_str("size on disk: unknown (this store cannot tell)\n"),
     }
+    text.push_str(&retention_text(stats.retention.as_ref()));
     out.write_all(text.as_bytes()).map_err(write_failed)
+}
+
+/// What `idem stats` says of the retention of the process that answered.
+fn retention_text(status: Option<&RetentionStatus>) -> String {
+    let Some(status) = status else {
+        return "retention: none here (a process holding a sled store reports its own; set \
+                IDEM_RETAIN or the store builder's `retain` in the agents)\n"
+            .to_owned();
+    };
+    let keep = human_duration(Duration::from_millis(status.keep_ms));
+    let every = human_duration(Duration::from_millis(status.every_ms));
+    let mut text = format!(
+        "retention: finished records and released keys' histories older than {keep} are \
+         removed, {} at a time, a pass every {every}\n  since it opened: {} passes ended; {} records and {} \
+         histories removed\n",
+        status.batch, status.passes, status.removed.records, status.removed.histories
+    );
+    for pass in &status.recent_passes {
+        text.push_str(&format!(
+            "  pass ended {}: {} records and {} histories removed in {} batches ({} ms)\n",
+            idem_runtime::utc_timestamp(pass.ended_at),
+            pass.removed.records,
+            pass.removed.histories,
+            pass.batches,
+            pass.took_ms
+        ));
+    }
+    if let Some(error) = &status.last_error {
+        text.push_str(&format!("  last failure: {error}\n"));
+    }
+    text
 }
 
 #[cfg(test)]

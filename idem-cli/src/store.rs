@@ -51,8 +51,10 @@ fn open_sled(path: &Path) -> Result<Box<dyn Admin>, Failure> {
         .create(false)
         .durability(Durability::Fsync)
         .lock_wait(SLED_LOCK_WAIT)
-        // A command that runs for a moment serves no one.
+        // A command that runs for a moment serves no one, and removes nothing behind the
+        // operator's back: retention belongs to the processes that hold the store.
         .admin_socket(false)
+        .retention(None)
         .open()?;
     Ok(local(Arc::new(store)))
 }
@@ -83,7 +85,12 @@ fn open_sqlite(_path: &Path) -> Result<Arc<dyn Store>, Failure> {
 #[cfg(feature = "postgres")]
 fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
     // One command needs few connections; `create(false)`: a mistyped database is an error.
-    let store = idem_postgres::PgStore::builder(url).pool_size(2).create(false).connect()?;
+    // No retention: it belongs to the fleet's processes, not to a command run for a moment.
+    let store = idem_postgres::PgStore::builder(url)
+        .pool_size(2)
+        .create(false)
+        .retention(None)
+        .connect()?;
     Ok(Arc::new(store))
 }
 

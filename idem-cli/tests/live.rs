@@ -102,9 +102,15 @@ struct Agent {
 
 impl Agent {
     fn start(store: &Path) -> Agent {
+        Agent::start_with(store, &[])
+    }
+
+    /// The agent, with `envs` added to its environment.
+    fn start_with(store: &Path, envs: &[(&str, &str)]) -> Agent {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "agent_child", "--nocapture", "--test-threads=1", "-q"])
             .env(AGENT, store)
+            .envs(envs.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -277,6 +283,24 @@ fn ls_and_resolve_reach_a_running_agent_and_print_what_they_print_on_a_closed_st
     assert_eq!(live_stats["by_status"], closed_stats["by_status"]);
     assert_eq!(live_stats["by_tool"], closed_stats["by_tool"]);
     assert_eq!(live_stats["total"], 4);
+}
+
+#[test]
+fn stats_shows_the_retention_of_the_agent_that_holds_the_store() {
+    let (_dir, path) = place();
+    let mut agent = Agent::start_with(&path, &[("IDEM_RETAIN", "30d")]);
+    assert_eq!(agent.ask("call order-1 ch_1"), "ran ch_1");
+    let text = idem(&path, &["stats"]).ok().to_owned();
+    let policy = "retention: finished records and released keys' histories older than 30d are \
+                  removed, 100 at a time, a pass every 1h";
+    assert!(text.contains(policy), "{text}");
+    let stats = json_lines(idem(&path, &["stats", "--json"]).ok())[0].clone();
+    assert_eq!(stats["retention"]["keep_ms"], json!(30u64 * 86_400_000), "{stats}");
+    agent.stop();
+    // Closed, the store is opened by the command itself, which runs no retention.
+    let text = idem(&path, &["stats"]).ok().to_owned();
+    assert!(text.contains("retention: none here"), "{text}");
+    assert_eq!(json_lines(idem(&path, &["stats", "--json"]).ok())[0]["retention"], Value::Null);
 }
 
 #[test]

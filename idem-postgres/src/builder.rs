@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::DEFAULT_WAIT;
+use idem_runtime::{Retention, DEFAULT_WAIT};
 
 /// How long an owner's lease lasts unless its heartbeat renews it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -20,6 +20,8 @@ pub struct PgStoreBuilder {
     pub(crate) schema: String,
     pub(crate) table: String,
     pub(crate) create: bool,
+    /// `None`: not set, so `IDEM_RETAIN` decides at connect.
+    pub(crate) retention: Option<Option<Retention>>,
 }
 
 impl PgStoreBuilder {
@@ -39,6 +41,7 @@ impl PgStoreBuilder {
             schema,
             table,
             create: true,
+            retention: None,
         }
     }
 
@@ -84,6 +87,24 @@ impl PgStoreBuilder {
     /// empty store).
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
+        self
+    }
+
+    /// Removes finished records, with their histories, and the histories of released keys,
+    /// once they are older than `keep`, in the background, in small batches (see
+    /// [`Retention`]); keys in flight or in doubt are never removed. The same as
+    /// `retention(Some(Retention::new(keep)))`. Unless this or
+    /// [`PgStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (`30d`, or `off`), and
+    /// without it nothing is removed. Each process of a fleet runs its own passes; they may
+    /// overlap, since every removal is fenced.
+    pub fn retain(self, keep: Duration) -> Self {
+        self.retention(Some(Retention::new(keep)))
+    }
+
+    /// The retention policy, with its batch size and pace; `None` for none, whatever
+    /// `$IDEM_RETAIN` says.
+    pub fn retention(mut self, policy: Option<Retention>) -> Self {
+        self.retention = Some(policy);
         self
     }
 }

@@ -32,6 +32,7 @@ mod fault;
 mod lease;
 mod listen;
 mod operations;
+mod pages;
 mod runtime;
 mod schema;
 mod store;

@@ -12,7 +12,8 @@ use tokio_postgres::Row;
 /// agree on when a lease lapses.
 const NOW_MS: &str = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
 
-const COLUMNS: &str = "key, status, tool, scope, owner, attempts, created_at, updated_at, \
+pub(crate) const COLUMNS: &str =
+    "key, status, tool, scope, owner, attempts, created_at, updated_at, \
                        completed_at, expires_at, lease_until, args_fingerprint, result, function";
 
 /// Where the records live: a schema and a table name, both checked to be plain identifiers.

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::{Change, Entry};
-use idem_runtime::store::{new_instance, Inserted, StoreError};
-use idem_runtime::{Record, Store, StoreFuture};
+use idem_runtime::retention::{Retainer, RetentionStatus};
+use idem_runtime::store::{new_instance, Inserted, RecordPage, StoreError};
+use idem_runtime::{Record, Retention, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
@@ -66,8 +67,10 @@ use crate::schema::{self, ChangeValues, Names, Statements};
 /// # Ok(()) }
 /// ```
 pub struct PgStore {
+    /// The retention passes, on a second handle; stopped before the rest goes away.
+    retainer: Option<Retainer>,
     shared: Arc<Table>,
-    runtime: OwnRuntime,
+    runtime: Arc<OwnRuntime>,
 }
 
 pub(crate) fn store_error(source: StoreError) -> idem_runtime::Error {
@@ -108,6 +111,10 @@ impl PgStore {
         schema::check_identifier("schema", &options.schema)?;
         schema::check_identifier("table", &options.table)?;
         let heartbeat = checked_heartbeat(&options)?;
+        let retention = match options.retention.clone() {
+            Some(policy) => policy,
+            None => Retention::from_env()?,
+        };
         let config = client_config(&options.url)?;
         let runtime = OwnRuntime::new()?;
         let names = Names { schema: options.schema.clone(), table: options.table.clone() };
@@ -128,7 +135,19 @@ impl PgStore {
         let setup = Arc::clone(&shared);
         let create = options.create;
         runtime.spawn_store(async move { setup.start(config, create).await }).await?;
-        Ok(PgStore { shared, runtime })
+        let runtime = Arc::new(runtime);
+        let retainer = match retention {
+            Some(policy) => {
+                let handle = PgStore {
+                    retainer: None,
+                    shared: Arc::clone(&shared),
+                    runtime: Arc::clone(&runtime),
+                };
+                Some(Retainer::start(Arc::new(handle), policy)?)
+            }
+            None => None,
+        };
+        Ok(PgStore { retainer, shared, runtime })
     }
 
     /// Creates the schema and table if they are missing, and migrates a table of an earlier
@@ -327,6 +346,29 @@ impl Store for PgStore {
         let _ = change;
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
         self.runtime.spawn_write(async move { shared.remove_history(&key).await })
+    }
+
+    fn scan_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, RecordPage> {
+        let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
+        self.runtime.spawn_store(async move { shared.scan_page(after.as_deref(), limit).await })
+    }
+
+    fn histories_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
+        let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
+        self.runtime
+            .spawn_store(async move { shared.histories_page(after.as_deref(), limit).await })
+    }
+
+    fn retention(&self) -> Option<RetentionStatus> {
+        self.retainer.as_ref().map(Retainer::status)
     }
 
     fn clock(&self) -> u64 {

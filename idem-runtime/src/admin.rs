@@ -14,8 +14,8 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::history::Entry;
 use crate::key::Key;
-use crate::lifecycle::transition;
 use crate::lifecycle::{assess, Assessment, Liveness, Record, Status};
+use crate::lifecycle::{retention, transition};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -78,6 +78,10 @@ pub struct Stats {
     pub size_on_disk: Option<u64>,
     /// Records that could not be read (counted in neither map); `idem ls` names them.
     pub unreadable: u64,
+    /// The retention the store runs in the background, and what it removed, when it runs one
+    /// (seen from the process that answered: a holder through its socket, or this one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<crate::retention::RetentionStatus>,
 }
 
 /// The admin operations, wherever they run. Each gives the same values and errors as the
@@ -307,12 +311,11 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
     for error in &unreadable {
         tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
     }
-    let older = |at: u64, age: Duration| now.saturating_sub(at) > age.as_millis() as u64;
     let mut purged = Purged::default();
-    for record in records.iter().filter(|r| r.status == Status::Done) {
+    for record in records.iter().filter(|r| r.status.is_finished()) {
         let remove = match which {
             Purge::Expired => record.is_expired(now),
-            Purge::OlderThan(age) => older(record.completed_at.unwrap_or(record.updated_at), age),
+            Purge::OlderThan(age) => retention::outlived(record, age, now),
         };
         let step = transition::purge(by);
         if remove
@@ -325,7 +328,9 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
     }
     let Purge::OlderThan(age) = which else { return Ok(purged) };
     let released = block_on(store.histories_without_record()).map_err(|e| store_error(None, e))?;
-    for (key, _) in released.into_iter().filter(|(_, last)| older(*last, age)) {
+    for (key, _) in
+        released.into_iter().filter(|(_, last)| retention::history_outlived(*last, age, now))
+    {
         let step = transition::purge(by);
         if block_on(store.remove_history(&key, step.change))
             .map_err(|e| store_error(Some(&key), e))?
@@ -342,6 +347,7 @@ pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
     let mut stats = Stats {
         size_on_disk: store.size_on_disk(),
         unreadable: unreadable.len() as u64,
+        retention: store.retention(),
         ..Stats::default()
     };
     for record in &records {

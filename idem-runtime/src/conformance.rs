@@ -21,6 +21,7 @@ use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
 mod around;
 mod history;
 mod reconcile;
+mod retention;
 
 pub use self::around::{
     bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
@@ -46,6 +47,11 @@ pub use self::reconcile::{
     reconciler_that_finds_it_did_not_land_runs_the_body,
     reconciler_that_finds_it_landed_records_and_replays,
     sweep_settles_every_key_in_doubt_of_its_tools, two_callers_on_a_key_in_doubt_reconcile_once,
+};
+pub use self::retention::{
+    a_call_during_a_retention_pass_is_not_held_up,
+    retention_removes_old_histories_of_released_keys,
+    retention_removes_only_finished_records_past_the_bound,
 };
 
 /// What a factory hands the suite: a store, optionally with something that must live as long
@@ -97,7 +103,10 @@ macro_rules! conformance_suite {
             purge_removes_old_histories_of_released_keys,
             a_reservation_racing_a_history_purge_keeps_its_own_entry,
             only_changes_that_land_are_in_the_history,
-            a_refused_late_write_is_in_the_history_and_changes_no_record);
+            a_refused_late_write_is_in_the_history_and_changes_no_record,
+            retention_removes_only_finished_records_past_the_bound,
+            retention_removes_old_histories_of_released_keys,
+            a_call_during_a_retention_pass_is_not_held_up);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

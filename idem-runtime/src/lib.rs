@@ -40,11 +40,20 @@ mod meter;
 #[cfg(unix)]
 pub mod remote;
 mod retry;
+/// Retention: a store's background removal of finished records and released keys' histories
+/// past a bound (see [`Retention`]).
+pub mod retention {
+    pub use crate::engine::retention::{
+        PassReport, Removed, Retainer, RetainerView, Retention, RetentionPass, RetentionStatus,
+        RETAIN_ENV,
+    };
+}
 pub mod store;
 mod time;
 
 pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
+pub use engine::retention::Retention;
 pub use engine::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
     InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept,

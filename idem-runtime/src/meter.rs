@@ -98,6 +98,21 @@ pub(crate) fn reconciliation(tool: &str, answer: crate::history::Answer) {
     let _ = (tool, answer);
 }
 
+/// A retention pass ended, having removed `records` finished records (with their histories)
+/// and `histories` histories of released keys.
+pub(crate) fn retention_pass(records: u64, histories: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        ::metrics::counter!("idem_retention_passes_total").increment(1);
+        ::metrics::counter!("idem_retention_removed_total", "what" => "records").increment(records);
+        ::metrics::counter!("idem_retention_removed_total", "what" => "histories")
+            .increment(histories);
+        ::metrics::histogram!("idem_retention_pass_records").record(records as f64);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (records, histories);
+}
+
 /// A store's sync thread made one durable point, taking `elapsed`.
 pub(crate) fn sync(elapsed: Duration) {
     #[cfg(feature = "metrics")]

@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem_runtime::for_stores::block_on;
 use idem_runtime::{
-    may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, SledStore, Store,
+    may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, Retention, SledStore,
+    Store,
 };
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;
@@ -290,12 +292,31 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
         assert_eq!(seen.counter(&name), 1, "{seen:?}");
     }
 
-    // No series carries a key or a scope: the only labels are the tool, the outcome and a
-    // reconciler's answer.
+    // A retention pass: counted once, with what it removed (every finished record and released
+    // key's history once the store's clock has moved past them; nothing in doubt).
+    let stats = idem_runtime::admin::stats(store.as_ref()).unwrap();
+    let done = stats.by_status.get("done").copied().unwrap_or(0);
+    let released = block_on(store.histories_without_record()).unwrap().len() as u64;
+    assert!(done > 0 && released > 0, "{stats:?}");
+    let last = store.clock();
+    while store.clock() <= last + 1 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Seen::take(&snapshotter);
+    let removed = Retention::new(Duration::ZERO).run(store.as_ref()).unwrap();
+    assert_eq!((removed.records, removed.histories), (done, released));
+    let seen = Seen::take(&snapshotter);
+    assert_eq!(seen.counter("idem_retention_passes_total{}"), 1, "{seen:?}");
+    assert_eq!(seen.counter("idem_retention_removed_total{what=records}"), done, "{seen:?}");
+    assert_eq!(seen.counter("idem_retention_removed_total{what=histories}"), released);
+    assert_eq!(seen.samples["idem_retention_pass_records{}"], 1, "{seen:?}");
+
+    // No series carries a key or a scope: the only labels are the tool, the outcome, a
+    // reconciler's answer and what a retention pass removed.
     let key = charge(&store, "order-1").key().to_string();
     for (composite, _, _, _) in snapshotter.snapshot().into_vec() {
         for label in composite.key().labels() {
-            assert!(["tool", "outcome", "answer"].contains(&label.key()), "{composite:?}");
+            assert!(["tool", "outcome", "answer", "what"].contains(&label.key()), "{composite:?}");
             assert!(!label.value().contains(&key) && !label.value().contains("order-"));
         }
     }

@@ -30,6 +30,7 @@ mod args;
 mod context;
 mod machine;
 mod reconciler;
+pub(crate) mod retention;
 mod sweep;
 mod waiting;
 

@@ -6,6 +6,8 @@
 //! - [`lease`]: whether an owner still holds its in-flight record.
 //! - [`transition`]: every change of state, with its history entry.
 //! - [`assess`]: what a caller that finds a record must do with it.
+//! - [`retention`]: what may be removed without a person asking (finished records and
+//!   released keys' histories, past a bound).
 //!
 //! The engine (`engine/`), the operator interface (`admin.rs`) and the stores' open-time
 //! clean-up call these; a store adds storage, never semantics.
@@ -15,6 +17,7 @@ pub(crate) mod fence;
 pub mod lease;
 pub(crate) mod owner;
 pub(crate) mod record;
+pub mod retention;
 pub(crate) mod status;
 pub mod transition;
 

@@ -24,6 +24,14 @@ impl Status {
     /// Every status, in the order a key normally goes through them.
     pub const ALL: [Status; 3] = [Status::InFlight, Status::Done, Status::InDoubt];
 
+    /// Whether a record in this status is finished: its call ended and settled it, so nothing
+    /// but a new call of its key will change it. Only finished records are ever removed, by a
+    /// purge or by retention. Every other status (in flight, in doubt, and any status added
+    /// later unless it is listed here) is kept until a person or a call settles it.
+    pub const fn is_finished(self) -> bool {
+        matches!(self, Status::Done)
+    }
+
     /// The one spelling of the status: `in-flight`, `done`, `in-doubt`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -65,5 +73,11 @@ mod tests {
         }
         assert!("in_flight".parse::<Status>().is_err());
         assert!("InDoubt".parse::<Status>().is_err());
+    }
+
+    #[test]
+    fn only_a_done_record_is_finished() {
+        let finished: Vec<Status> = Status::ALL.into_iter().filter(|s| s.is_finished()).collect();
+        assert_eq!(finished, [Status::Done]);
     }
 }

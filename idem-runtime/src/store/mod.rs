@@ -117,6 +117,71 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(std::future::ready(Ok(false)))
     }
 
+    /// Up to `limit` keys that have a history and sort after `after` (from the first when
+    /// `None`), in key order, each with the time of its last entry when the key has no record
+    /// (a released key) and `None` when it has one: what a retention pass walks histories
+    /// with, a page at a time. Fewer than `limit` means there are no more. The default pages
+    /// through [`Store::histories_without_record`], listing released keys only; a store that
+    /// can seek by key overrides it.
+    fn histories_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
+        Box::pin(async move {
+            let mut found = self.histories_without_record().await?;
+            found.retain(|(key, _)| after.is_none_or(|after| key.as_str() > after));
+            found.sort_unstable();
+            found.truncate(limit);
+            Ok(found.into_iter().map(|(key, last)| (key, Some(last))).collect())
+        })
+    }
+
+    /// Up to `limit` records whose keys sort after `after` (from the first when `None`), in
+    /// key order, each beside its key, with an `Err` for a record that cannot be read: what a
+    /// retention pass walks the store with, a page at a time, so that no pass holds a whole
+    /// store in memory. The default pages through [`Store::scan`] (leaving out records that
+    /// cannot be read); a store that can seek by key overrides it.
+    fn scan_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, RecordPage> {
+        Box::pin(async move {
+            let mut page: RecordPage = self
+                .scan()
+                .await?
+                .into_iter()
+                .filter_map(Result::ok)
+                .filter(|record| after.is_none_or(|after| record.key.as_str() > after))
+                .map(|record| (record.key.clone(), Ok(record)))
+                .collect();
+            page.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            page.truncate(limit);
+            Ok(page)
+        })
+    }
+
+    /// Deletes each of `records` that is still as given, each exactly as
+    /// [`Store::compare_and_swap`] to nothing with `change` (a purge's) would; returns how many
+    /// it deleted. Returns once every deletion is durable. The default makes the swaps one
+    /// after another; a store whose writes share durable points makes them all and waits once.
+    fn remove_records<'a>(
+        &'a self,
+        records: &'a [Record],
+        change: Change<'a>,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(async move {
+            let mut removed = 0;
+            for record in records {
+                if self.compare_and_swap(record, None, change.clone()).await?.is_some() {
+                    removed += 1;
+                }
+            }
+            Ok(removed)
+        })
+    }
+
     /// Resolves once the record under `key` is no longer in the state `seen` was in (returning
     /// it, or `None` when it is gone), or at `deadline` (returning it unchanged). Must not poll
     /// in a loop. A store with leases also returns when `seen`'s lease lapses.
@@ -144,11 +209,21 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The retention policy this store runs in the background, and what its passes removed,
+    /// for `idem stats`; `None` (the default) when it runs none.
+    fn retention(&self) -> Option<crate::engine::retention::RetentionStatus> {
+        None
+    }
+
     /// How long a caller waits for an in-flight owner when the call sets no `wait`.
     fn default_wait(&self) -> Duration {
         DEFAULT_WAIT
     }
 }
+
+/// A page of records in key order, each beside its key, with an `Err` for one that cannot be
+/// read ([`Store::scan_page`]).
+pub type RecordPage = Vec<(String, Result<Record, StoreError>)>;
 
 /// The wait used when neither the call nor the store sets one.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);

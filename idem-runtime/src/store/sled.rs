@@ -21,6 +21,7 @@ mod encoding;
 mod files;
 mod history;
 mod open;
+mod pages;
 mod recent;
 mod write;
 
@@ -74,6 +75,10 @@ pub struct SledStore {
     /// Declared first so that it stops serving before the rest of the store goes away.
     #[cfg(unix)]
     admin: Option<crate::remote::Server>,
+    /// The retention passes, on a handle of their own; stopped before the rest goes away.
+    retainer: Option<crate::retention::Retainer>,
+    /// What the retention passes report, for `idem stats` (shared with the admin handle).
+    retention: Option<crate::retention::RetainerView>,
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,
@@ -124,6 +129,7 @@ impl SledStore {
             admin_socket: true,
             gather: super::sync::Gather::Adaptive,
             recent_bytes: 16 * 1024 * 1024,
+            retention: None,
         }
     }
 
@@ -402,6 +408,48 @@ impl Store for SledStore {
                 None => Ok(false),
             }
         })
+    }
+
+    fn scan_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, super::RecordPage> {
+        Box::pin(async move {
+            let page = self.scan_page_now(after, limit)?;
+            self.durable().await?;
+            Ok(page)
+        })
+    }
+
+    fn histories_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
+        Box::pin(async move {
+            let page = self.histories_page_now(after, limit)?;
+            self.durable().await?;
+            Ok(page)
+        })
+    }
+
+    fn remove_records<'a>(
+        &'a self,
+        records: &'a [Record],
+        change: Change<'a>,
+    ) -> StoreFuture<'a, usize> {
+        Box::pin(async move {
+            let (removed, tickets) = self.remove_records_now(records, &change)?;
+            for ticket in tickets {
+                ticket.await?;
+            }
+            Ok(removed)
+        })
+    }
+
+    fn retention(&self) -> Option<crate::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::retention::RetainerView::status)
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {

@@ -241,6 +241,33 @@ impl History {
         Ok(keys)
     }
 
+    /// Up to `limit` keys that have entries and sort after `after`, in order, each once: a
+    /// retention pass's page. It seeks past every entry of `after` (its key, a zero byte, any
+    /// sequence number), so each page reads only its own keys' entries. (A key holding a zero
+    /// byte could sort among another's entries; keys are hex, and `keys` above covers them.)
+    pub(crate) fn keys_after(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> sled::Result<Vec<Vec<u8>>> {
+        let from = match after {
+            Some(after) => std::ops::Bound::Excluded(entry_key(after, u64::MAX)),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut keys: Vec<Vec<u8>> = Vec::new();
+        for entry_key in self.tree.range::<Vec<u8>, _>((from, std::ops::Bound::Unbounded)).keys() {
+            let entry_key = entry_key?;
+            let Some(cut) = entry_key.len().checked_sub(9) else { continue };
+            if entry_key[cut] == 0 && keys.last().map(Vec::as_slice) != Some(&entry_key[..cut]) {
+                if keys.len() == limit {
+                    break;
+                }
+                keys.push(entry_key[..cut].to_vec());
+            }
+        }
+        Ok(keys)
+    }
+
     /// For the open, on a key with no record: the entries through its last confirmed purge,
     /// which a crash kept the purge from removing.
     pub(crate) fn finish_purge(&self, key: &[u8]) -> sled::Result<()> {

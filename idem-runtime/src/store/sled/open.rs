@@ -16,6 +16,7 @@ use crate::lifecycle::owner::MAX_INSTANCE;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
+use crate::retention::{Retainer, Retention};
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
@@ -32,6 +33,8 @@ pub struct SledStoreBuilder {
     pub(super) admin_socket: bool,
     pub(super) gather: Gather,
     pub(super) recent_bytes: u64,
+    /// `None`: not set, so `IDEM_RETAIN` decides at open.
+    pub(super) retention: Option<Option<Retention>>,
 }
 
 impl SledStoreBuilder {
@@ -104,6 +107,22 @@ impl SledStoreBuilder {
         self
     }
 
+    /// Removes finished records, with their histories, and the histories of released keys,
+    /// once they are older than `keep`, in the background (see [`Retention`]); the same as
+    /// `retention(Some(Retention::new(keep)))`. Keys in flight or in doubt are never removed.
+    /// Unless this or [`SledStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (a
+    /// duration such as `30d`, or `off`), and without it nothing is removed.
+    pub fn retain(self, keep: Duration) -> Self {
+        self.retention(Some(Retention::new(keep)))
+    }
+
+    /// The retention policy, with its batch size and pace (see [`Retention`]); `None` for none,
+    /// whatever `$IDEM_RETAIN` says.
+    pub fn retention(mut self, policy: Option<Retention>) -> Self {
+        self.retention = Some(policy);
+        self
+    }
+
     /// Opens the store.
     pub fn open(self) -> Result<SledStore, crate::Error> {
         SledStore::open_with(self).map_err(|source| crate::Error::store(None, None, source))
@@ -113,6 +132,10 @@ impl SledStoreBuilder {
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
         check_path(&options)?;
+        let retention = match options.retention.clone() {
+            Some(policy) => policy,
+            None => Retention::from_env()?,
+        };
         let path = options.path.clone();
         let db = open_db(&options)?;
         let trees = Trees::open(&db, &path)?;
@@ -122,6 +145,8 @@ impl SledStore {
         let mut store = SledStore {
             #[cfg(unix)]
             admin: None,
+            retainer: None,
+            retention: None,
             tree: trees.records,
             index: trees.index,
             chunks: trees.chunks,
@@ -137,6 +162,11 @@ impl SledStore {
             recent: std::sync::Arc::new(super::recent::Recent::new(options.recent_bytes)),
         };
         store.settle_orphans()?;
+        if let Some(policy) = retention {
+            let retainer = Retainer::start(std::sync::Arc::new(store.handle()), policy)?;
+            store.retention = Some(retainer.view());
+            store.retainer = Some(retainer);
+        }
         #[cfg(unix)]
         if options.admin_socket {
             store.admin = store.serve_admin();
@@ -144,13 +174,16 @@ impl SledStore {
         Ok(store)
     }
 
-    /// Starts the admin socket on a second handle to this store (same trees, owner, sync thread
-    /// and notifications, so a resolve is seen by waiters, fenced like any write here, and
-    /// refused once a failed sync has poisoned the store).
-    #[cfg(unix)]
-    fn serve_admin(&self) -> Option<crate::remote::Server> {
-        let handle = SledStore {
+    /// A second handle to this store: the same trees, owner, sync thread, notifications, key
+    /// locks and cache, so that its writes are fenced, durable and seen by waiters like any
+    /// write here, and refused once a failed sync has poisoned the store. It runs no retention
+    /// and serves no socket of its own.
+    fn handle(&self) -> SledStore {
+        SledStore {
+            #[cfg(unix)]
             admin: None,
+            retainer: None,
+            retention: self.retention.clone(),
             tree: self.tree.clone(),
             index: self.index.clone(),
             chunks: self.chunks.clone(),
@@ -164,7 +197,13 @@ impl SledStore {
             notifier: Arc::clone(&self.notifier),
             key_locks: std::sync::Arc::clone(&self.key_locks),
             recent: std::sync::Arc::clone(&self.recent),
-        };
+        }
+    }
+
+    /// Starts the admin socket on a second handle to this store.
+    #[cfg(unix)]
+    fn serve_admin(&self) -> Option<crate::remote::Server> {
+        let handle = self.handle();
         match crate::remote::Server::start(&self.path, std::sync::Arc::new(handle)) {
             Ok(server) => Some(server),
             Err(e) => {

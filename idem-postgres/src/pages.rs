@@ -1,0 +1,81 @@
+//! What a retention pass asks of the table: pages of records and of histories in key order,
+//! each one statement that seeks by the primary key. The pass decides what to remove and
+//! removes it through the store's fenced deletes; nothing here decides.
+//!
+//! The statements are sent unnamed, with their parameter types (`query_typed`), so that they
+//! need no prepared statement on the connection.
+
+use idem_runtime::store::RecordPage;
+use idem_runtime::StoreError;
+use tokio_postgres::types::Type;
+use tokio_postgres::Row;
+
+use crate::fault::{Fault, Retry};
+use crate::operations::Table;
+use crate::schema::{self, COLUMNS};
+
+impl Table {
+    /// Up to `limit` records whose keys sort after `after`, in key order.
+    pub(crate) async fn scan_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<RecordPage, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM {} WHERE key > $1 ORDER BY key LIMIT $2",
+            self.names.qualified()
+        );
+        let rows = self.page(&sql, after, limit, "cannot list a page of records").await?;
+        // One damaged row is reported as such; the page goes on.
+        Ok(rows.iter().map(|row| (row.get::<_, String>(0), schema::decode(row))).collect())
+    }
+
+    /// Up to `limit` keys with history rows that sort after `after`, in key order, each with
+    /// its last row's time when the key has no record.
+    pub(crate) async fn histories_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
+        let sql = format!(
+            "SELECT h.key, max(h.at), EXISTS (SELECT 1 FROM {} AS r WHERE r.key = h.key) \
+             FROM {} AS h WHERE h.key > $1 GROUP BY h.key ORDER BY h.key LIMIT $2",
+            self.names.qualified(),
+            self.names.history()
+        );
+        let rows = self.page(&sql, after, limit, "cannot list a page of histories").await?;
+        let mut page = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (key, last, recorded): (String, i64, bool) = (row.get(0), row.get(1), row.get(2));
+            page.push((key, (!recorded).then(|| u64::try_from(last).unwrap_or(0))));
+        }
+        Ok(page)
+    }
+
+    /// Runs a page's statement, trying again on a fresh connection within a lease.
+    async fn page(
+        &self,
+        sql: &str,
+        after: Option<&str>,
+        limit: usize,
+        doing: &str,
+    ) -> Result<Vec<Row>, StoreError> {
+        // No key is empty, so "" stands for "from the first".
+        let after = after.unwrap_or("");
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut retry = Retry::until(self.deadline());
+        loop {
+            match self.try_page(sql, after, limit).await {
+                Ok(rows) => return Ok(rows),
+                Err(fault) if retry.again(&fault).await => {}
+                Err(fault) => return Err(fault.into_store_error(doing)),
+            }
+        }
+    }
+
+    async fn try_page(&self, sql: &str, after: &str, limit: i64) -> Result<Vec<Row>, Fault> {
+        let client = self.pool.get().await?;
+        let rows = client.query_typed(sql, &[(&after, Type::TEXT), (&limit, Type::INT8)]).await?;
+        Ok(rows)
+    }
+}

@@ -1,0 +1,467 @@
+//! Retention: removing, in the background, finished records and released keys' histories that
+//! outlived a store's bound, a small batch at a time. What may go is the lifecycle's rule
+//! (`lifecycle/retention.rs`); each removal is the lifecycle's `purge` step, written through the
+//! store's fenced delete, so a record that changed since the pass read it is kept.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, StoreError};
+use crate::exec::block_on;
+use crate::lifecycle::retention::{history_outlived, outlived};
+use crate::lifecycle::{transition, Record};
+use crate::meter;
+use crate::store::Store;
+
+/// The environment variable a store reads its retention from when its builder sets none:
+/// a duration (`30d`, `12h`), or `off`.
+pub const RETAIN_ENV: &str = "IDEM_RETAIN";
+
+/// How long a store keeps finished records, and how its background passes go.
+///
+/// A pass walks the store a page of `batch` records at a time, removes those of the page that
+/// are finished and finished longer than `keep` ago (each with its history), then the
+/// histories of released keys last changed longer than `keep` ago, likewise a page at a time,
+/// pausing `pause` between pages; passes start `every` apart. A key in flight or in doubt is
+/// never removed, nor a record that changed since the pass read it.
+///
+/// ```
+/// use std::time::Duration;
+/// let policy = idem_runtime::Retention::new(Duration::from_secs(30 * 86_400)).batch(200);
+/// assert_eq!(policy.keep(), Duration::from_secs(30 * 86_400));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    keep: Duration,
+    batch: usize,
+    every: Duration,
+    pause: Duration,
+}
+
+impl Retention {
+    /// Keeps finished records and released keys' histories for `keep`; pages of 100, a pause of
+    /// 10 ms between them, and a pass every `keep / 24`, between 1 s and 1 h.
+    pub fn new(keep: Duration) -> Retention {
+        let every = (keep / 24).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+        Retention { keep, batch: 100, every, pause: Duration::from_millis(10) }
+    }
+
+    /// Reads a policy as `IDEM_RETAIN` takes it: a duration in humantime's syntax (`30d`,
+    /// `12h`, `1h 30m`), or `off` (or `none`) for no retention.
+    pub fn parse(text: &str) -> Result<Option<Retention>, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("off") || text.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        humantime::parse_duration(text).map(|keep| Some(Retention::new(keep))).map_err(|e| {
+            format!(
+                "`{text}` is not a retention ({e}): write a duration such as 30d, 12h or 90m, \
+                 or `off`"
+            )
+        })
+    }
+
+    /// The policy `$IDEM_RETAIN` gives: none when it is unset, empty or `off`; an error naming
+    /// the variable when it is not a duration. What a store's builder uses when it is given
+    /// no policy.
+    pub fn from_env() -> Result<Option<Retention>, StoreError> {
+        match std::env::var(RETAIN_ENV) {
+            Ok(text) if !text.trim().is_empty() => Retention::parse(&text)
+                .map_err(|e| StoreError::new(format!("${RETAIN_ENV}: {e}")).lasting()),
+            _ => Ok(None),
+        }
+    }
+
+    /// How many records (or released keys) a batch looks at, and so removes at most; 100.
+    pub fn batch(mut self, records: usize) -> Retention {
+        self.batch = records.max(1);
+        self
+    }
+
+    /// How long after one pass the next starts; `keep / 24` between 1 s and 1 h by default. A
+    /// record is removed between `keep` and `keep + every` (and the pass's own time) after it
+    /// finished.
+    pub fn every(mut self, every: Duration) -> Retention {
+        self.every = every;
+        self
+    }
+
+    /// How long a pass rests between two batches; 10 ms.
+    pub fn pause(mut self, pause: Duration) -> Retention {
+        self.pause = pause;
+        self
+    }
+
+    /// How long finished records and released keys' histories are kept.
+    pub fn keep(&self) -> Duration {
+        self.keep
+    }
+
+    /// Runs one whole pass now on `store`, without pauses, blocking; returns what it removed.
+    /// For a store that runs none in the background, from a scheduled job.
+    pub fn run(&self, store: &dyn Store) -> Result<Removed, Error> {
+        let mut pass = RetentionPass::new(store, self);
+        while block_on(pass.next_batch())?.is_some() {}
+        Ok(pass.removed())
+    }
+}
+
+/// What a retention pass, or a part of one, removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Removed {
+    /// Finished records, each with its history.
+    pub records: u64,
+    /// Histories of released keys (keys with no record).
+    pub histories: u64,
+}
+
+impl Removed {
+    fn add(&mut self, other: Removed) {
+        self.records += other.records;
+        self.histories += other.histories;
+    }
+}
+
+/// Where a pass is: the last key it looked at in the records, then in the histories.
+#[derive(Debug)]
+enum Stage {
+    Records(Option<String>),
+    Histories(Option<String>),
+    Ended,
+}
+
+/// One retention pass, a batch at a time: each [`RetentionPass::next_batch`] looks at one page
+/// of at most the policy's `batch` records (then released keys) and removes what outlived the
+/// bound, so that whoever drives it decides when the next batch runs.
+pub struct RetentionPass<'a> {
+    store: &'a dyn Store,
+    policy: &'a Retention,
+    now: u64,
+    stage: Stage,
+    removed: Removed,
+    reported: bool,
+}
+
+impl std::fmt::Debug for RetentionPass<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RetentionPass")
+            .field("stage", &self.stage)
+            .field("removed", &self.removed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> RetentionPass<'a> {
+    /// A pass over `store` as `policy` says, measuring ages from now on the store's clock.
+    pub fn new(store: &'a dyn Store, policy: &'a Retention) -> RetentionPass<'a> {
+        RetentionPass {
+            store,
+            policy,
+            now: store.clock(),
+            stage: Stage::Records(None),
+            removed: Removed::default(),
+            reported: false,
+        }
+    }
+
+    /// Runs the next batch: what it removed, or `None` when the pass has ended.
+    pub async fn next_batch(&mut self) -> Result<Option<Removed>, Error> {
+        // Each stage's step moves the pass on once it has read its page; a step that fails
+        // before that is tried again by the next call.
+        let batch = match &self.stage {
+            Stage::Records(after) => self.records_after(after.clone()).await?,
+            Stage::Histories(after) => self.histories_after(after.clone()).await?,
+            Stage::Ended => {
+                self.report();
+                return Ok(None);
+            }
+        };
+        self.removed.add(batch);
+        Ok(Some(batch))
+    }
+
+    /// What the pass has removed so far.
+    pub fn removed(&self) -> Removed {
+        self.removed
+    }
+
+    /// Counts the ended pass in the metrics and the log, once.
+    fn report(&mut self) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        let Removed { records, histories } = self.removed;
+        meter::retention_pass(records, histories);
+        tracing::info!(
+            records,
+            histories,
+            "idem: a retention pass removed finished records and released keys' histories"
+        );
+    }
+
+    async fn records_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
+        let limit = self.policy.batch;
+        let page = self
+            .store
+            .scan_page(after.as_deref(), limit)
+            .await
+            .map_err(|e| Error::store(None, None, e))?;
+        self.stage = match page.last() {
+            Some((last, _)) if page.len() >= limit => Stage::Records(Some(last.clone())),
+            _ => Stage::Histories(None),
+        };
+        // A record that cannot be read is not known to be finished: it is kept.
+        let old: Vec<Record> = page
+            .into_iter()
+            .filter_map(|(_, record)| record.ok())
+            .filter(|record| outlived(record, self.policy.keep, self.now))
+            .collect();
+        if old.is_empty() {
+            return Ok(Removed::default());
+        }
+        let step = transition::purge(self.store.instance());
+        let removed = self
+            .store
+            .remove_records(&old, step.change)
+            .await
+            .map_err(|e| Error::store(None, None, e))?;
+        Ok(Removed { records: removed as u64, histories: 0 })
+    }
+
+    async fn histories_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
+        let limit = self.policy.batch;
+        let page = self
+            .store
+            .histories_page(after.as_deref(), limit)
+            .await
+            .map_err(|e| Error::store(None, None, e))?;
+        self.stage = match page.last() {
+            Some((last, _)) if page.len() >= limit => Stage::Histories(Some(last.clone())),
+            _ => Stage::Ended,
+        };
+        let (keep, now) = (self.policy.keep, self.now);
+        let mut removed = Removed::default();
+        for (key, _) in
+            page.iter().filter(|(_, last)| last.is_some_and(|at| history_outlived(at, keep, now)))
+        {
+            let step = transition::purge(self.store.instance());
+            if self
+                .store
+                .remove_history(key, step.change)
+                .await
+                .map_err(|e| Error::store(Some(key), None, e))?
+            {
+                removed.histories += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// What a store's retention is set to, and what its passes removed in this process: what
+/// `idem stats` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetentionStatus {
+    /// The bound, in milliseconds: finished records and released keys' histories older than
+    /// this are removed.
+    pub keep_ms: u64,
+    /// The most records (or released keys) one batch looks at.
+    pub batch: u64,
+    /// Milliseconds between the end of one pass and the start of the next.
+    pub every_ms: u64,
+    /// Passes ended since the store opened.
+    pub passes: u64,
+    /// What the passes removed since the store opened, the running one included.
+    pub removed: Removed,
+    /// The last passes that ended, oldest first: at most [`RetentionStatus::RECENT`], each with
+    /// what it removed.
+    pub recent_passes: Vec<PassReport>,
+    /// The last pass that failed, and why (it is tried again at the next pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl RetentionStatus {
+    /// How many ended passes [`RetentionStatus::recent_passes`] keeps.
+    pub const RECENT: usize = 10;
+
+    /// The last pass that ended.
+    pub fn last_pass(&self) -> Option<&PassReport> {
+        self.recent_passes.last()
+    }
+}
+
+/// What one ended pass removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PassReport {
+    /// When it ended, in milliseconds since the Unix epoch on the store's clock.
+    pub ended_at: u64,
+    /// How long it ran, in milliseconds, pauses included.
+    pub took_ms: u64,
+    /// Batches it ran.
+    pub batches: u64,
+    /// What it removed.
+    pub removed: Removed,
+}
+
+/// What the retainer's thread and its owner share.
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+struct State {
+    stop: bool,
+    status: RetentionStatus,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Rests for `rest` or until asked to stop; whether to go on.
+    fn rest(&self, rest: Duration) -> bool {
+        let deadline = crate::time::deadline_after(Instant::now(), rest);
+        let mut state = self.lock();
+        while !state.stop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self.wake.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        !state.stop
+    }
+}
+
+/// Runs a store's retention passes on a thread of its own, from its start until it is
+/// dropped (which stops the thread at its next batch and waits for it). A store's builder
+/// starts one when it is given a retention (`retain`, or `IDEM_RETAIN`); a store that has no
+/// such option can start one itself over a handle to it.
+pub struct Retainer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Retainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retainer").field("status", &self.status()).finish_non_exhaustive()
+    }
+}
+
+impl Retainer {
+    /// Starts passes over `store` as `policy` says, the first at once. Each batch is a few
+    /// fenced deletes: calls never wait for a pass, only, like any two writes of one key, for
+    /// the one delete of their key.
+    pub fn start(store: Arc<dyn Store>, policy: Retention) -> Result<Retainer, StoreError> {
+        let status = RetentionStatus {
+            keep_ms: millis(policy.keep),
+            batch: policy.batch as u64,
+            every_ms: millis(policy.every),
+            ..RetentionStatus::default()
+        };
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State { stop: false, status }),
+            wake: Condvar::new(),
+        });
+        let running = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("idem-retain".into())
+            .spawn(move || retain(store.as_ref(), &policy, &running))
+            .map_err(|e| StoreError::with_source("cannot start the retention thread", e))?;
+        Ok(Retainer { shared, thread: Some(thread) })
+    }
+
+    /// The policy, and what the passes removed so far.
+    pub fn status(&self) -> RetentionStatus {
+        self.shared.lock().status.clone()
+    }
+
+    /// A handle that reads the same status, for another handle to the same store.
+    pub fn view(&self) -> RetainerView {
+        RetainerView(Arc::clone(&self.shared))
+    }
+}
+
+impl Drop for Retainer {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        if let Some(thread) = self.thread.take() {
+            // The thread ends at its next batch; a panic there has been logged by the hook.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads a [`Retainer`]'s status from elsewhere (another handle to the store it runs on).
+#[derive(Clone)]
+pub struct RetainerView(Arc<Shared>);
+
+impl RetainerView {
+    /// The policy, and what the passes removed so far.
+    pub fn status(&self) -> RetentionStatus {
+        self.0.lock().status.clone()
+    }
+}
+
+impl std::fmt::Debug for RetainerView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RetainerView").field(&self.status()).finish()
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The retainer's thread: a pass, a rest of `every`, and again, until asked to stop.
+fn retain(store: &dyn Store, policy: &Retention, shared: &Shared) {
+    while pass(store, policy, shared) && shared.rest(policy.every) {}
+}
+
+/// One pass, resting `pause` between batches; whether to go on.
+fn pass(store: &dyn Store, policy: &Retention, shared: &Shared) -> bool {
+    let started = Instant::now();
+    let mut pass = RetentionPass::new(store, policy);
+    let mut batches = 0u64;
+    loop {
+        match block_on(pass.next_batch()) {
+            Ok(Some(batch)) => {
+                batches += 1;
+                shared.lock().status.removed.add(batch);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(error = %e, "idem: a retention pass failed; the next pass tries again");
+                shared.lock().status.last_error = Some(e.to_string());
+                return true;
+            }
+        }
+        if !shared.rest(policy.pause) {
+            return false;
+        }
+    }
+    let removed = pass.removed();
+    let report = PassReport {
+        ended_at: store.clock(),
+        took_ms: millis(started.elapsed()),
+        batches,
+        removed,
+    };
+    let mut state = shared.lock();
+    state.status.passes += 1;
+    let recent = &mut state.status.recent_passes;
+    if recent.len() == RetentionStatus::RECENT {
+        recent.remove(0);
+    }
+    recent.push(report);
+    !state.stop
+}

@@ -1,0 +1,108 @@
+//! A sled store opened with `retain` removes old finished records in the background, keeps
+//! what is in doubt, reports its passes (locally and through the admin socket), and stops its
+//! passes when it closes, so that the store opens again at once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_runtime::admin::{self, Admin};
+use idem_runtime::conformance::{new_call, transition};
+use idem_runtime::for_stores::block_on;
+use idem_runtime::retention::RetentionStatus;
+use idem_runtime::store::Inserted;
+use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
+use serde_json::json;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn key(tool: &str) -> Key {
+    Call::new(tool, "order-1", &json!({"amount": 4200})).unwrap().key().clone()
+}
+
+/// Writes `tool`'s key as a call two hours ago would have left it: done, or (`doubted`) in
+/// doubt.
+fn two_hours_ago(store: &dyn Store, tool: &str, doubted: bool) -> Key {
+    let key = key(tool);
+    let at = store.clock() - 2 * 3_600_000;
+    let owner = new_call(store.instance());
+    let step = transition::reserve(key.as_str(), tool, "order-1", None, &owner, at);
+    let reserved = step.new.unwrap();
+    let inserted = block_on(store.insert_if_absent(&reserved, step.change)).unwrap();
+    assert!(matches!(inserted, Inserted::New { .. }));
+    let step = match doubted {
+        true => transition::leave_in_doubt(&reserved, "the process died", at),
+        false => transition::complete(&reserved, "\"ch_old\"".into(), None, at),
+    };
+    let new = step.new.unwrap();
+    assert!(block_on(store.compare_and_swap(&reserved, Some(&new), step.change))
+        .unwrap()
+        .is_some());
+    key
+}
+
+fn status(store: &dyn Store, key: &Key) -> Option<Status> {
+    block_on(store.get(key.as_str())).unwrap().map(|r| r.status)
+}
+
+/// The store's retention status once a pass has ended.
+fn after_a_pass(store: &dyn Store) -> RetentionStatus {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = store.retention().expect("the store runs retention");
+        if status.passes > 0 {
+            return status;
+        }
+        assert!(Instant::now() < until, "no retention pass ended: {status:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_store_opened_with_retain_removes_old_finished_records_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let store = SledStore::builder(&path).retention(None).open().unwrap();
+    assert_eq!(store.retention(), None, "no retention unless asked");
+    let old: Vec<Key> =
+        (0..5).map(|n| two_hours_ago(&store, &format!("charge_{n}"), false)).collect();
+    let doubted = two_hours_ago(&store, "refund", true);
+    let recent: String = Call::new("charge_recent", "order-1", &json!({"amount": 4200}))
+        .unwrap()
+        .store(Arc::new(store))
+        .run(|| Ok::<_, Error>("ch_new".to_owned()))
+        .unwrap();
+    assert_eq!(recent, "ch_new");
+
+    // Closed above (its last handle went with the call); opened again with a bound of an hour.
+    let store =
+        SledStore::builder(&path).lock_wait(Duration::from_secs(5)).retain(HOUR).open().unwrap();
+    let passes = after_a_pass(&store);
+    assert_eq!(passes.keep_ms, 3_600_000);
+    let last = passes.last_pass().expect("the pass that ended");
+    assert_eq!((last.removed.records, last.removed.histories), (5, 0), "{passes:?}");
+    for key in &old {
+        assert_eq!(status(&store, key), None, "old finished key {key} is removed");
+        assert!(block_on(store.history(key.as_str())).unwrap().is_empty(), "with its history");
+    }
+    assert_eq!(status(&store, &doubted), Some(Status::InDoubt), "in doubt is kept");
+    assert_eq!(status(&store, &key("charge_recent")), Some(Status::Done), "recent is kept");
+
+    // What `idem stats` prints, from the process itself and through its admin socket.
+    let stats = admin::stats(&store).unwrap();
+    assert_eq!(stats.retention.as_ref().map(|r| r.keep_ms), Some(3_600_000));
+    #[cfg(unix)]
+    {
+        let mut remote = idem_runtime::remote::Remote::connect(&path)
+            .unwrap()
+            .expect("the holder answers on its socket");
+        let through_socket = remote.stats().unwrap().retention.expect("the holder's policy");
+        assert_eq!(through_socket.keep_ms, 3_600_000);
+        assert!(through_socket.passes >= 1);
+        assert_eq!(through_socket.removed.records, 5);
+    }
+
+    // Closing stops the passes and lets go of the store: it opens again at once.
+    drop(store);
+    let again = SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap();
+    assert_eq!(status(&again, &doubted), Some(Status::InDoubt));
+}
