@@ -314,6 +314,8 @@ pub mod __private {
         ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
     };
     pub use idem_runtime::{Key, Sweep};
+    // A tool that needs approval (`approve_if = "…"`).
+    pub use idem_runtime::for_macros::approval_condition;
     // The classification: the type of the companion constant every attribute declares beside
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
@@ -325,8 +327,8 @@ pub mod __private {
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{
-        AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer, ScopeValue,
-        SyncReconciler, ToolError, ToolOutput,
+        ApprovalCondition, AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer,
+        ScopeValue, SyncReconciler, ToolError, ToolOutput,
     };
 }
 
