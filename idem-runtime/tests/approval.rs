@@ -144,7 +144,7 @@ fn a_denied_key_refuses_every_call_with_the_note() {
 
 #[test]
 fn of_an_approval_and_a_denial_racing_exactly_one_wins_and_the_call_follows_it() {
-    for round in 0..20 {
+    for round in 100..120 {
         let (_dir, store) = store();
         let runs = AtomicUsize::new(0);
         let key = key(&run(refund(&store, 5000 + round), &runs).unwrap_err());
@@ -183,7 +183,8 @@ fn of_an_approval_and_a_denial_racing_exactly_one_wins_and_the_call_follows_it()
 fn a_call_waiting_for_the_decision_runs_once_it_is_approved() {
     let (_dir, store) = store();
     let runs = AtomicUsize::new(0);
-    let call = || refund(&store, 5000).approve_wait(Duration::from_secs(60));
+    // An amount of its own: `waiting` counts the calls of this process, of every test.
+    let call = || refund(&store, 5001).approve_wait(Duration::from_secs(60));
     let key = call().key().clone();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| run(call(), &runs));
@@ -209,7 +210,7 @@ fn a_call_waiting_for_a_decision_that_does_not_come_gives_up_at_its_bound() {
     let (_dir, store) = store();
     let runs = AtomicUsize::new(0);
     let started = Instant::now();
-    let got = run(refund(&store, 5000).approve_wait(Duration::from_millis(200)), &runs);
+    let got = run(refund(&store, 5003).approve_wait(Duration::from_millis(200)), &runs);
     assert!(matches!(got, Err(Error::AwaitingApproval { .. })), "{got:?}");
     assert!(started.elapsed() >= Duration::from_millis(200), "it waited its bound");
     assert_eq!(runs.load(Ordering::SeqCst), 0);
@@ -219,7 +220,7 @@ fn a_call_waiting_for_a_decision_that_does_not_come_gives_up_at_its_bound() {
 fn a_denial_wakes_a_waiting_call_with_the_note() {
     let (_dir, store) = store();
     let runs = AtomicUsize::new(0);
-    let call = || refund(&store, 5000).approve_wait(Duration::from_secs(60));
+    let call = || refund(&store, 5002).approve_wait(Duration::from_secs(60));
     let key = call().key().clone();
     std::thread::scope(|s| {
         let waiter = s.spawn(|| run(call(), &runs));
