@@ -289,3 +289,42 @@ fn a_denied_key_purged_by_age_asks_again() {
     assert_eq!(admin::purge(store.as_ref(), older, "ann@ops").unwrap().records, 0);
     assert_eq!(status(&store, &key), Status::AwaitingApproval);
 }
+
+/// The process that holds the store answers `idem approve` on its admin socket: the decision is
+/// fenced and wakes the waiting call like any write of that process.
+#[cfg(unix)]
+#[test]
+fn a_decision_through_the_admin_socket_wakes_the_waiting_call() {
+    use idem_runtime::admin::Admin;
+    use idem_runtime::remote::Remote;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sled");
+    let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
+    let runs = AtomicUsize::new(0);
+    let call = || refund(&store, 5004).approve_wait(Duration::from_secs(60));
+    let key = call().key().clone();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| run(call(), &runs));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while for_stores::waiting(key.as_str()) == 0 {
+            assert!(Instant::now() < deadline, "the call never started waiting");
+            std::thread::yield_now();
+        }
+        let mut remote = Remote::connect(&path).unwrap().expect("the holder serves the socket");
+        let listed = remote
+            .list(&admin::Filter { status: Some(Status::AwaitingApproval), tool: None })
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        let approved = remote.decide(&key, Decision::Approve, "ann@ops", Some("ok")).unwrap();
+        assert_eq!(approved.status, Status::Approved);
+        assert_eq!(waiter.join().unwrap().unwrap(), "re_1");
+        // A second decision finds the key decided, and says so through the socket as locally.
+        let late = remote.decide(&key, Decision::Deny, "bob@ops", Some("no")).unwrap_err();
+        assert!(matches!(late, Error::NotAwaitingApproval { .. }), "{late:?}");
+        let history = remote.history(&key).unwrap();
+        let approval = history.iter().find(|entry| entry.event == Event::Approved).unwrap();
+        assert_eq!((approval.by.as_str(), approval.note.as_deref()), ("ann@ops", Some("ok")));
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
