@@ -59,8 +59,14 @@ fn companion_of(tool: &Tool, item: &ItemFn) -> TokenStream {
         return TokenStream::new();
     }
     let scope = tool.scope.as_ref().map(|scope| scope.text.as_str());
-    let info =
-        companion::info(&tool.krate, tool.attr, &tool.name_tokens(), scope, tool.destructive);
+    let info = companion::info(
+        &tool.krate,
+        tool.attr,
+        &tool.name_tokens(),
+        scope,
+        tool.destructive,
+        tool.approval.is_some(),
+    );
     companion::declaration(&tool.krate, &item.vis, &item.sig.ident, &info)
 }
 
