@@ -143,3 +143,150 @@ mod mcp {
         assert_eq!(desk.refunds.load(Ordering::SeqCst), 2);
     }
 }
+
+/// Where the MCP client supports elicitation, the server asks the person at the client, records
+/// their answer as `idem approve` would, and the call runs at once; a "no" is a denial with the
+/// person's note. Needs the `rmcp` feature.
+#[cfg(feature = "rmcp")]
+mod elicitation {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::{Arc, LazyLock, Mutex};
+
+    use idem::{Durability, SledStore, Store};
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::{Json, Parameters};
+    use rmcp::model::{
+        CallToolRequestParams, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+        ElicitationAction, ElicitationCapability, Implementation, ServerCapabilities, ServerConfig,
+    };
+    use rmcp::schemars::JsonSchema;
+    use rmcp::service::{RequestContext, RoleClient};
+    use rmcp::{
+        tool, tool_handler, tool_router, ClientHandler, ErrorData, ServerHandler, ServiceExt,
+    };
+    use serde::{Deserialize, Serialize};
+    use serde_json::{json, Value};
+
+    static STORE: LazyLock<Arc<dyn Store>> = LazyLock::new(|| {
+        let dir = tempfile::tempdir().expect("temp dir").keep();
+        Arc::new(SledStore::builder(dir).durability(Durability::None).open().expect("sled"))
+    });
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct DeleteRequest {
+        pub account: String,
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Deleted {
+        pub account: String,
+    }
+
+    #[derive(Clone)]
+    pub struct Accounts {
+        deleted: Arc<AtomicU32>,
+        tool_router: ToolRouter<Accounts>,
+    }
+
+    #[idem::tools]
+    #[tool_router]
+    impl Accounts {
+        fn new() -> Self {
+            let router = idem::mcp::annotate(Self::tool_router(), Self::idem_tools());
+            Accounts {
+                deleted: Arc::new(AtomicU32::new(0)),
+                tool_router: idem::mcp::ask_for_approval(router, Arc::clone(&STORE)),
+            }
+        }
+
+        #[tool(description = "Delete an account")]
+        #[idem::idempotent(scope = "account", store = STORE, approve)]
+        async fn delete_account(
+            &self,
+            #[idem(flatten)] Parameters(req): Parameters<DeleteRequest>,
+        ) -> Result<Json<Deleted>, ErrorData> {
+            self.deleted.fetch_add(1, Ordering::SeqCst);
+            Ok(Json(Deleted { account: req.account }))
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Accounts {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+    }
+
+    /// The person at the client: answers every question with `answer`, and keeps what it was
+    /// asked.
+    struct Person {
+        answer: Value,
+        asked: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl ClientHandler for Person {
+        fn get_info(&self) -> ClientConfig {
+            let mut capabilities = ClientCapabilities::default();
+            capabilities.elicitation = Some(ElicitationCapability::new());
+            ClientConfig::new(capabilities, Implementation::new("desk-app", "1.0"))
+        }
+
+        async fn create_elicitation(
+            &self,
+            request: ElicitRequestParams,
+            _context: RequestContext<RoleClient>,
+        ) -> Result<ElicitResult, ErrorData> {
+            if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+                self.asked.lock().unwrap().push(message);
+            }
+            Ok(ElicitResult::new(ElicitationAction::Accept).with_content(self.answer.clone()))
+        }
+    }
+
+    fn delete(account: &str) -> CallToolRequestParams {
+        let Value::Object(arguments) = json!({ "account": account }) else { unreachable!() };
+        CallToolRequestParams::new("delete_account").with_arguments(arguments)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_person_at_the_client_approves_and_the_call_runs_once_or_denies_with_a_note() {
+        for (account, answer, runs) in [
+            ("acct-1", json!({"approve": true, "note": "closing it myself"}), 1),
+            ("acct-2", json!({"approve": false, "note": "keep it"}), 0),
+        ] {
+            let accounts = Accounts::new();
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let person = Person { answer, asked: Arc::clone(&asked) };
+            let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+            let server = tokio::spawn(accounts.clone().serve(tokio::io::split(server_io)));
+            let client = person.serve(tokio::io::split(client_io)).await.expect("initialized");
+            let _server = server.await.unwrap().expect("the server initializes");
+
+            let got = client.call_tool(delete(account)).await.unwrap();
+            assert_eq!(accounts.deleted.load(Ordering::SeqCst), runs, "{got:?}");
+            let asked = asked.lock().unwrap().clone();
+            assert_eq!(asked.len(), 1, "asked once: {asked:?}");
+            assert!(asked[0].contains("delete_account") && asked[0].contains(account), "{asked:?}");
+            let data = got.structured_content.clone().expect("structured content");
+            let key = match runs {
+                1 => {
+                    assert_eq!(got.is_error, Some(false), "{got:?}");
+                    let key =
+                        idem::Key::derive("delete_account", account, &json!({"account": account}));
+                    key.unwrap()
+                }
+                _ => {
+                    assert_eq!(got.is_error, Some(true));
+                    assert_eq!(data["idem"]["error"], "denied", "{data}");
+                    assert_eq!(data["idem"]["note"], "keep it");
+                    data["idem"]["key"].as_str().unwrap().parse().unwrap()
+                }
+            };
+            let history = idem::admin::history(STORE.as_ref(), &key).unwrap();
+            let decided = &history[1];
+            assert_eq!(decided.by, "the user of MCP client desk-app", "{history:?}");
+        }
+    }
+}

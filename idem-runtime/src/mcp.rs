@@ -12,7 +12,10 @@ use rmcp::ErrorData;
 use crate::classify::ToolInfo;
 use crate::error::Error;
 
+mod ask;
 mod tool_result;
+
+pub use self::ask::ask_for_approval;
 
 impl From<Error> for ErrorData {
     /// Arguments that have no key (and a text that is not one) are the caller's to fix (`invalid_params`); everything else is
