@@ -124,6 +124,10 @@
 /// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
 /// | `destructive = false` | the write only adds (an order, a ticket): MCP's `destructiveHint` is false (also on `#[write]`) | `true` |
 /// | `reconcile = "path"` | a function asked, with the key alone, whether an effect left in doubt landed: sync or `async` as the tool is, answering [`Reconciled`]; on a tool taking `&self`, a name without `::` is a method of the same type (README.md, *Settling keys in doubt*) | none |
+/// | `approve` | every call needs a person's approval before the body runs (README.md, *A person approves a risky write*) | no approval |
+/// | `approve_if = "amount > 10_000"` | a call needs approval when this `bool` expression over the tool's arguments is true | no approval |
+/// | `approval_ttl = "1h"` | an approval not used within this time is asked for again (with `approve` or `approve_if`) | never expires |
+/// | `approve_wait = "5m"` | how long a call waits for the decision, woken by it, before it returns [`Error::AwaitingApproval`] (with `approve` or `approve_if`) | no wait |
 /// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |
 ///
 /// A parameter marked `#[idem(skip)]` is left out of the key. A parameter marked
@@ -331,6 +335,8 @@ pub mod __private {
         ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,
     };
     pub use idem_runtime::{Key, Sweep};
+    // A tool that needs approval (`approve_if = "…"`).
+    pub use idem_runtime::for_macros::approval_condition;
     // The classification: the type of the companion constant every attribute declares beside
     // its function, read by `tool_info!` and `retry!`.
     pub use idem_runtime::{Kind, ToolInfo};
@@ -345,8 +351,8 @@ pub mod __private {
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{
-        AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer, ScopeValue,
-        SyncReconciler, ToolError, ToolOutput,
+        ApprovalCondition, AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer,
+        ScopeValue, SyncReconciler, ToolError, ToolOutput,
     };
 }
 

@@ -10,8 +10,14 @@ use std::process::Command;
 /// Runs `cargo run --example NAME` and returns its standard output; fails the test on a non-zero
 /// exit status.
 fn run_example(name: &str) -> String {
+    run_example_with(name, &[])
+}
+
+/// [`run_example`] with `envs` set.
+fn run_example_with(name: &str, envs: &[(&str, &std::ffi::OsStr)]) -> String {
     let output = Command::new(env!("CARGO"))
         .args(["run", "--quiet", "--example", name])
+        .envs(envs.iter().copied())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -82,4 +88,32 @@ fn crash_reconcile_settles_both_keys_from_the_vendor_without_an_operator() {
     assert!(stdout.contains("[sweep] sweep: 1 settled, 0 still in doubt"), "{stdout}");
     assert!(stdout.contains("[sweep] o-18: ch_2 (1500 cents)"), "{stdout}");
     assert!(stdout.contains("ok: one charge per order"), "{stdout}");
+}
+
+/// The `idem` command, built by this workspace's `cargo test --workspace`; built here when this
+/// test runs alone.
+fn idem_command() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
+    let idem = dir.join(format!("idem{}", std::env::consts::EXE_SUFFIX));
+    if !idem.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "idem-cli"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cargo build -p idem-cli failed");
+    }
+    idem
+}
+
+#[test]
+fn refund_approval_runs_the_refund_once_after_idem_approve_and_denies_the_changed_one() {
+    let idem = idem_command();
+    let stdout = run_example_with("refund_approval", &[("IDEM_BIN", idem.as_os_str())]);
+    assert!(stdout.contains("idem ls --status awaiting-approval"), "{stdout}");
+    // The idem command's own words: it reached the running example through its socket.
+    assert!(stdout.contains("approved ") && stdout.contains("runs it once"), "{stdout}");
+    assert!(stdout.contains("denied ") && stdout.contains("only 500.00 was agreed"), "{stdout}");
+    assert!(stdout.contains("ok: the refund over the threshold ran once"), "{stdout}");
 }

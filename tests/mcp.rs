@@ -350,6 +350,7 @@ mod mcp {
             name: "add_note",
             kind: idem::Kind::Idempotent { scope: "note_id" },
             destructive: true,
+            approval: false,
         };
         let router = idem::mcp::annotate(Notes::tool_router(), &[classified]);
         let listed = router.get("add_note").expect("the route").annotations.clone();

@@ -89,10 +89,29 @@ pub(crate) enum Command {
         force: bool,
     },
 
+    /// Approve a key that awaits approval: the next call with the same arguments runs once
+    Approve {
+        /// The key, as `idem ls --status awaiting-approval` prints it
+        key: String,
+        /// Why, kept in the key's history with your user@host (one line, at most 1024 bytes)
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+        note: Option<String>,
+    },
+
+    /// Deny a key that awaits approval: every call with the same arguments is refused
+    Deny {
+        /// The key, as `idem ls --status awaiting-approval` prints it
+        key: String,
+        /// Why, kept in the key's history and given to every call (one line, at most 1024 bytes)
+        #[arg(long, value_name = "TEXT", allow_hyphen_values = true, required = true)]
+        note: String,
+    },
+
     /// Remove finished records with their histories; never in-flight or in-doubt ones
     #[command(group(ArgGroup::new("which").required(true).args(["older_than", "expired"])))]
     Purge {
-        /// Remove done records finished longer ago than this (30d, 12h, 15m, 90s, 500ms)
+        /// Remove done and denied records finished longer ago than this (30d, 12h, 15m, 90s,
+        /// 500ms)
         #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
         older_than: Option<Duration>,
         /// Remove done records whose ttl has passed

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use idem_runtime::admin::{Admin, Filter, Purge, Resolution};
+use idem_runtime::admin::{Admin, Decision, Filter, Purge, Resolution};
 use idem_runtime::history::{check_note, Entry};
 use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::{now_ms, Assessment, Liveness};
@@ -48,6 +48,10 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             let mut admin = store::open(location)?;
             resolve(admin.as_mut(), &key, resolution, note.as_deref(), force, out)
         }
+        Command::Approve { key, note } => {
+            decide(location, &key, Decision::Approve, note.as_deref(), out)
+        }
+        Command::Deny { key, note } => decide(location, &key, Decision::Deny, Some(&note), out),
         Command::Purge { older_than, expired } => {
             let which = match (older_than, expired) {
                 (Some(age), false) => Purge::OlderThan(age),
@@ -287,6 +291,13 @@ fn status_text(record: &Record, assessment: Assessment) -> String {
         (Status::Done, Assessment::Expired) => {
             format!("{} (expired: the next call runs the body again)", record.status)
         }
+        (Status::AwaitingApproval, _) => format!(
+            "{} (nothing ran: `idem approve {}` or `idem deny {} --note …`)",
+            record.status, record.key, record.key
+        ),
+        (Status::Approved, _) => {
+            format!("{} (the next call with these arguments runs it once)", record.status)
+        }
         _ => record.status.to_string(),
     }
 }
@@ -305,6 +316,35 @@ fn resolve(
             let result = record.result.map_or_else(|| "null".to_owned(), |r| r.to_string());
             writeln!(out, "settled {key} as done: later calls replay {result}")
         }
+    }
+    .map_err(write_failed)
+}
+
+/// `idem approve` and `idem deny`: usage is checked before the store is opened.
+fn decide(
+    location: Option<&std::ffi::OsStr>,
+    key: &str,
+    decision: Decision,
+    note: Option<&str>,
+    out: Out<'_>,
+) -> Result<(), Failure> {
+    let key = Key::parse(key)?;
+    if let Some(note) = note {
+        check_note(note).map_err(|why| Failure::usage(format!("--note: {why}")))?;
+    }
+    let record = store::open(location)?.decide(&key, decision, &operator(), note)?;
+    let (tool, scope) = (&record.tool, &record.scope);
+    match decision {
+        Decision::Approve => writeln!(
+            out,
+            "approved {key} (tool `{tool}`, scope `{scope}`): the next call with these arguments \
+             runs it once"
+        ),
+        _ => writeln!(
+            out,
+            "denied {key} (tool `{tool}`, scope `{scope}`): every call with these arguments is \
+             refused with your note"
+        ),
     }
     .map_err(write_failed)
 }

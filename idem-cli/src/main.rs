@@ -49,7 +49,7 @@ fn usage_error(error: clap::Error) -> ExitCode {
     }
     if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         eprintln!(
-            "idem: no command given: use one of key, ls, show, resolve, purge, stats (see `idem --help`)"
+            "idem: no command given: use one of key, ls, show, resolve, approve, deny, purge, stats (see `idem --help`)"
         );
         return ExitCode::from(failure::USAGE);
     }

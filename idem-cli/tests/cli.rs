@@ -425,7 +425,10 @@ fn ls_filters_by_status_and_tool() {
     assert_eq!(idem(&fx.path, &["ls", "--tool", "nope"]).ok(), "no records\n");
 
     let line = idem(&fx.path, &["ls", "--status", "broken"]).fails(2).to_owned();
-    assert!(line.contains("in-flight, done or in-doubt"), "{line}");
+    assert!(
+        line.contains("in-flight, done, in-doubt, awaiting-approval, approved, denied"),
+        "{line}"
+    );
 }
 
 // --- show -------------------------------------------------------------------------------------

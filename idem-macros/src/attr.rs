@@ -16,6 +16,10 @@ mod kw {
     syn::custom_keyword!(reconcile);
     syn::custom_keyword!(destructive);
     syn::custom_keyword!(ignore);
+    syn::custom_keyword!(approve);
+    syn::custom_keyword!(approve_if);
+    syn::custom_keyword!(approval_ttl);
+    syn::custom_keyword!(approve_wait);
     syn::custom_keyword!(__idem_in_tools);
 }
 
@@ -74,6 +78,15 @@ pub(crate) struct Options {
     pub(crate) destructive: Option<Opt<syn::Expr>>,
     /// `ignore = ["body", …]`: fields of the flattened argument object left out of the key.
     pub(crate) ignore: Option<Opt<Ignore>>,
+    /// `approve`, bare: every call needs a person's approval.
+    pub(crate) approve: Option<Span>,
+    /// `approve_if = "amount > 10_000"`: a call needs approval when the expression, over the
+    /// tool's arguments, is true.
+    pub(crate) approve_if: Option<Opt<LitStr>>,
+    /// `approval_ttl = "1h"`: how long an approval stays good for a call to use.
+    pub(crate) approval_ttl: Option<Opt<LitStr>>,
+    /// `approve_wait = "5m"`: how long a call waits for the decision.
+    pub(crate) approve_wait: Option<Opt<LitStr>>,
     /// Written by `#[idem::tools]`, never by a user: the block the method sits in.
     pub(crate) in_tools: Option<Opt<InTools>>,
     /// Repeated options, reported with the rest once parsing is done.
@@ -103,6 +116,19 @@ fn parse_option<K: Parse + Spanned, T: Parse>(
     Ok(())
 }
 
+/// Notes a bare `keyword` in `slot`, or its repeat in `repeated`.
+fn flag(key: Span, name: &str, slot: &mut Option<Span>, repeated: &mut Option<syn::Error>) {
+    if slot.is_some() {
+        let error = syn::Error::new(key, format!("`{name}` is given twice: keep one"));
+        match repeated {
+            Some(errors) => errors.combine(error),
+            None => *repeated = Some(error),
+        }
+    } else {
+        *slot = Some(key);
+    }
+}
+
 impl Parse for Options {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut o = Options::default();
@@ -125,6 +151,22 @@ impl Parse for Options {
                 parse_option::<kw::reconcile, _>(input, "reconcile", &mut o.reconcile, r)?;
             } else if lookahead.peek(kw::destructive) {
                 parse_option::<kw::destructive, _>(input, "destructive", &mut o.destructive, r)?;
+            } else if lookahead.peek(kw::approve) {
+                let key = input.parse::<kw::approve>()?.span();
+                if input.peek(Token![=]) {
+                    return Err(syn::Error::new(
+                        key,
+                        "`approve` takes no value: write `approve` for every call, or \
+                         `approve_if = \"…\"` with a condition over the arguments",
+                    ));
+                }
+                flag(key, "approve", &mut o.approve, r);
+            } else if lookahead.peek(kw::approve_if) {
+                parse_option::<kw::approve_if, _>(input, "approve_if", &mut o.approve_if, r)?;
+            } else if lookahead.peek(kw::approval_ttl) {
+                parse_option::<kw::approval_ttl, _>(input, "approval_ttl", &mut o.approval_ttl, r)?;
+            } else if lookahead.peek(kw::approve_wait) {
+                parse_option::<kw::approve_wait, _>(input, "approve_wait", &mut o.approve_wait, r)?;
             } else if lookahead.peek(kw::ignore) {
                 parse_option::<kw::ignore, _>(input, "ignore", &mut o.ignore, r)?;
             } else if input.peek(kw::__idem_in_tools) {

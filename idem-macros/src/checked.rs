@@ -38,6 +38,8 @@ pub(crate) struct Tool {
     pub(crate) rerun: bool,
     /// The function named by `reconcile = "…"`, if any.
     pub(crate) reconcile: Option<Reconciler>,
+    /// What `approve` or `approve_if` asks, if either is given.
+    pub(crate) approval: Option<Approval>,
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
@@ -100,4 +102,14 @@ pub(crate) struct Reconciler {
     pub(crate) method: bool,
     /// The literal, for spans.
     pub(crate) span: Span,
+}
+
+/// A tool that needs a person's approval: always, or when a condition over its arguments holds.
+pub(crate) struct Approval {
+    /// The condition of `approve_if = "…"`, spanned on the literal; `None` for `approve`.
+    pub(crate) condition: Option<Expr>,
+    /// The literal's span, for the condition's check.
+    pub(crate) span: Span,
+    pub(crate) ttl: Option<Duration>,
+    pub(crate) wait: Option<Duration>,
 }

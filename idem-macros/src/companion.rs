@@ -32,7 +32,8 @@ pub(crate) fn declares_companion(item: &ItemFn) -> bool {
 }
 
 /// The `ToolInfo` of a tool named `name` (an expression of type `&'static str`) under `attr`,
-/// with its scope's text if it has one, and whether it may change or delete what is there. An
+/// with its scope's text if it has one, whether it may change or delete what is there, and
+/// whether a person may have to approve a call. An
 /// `#[idempotent]` tool without a scope (an error reported elsewhere) is classified as what it
 /// would do now: a write.
 pub(crate) fn info(
@@ -41,6 +42,7 @@ pub(crate) fn info(
     name: &TokenStream,
     scope: Option<&str>,
     destructive: bool,
+    approval: bool,
 ) -> TokenStream {
     let mixed = Span::mixed_site();
     let kind = match (attr, scope) {
@@ -53,7 +55,12 @@ pub(crate) fn info(
         }
     };
     quote_spanned! {mixed=>
-        #krate::__private::ToolInfo { name: #name, kind: #kind, destructive: #destructive }
+        #krate::__private::ToolInfo {
+            name: #name,
+            kind: #kind,
+            destructive: #destructive,
+            approval: #approval,
+        }
     }
 }
 

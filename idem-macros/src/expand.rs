@@ -59,8 +59,14 @@ fn companion_of(tool: &Tool, item: &ItemFn) -> TokenStream {
         return TokenStream::new();
     }
     let scope = tool.scope.as_ref().map(|scope| scope.text.as_str());
-    let info =
-        companion::info(&tool.krate, tool.attr, &tool.name_tokens(), scope, tool.destructive);
+    let info = companion::info(
+        &tool.krate,
+        tool.attr,
+        &tool.name_tokens(),
+        scope,
+        tool.destructive,
+        tool.approval.is_some(),
+    );
     companion::declaration(&tool.krate, &item.vis, &item.sig.ident, &info)
 }
 
@@ -293,6 +299,33 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             .map(|__idem_call| __idem_call.in_doubt(#krate::__private::InDoubtPolicy::Rerun))
         }
     });
+    let approval = tool.approval.as_ref().map(|approval| {
+        let required = match &approval.condition {
+            // The condition's tokens keep the literal's span, so its names are the parameters.
+            Some(condition) => {
+                let check = respan(
+                    quote_spanned!(mixed=> #krate::__private::approval_condition),
+                    approval.span,
+                );
+                quote!(#check(#condition))
+            }
+            None => quote!(true),
+        };
+        let ttl = approval.ttl.map(|ttl| {
+            let ttl = duration(ttl);
+            quote_spanned!(mixed=> .map(|__idem_call| __idem_call.approval_ttl(#ttl)))
+        });
+        let wait = approval.wait.map(|wait| {
+            let wait = duration(wait);
+            quote_spanned!(mixed=> .map(|__idem_call| __idem_call.approve_wait(#wait)))
+        });
+        // Last: `approval_ttl` and `approve_wait` imply approval, which a false condition undoes.
+        quote_spanned! {mixed=>
+            #ttl
+            #wait
+            .map(|__idem_call| __idem_call.approve(#required))
+        }
+    });
     // Two tools with one name share their keys: the record says which function wrote it, so
     // that the other is refused instead of replaying it.
     let function = tool.function.as_ref().map(|function| {
@@ -318,7 +351,8 @@ fn prepare_call(tool: &Tool) -> TokenStream {
             #store
             #wait
             #ttl
-            #rerun;
+            #rerun
+            #approval;
     }
 }
 

@@ -169,7 +169,9 @@ impl Collected {
         };
         let scope = options.scope.as_ref().map(|scope| scope_text(&scope.value.value()));
         let destructive = destructive(attr, &options);
-        let info = companion::info(krate, attr, &name, scope.as_deref(), destructive);
+        let approval =
+            attr == Attr::Idempotent && (options.approve.is_some() || options.approve_if.is_some());
+        let info = companion::info(krate, attr, &name, scope.as_deref(), destructive, approval);
         // rmcp's `#[tool]` above ours turns an `async fn` into a boxed one before ours sees it.
         let boxed_by_tool = rewritten && method.sig.asyncness.is_some();
         if boxed_by_tool || !companion::declares_companion(&as_item_fn(method)) {

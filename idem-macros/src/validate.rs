@@ -12,6 +12,7 @@ use crate::attr::{Attr, InTools, Options, ParamOptions};
 use crate::checked::Tool;
 use crate::signature;
 
+mod approval;
 mod ignore;
 mod key;
 mod options;
@@ -80,6 +81,8 @@ pub(crate) fn tool(
         _ => None,
     };
 
+    let approval = if keyed { approval::approval(&options, errors) } else { None };
+
     let pinned = options.tool.is_some();
     let (named_by, function) = record_names(options.in_tools.map(|o| o.value), pinned, &name);
 
@@ -98,6 +101,7 @@ pub(crate) fn tool(
         ttl,
         rerun,
         reconcile,
+        approval,
         shape,
         output,
     }

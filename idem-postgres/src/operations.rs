@@ -204,11 +204,13 @@ impl Table {
     ) -> Result<Inserted, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
+        // Only a record in flight has an owner to hold it (one awaiting approval has none).
+        let in_flight = record.status == Status::InFlight;
         loop {
             let (inserted, found) = retrying!(
                 deadline,
                 format!("cannot reserve key {}", record.key),
-                self.try_insert(&values, change)
+                self.try_insert(&values, in_flight, change)
             )?;
             let token = match (inserted, found) {
                 (Some(token), _) => token,
@@ -222,7 +224,9 @@ impl Table {
                 // Released again meanwhile: try the insert again.
                 (None, None) => continue,
             };
-            self.leases.hold(record);
+            if in_flight {
+                self.leases.hold(record);
+            }
             return Ok(Inserted::New { token });
         }
     }
@@ -236,9 +240,11 @@ impl Table {
     async fn try_insert(
         &self,
         values: &Values,
+        in_flight: bool,
         change: &ChangeValues,
     ) -> Result<(Option<u64>, Option<Record>), Fault> {
-        let (lease, now) = (self.lease_ms(), self.db_now_param());
+        // No lease (NULL) for a record that is not in flight.
+        let (lease, now) = (in_flight.then(|| self.lease_ms()), self.db_now_param());
         let client = self.pool.get().await?;
         let insert = client.prepare_cached(&self.statements.insert).await?;
         let get = client.prepare_cached(&self.statements.get).await?;

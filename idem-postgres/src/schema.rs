@@ -76,8 +76,11 @@ impl Names {
         let (schema, table, t) = (&self.schema, &self.table, self.qualified());
         let h = self.history();
         let function = self.notify_function();
-        let (in_flight, done, in_doubt) =
-            (Status::InFlight.as_str(), Status::Done.as_str(), Status::InDoubt.as_str());
+        let (in_flight, in_doubt) = (Status::InFlight.as_str(), Status::InDoubt.as_str());
+        // Every status the lifecycle spells, so that the check follows `Status::ALL`.
+        let statuses: Vec<String> = Status::ALL.iter().map(|s| format!("'{s}'")).collect();
+        let statuses = statuses.join(", ");
+        let newest = Status::ALL[Status::ALL.len() - 1].as_str();
         format!(
             r#"
 CREATE SCHEMA IF NOT EXISTS "{schema}";
@@ -85,7 +88,7 @@ CREATE TABLE IF NOT EXISTS {t} (
     key              text PRIMARY KEY,
     status           text NOT NULL
                      CONSTRAINT "{table}_status_check"
-                     CHECK (status IN ('{in_flight}', '{done}', '{in_doubt}')),
+                     CHECK (status IN ({statuses})),
     tool             text NOT NULL,
     scope            text NOT NULL,
     owner            text NOT NULL,
@@ -131,8 +134,17 @@ BEGIN
         UPDATE {t} SET status = '{in_flight}' WHERE status = 'in_flight';
         UPDATE {t} SET status = '{in_doubt}' WHERE status = 'in_doubt';
         ALTER TABLE {t} ADD CONSTRAINT "{table}_status_check"
-            CHECK (status IN ('{in_flight}', '{done}', '{in_doubt}'));
+            CHECK (status IN ({statuses}));
     END LOOP;
+    -- A table from before approvals checks for fewer statuses: widen its check, once (the
+    -- newest status spelled is in every check written since).
+    IF EXISTS (SELECT 1 FROM pg_constraint
+               WHERE conrelid = '{t}'::regclass AND conname = '{table}_status_check'
+                 AND pg_get_constraintdef(oid) NOT LIKE '%''{newest}''%')
+    THEN
+        ALTER TABLE {t} DROP CONSTRAINT "{table}_status_check";
+        ALTER TABLE {t} ADD CONSTRAINT "{table}_status_check" CHECK (status IN ({statuses}));
+    END IF;
     -- Earlier releases announced each change from a trigger, inside the writing transaction. A
     -- transaction that notifies holds a database-wide lock through its commit, WAL flush
     -- included, so the fleet's writes committed one at a time. The writer now announces its
@@ -225,7 +237,7 @@ impl Writes {
     fn new(t: &str, h: &str) -> Writes {
         let in_flight = Status::InFlight.as_str();
         Writes {
-            // $13 is the lease in milliseconds (an insert is always an in-flight record), $14 the
+            // $13 is the lease in milliseconds (NULL for a record not in flight), $14 the
             // function, $15..$18 the change (event, answer, by, note), $19 now.
             insert: format!(
                 "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \

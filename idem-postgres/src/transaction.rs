@@ -52,7 +52,7 @@ use self::statements::Param;
 /// assert!(REFUND.annotations().idempotent_hint);
 /// ```
 pub const fn tool_info(name: &'static str, scope: &'static str, destructive: bool) -> ToolInfo {
-    ToolInfo { name, kind: Kind::Idempotent { scope }, destructive }
+    ToolInfo { name, kind: Kind::Idempotent { scope }, destructive, approval: false }
 }
 
 /// How many times a transactional call runs its transaction at most, by default: the first run

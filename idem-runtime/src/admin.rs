@@ -16,6 +16,7 @@ use crate::history::Entry;
 use crate::key::Key;
 use crate::lifecycle::{assess, Assessment, Liveness, Record, Status};
 use crate::lifecycle::{retention, transition};
+use crate::meter::{self, ApprovalEvent};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -28,6 +29,7 @@ pub struct Filter {
 }
 
 pub use crate::lifecycle::owner::operator;
+pub use crate::lifecycle::transition::Decision;
 pub use crate::lifecycle::Resolution;
 
 /// Which finished records [`purge`] removes.
@@ -126,6 +128,16 @@ pub trait Admin: sealed::Sealed {
         force: bool,
     ) -> Result<Option<Record>, Error>;
 
+    /// Approves or denies a key that awaits approval, as [`decide`], with the same fence
+    /// wherever it runs.
+    fn decide(
+        &mut self,
+        key: &Key,
+        decision: Decision,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Record, Error>;
+
     /// Removes finished records with their histories, and old histories of released keys, as
     /// [`purge`].
     fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error>;
@@ -185,6 +197,16 @@ impl Admin for Local {
         force: bool,
     ) -> Result<Option<Record>, Error> {
         resolve(self.store.as_ref(), key, resolution, by, note, force)
+    }
+
+    fn decide(
+        &mut self,
+        key: &Key,
+        decision: Decision,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Record, Error> {
+        decide(self.store.as_ref(), key, decision, by, note)
     }
 
     fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error> {
@@ -300,8 +322,49 @@ pub fn resolve(
     Ok(step.new)
 }
 
-/// Removes finished records as `which` says, with their histories; never an in-flight or
-/// in-doubt one. With [`Purge::OlderThan`], also the histories of keys that have no record (a
+/// A person (`by`, their `user@host`, see [`operator`]) approves or denies a key that awaits
+/// approval, with `note`; anything else is refused with [`Error::NotAwaitingApproval`] and
+/// nothing changes. Returns the record as it now stands. The key's history records the decision,
+/// who made it, when, and the note. Of two decisions racing, the fence lets one through; the
+/// other finds the key decided. A call waiting for the decision wakes at once.
+pub fn decide(
+    store: &dyn Store,
+    key: &Key,
+    decision: Decision,
+    by: &str,
+    note: Option<&str>,
+) -> Result<Record, Error> {
+    let mut current = show(store, key)?;
+    loop {
+        if current.status != Status::AwaitingApproval {
+            return Err(Error::NotAwaitingApproval {
+                key: key.to_string(),
+                tool: current.tool,
+                status: current.status,
+            });
+        }
+        let step = transition::decide(&current, decision, by, note, store.clock());
+        let decided = step.new.expect("a decision leaves a record");
+        let swapped = block_on(store.compare_and_swap(&current, Some(&decided), step.change))
+            .map_err(|e| store_error(Some(key.as_str()), e))?;
+        if swapped.is_some() {
+            crate::failpoint::failpoint("after_decision");
+            let counted = match decision {
+                Decision::Approve => ApprovalEvent::Approved,
+                Decision::Deny => ApprovalEvent::Denied,
+            };
+            meter::approval(&decided.tool, counted);
+            tracing::info!(key = %key, tool = %decided.tool, decision = decision.as_str(), by, "idem: decided by a person");
+            return Ok(decided);
+        }
+        // Changed meanwhile (decided by someone else, or asked again): look again.
+        current = show(store, key)?;
+    }
+}
+
+/// Removes finished records as `which` says, with their histories: done ones, and denied ones
+/// by age (a later call asks for approval anew); never an in-flight, in-doubt, awaiting or
+/// approved one. With [`Purge::OlderThan`], also the histories of keys that have no record (a
 /// release keeps its key's history) whose last entry is older than the bound. `by` is who purges
 /// (an operator's `user@host`). Returns how many records and histories were removed.
 pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error> {

@@ -42,6 +42,10 @@ pub struct ToolInfo {
     /// Whether the tool may change or delete what is already there: false for a read and for a
     /// write declared `destructive = false` (it only adds: a new order, a new ticket).
     pub destructive: bool,
+    /// Whether a person may have to approve a call before it runs (`approve`, or `approve_if`
+    /// when its condition holds): the MCP tool's description says so (`idem::mcp::annotate`),
+    /// since MCP has no hint for it.
+    pub approval: bool,
 }
 
 impl ToolInfo {

@@ -86,6 +86,18 @@ impl fmt::Display for Reason<'_> {
     }
 }
 
+/// Formats a person's note on a denial, when they gave one.
+struct Note<'a>(&'a Option<String>);
+
+impl fmt::Display for Note<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(note) => write!(f, " ({note:?})"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Everything that can go wrong around an idempotent call.
 ///
 /// Tool functions return their own error type `E: From<idem::Error>`, so these travel inside it.
@@ -257,6 +269,58 @@ pub enum Error {
         status: Status,
     },
 
+    /// The tool needs a person's approval for exactly these arguments and none has decided
+    /// yet: the key is recorded as awaiting approval, and the body did not run.
+    #[error(
+        "key {key} (tool `{tool}`, scope `{scope}`) needs a person's approval for exactly these \
+         arguments (asked since {}); nothing ran: a person approves it with `idem approve {key}` \
+         or denies it with `idem deny {key} --note …`, then the same call runs once; a call \
+         with other arguments is another request, which needs its own approval",
+        crate::utc_timestamp(*since_ms)
+    )]
+    AwaitingApproval {
+        /// The key that awaits approval.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// The scope of the call.
+        scope: String,
+        /// When the approval was asked, in milliseconds since the Unix epoch.
+        since_ms: u64,
+    },
+
+    /// A person denied the key: the body did not run, and no call with these arguments will.
+    #[error(
+        "key {key} (tool `{tool}`) was denied by {by}{}; nothing ran, and no call with these \
+         arguments will run: do not call it again, and tell the user why",
+        Note(note)
+    )]
+    Denied {
+        /// The key that was denied.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Who denied it (`user@host`).
+        by: String,
+        /// Their note, when they gave one.
+        note: Option<String>,
+    },
+
+    /// An operator approved or denied a key that does not await approval (it was decided
+    /// already, or it never needed approval). Nothing was changed.
+    #[error(
+        "key {key} (tool `{tool}`) is {status}, not awaiting approval, so nothing was changed; \
+         `idem show {key}` says who decided it and when"
+    )]
+    NotAwaitingApproval {
+        /// The key asked for.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Its current status.
+        status: Status,
+    },
+
     /// The store failed.
     #[error("{}: the store failed: {source}", Subject(key, tool))]
     Store {
@@ -282,14 +346,18 @@ impl Error {
             | Error::Superseded { key, .. }
             | Error::OwnerAlive { key, .. }
             | Error::NotFound { key }
-            | Error::NotResolvable { key, .. } => Some(key),
+            | Error::NotResolvable { key, .. }
+            | Error::AwaitingApproval { key, .. }
+            | Error::Denied { key, .. }
+            | Error::NotAwaitingApproval { key, .. } => Some(key),
             Error::Store { key, .. } => key.as_deref(),
         }
     }
 
     /// What kind of error this is, in one spelling (kebab-case, and a status's own spelling for
     /// `in-flight` and `in-doubt`): `key`, `replay`, `result`, `in-flight`, `in-doubt`,
-    /// `shared-tool-name`, `superseded`, `owner-alive`, `not-a-key`, `not-found`, `not-resolvable`, `store`.
+    /// `shared-tool-name`, `superseded`, `owner-alive`, `not-a-key`, `not-found`, `not-resolvable`,
+    /// `awaiting-approval`, `denied`, `not-awaiting-approval`, `store`.
     /// What an MCP
     /// client reads as the error's kind, and what the metrics' outcomes spell.
     pub fn kind(&self) -> &'static str {
@@ -305,6 +373,9 @@ impl Error {
             Error::NotAKey { .. } => "not-a-key",
             Error::NotFound { .. } => "not-found",
             Error::NotResolvable { .. } => "not-resolvable",
+            Error::AwaitingApproval { .. } => Status::AwaitingApproval.as_str(),
+            Error::Denied { .. } => Status::Denied.as_str(),
+            Error::NotAwaitingApproval { .. } => "not-awaiting-approval",
             Error::Store { .. } => "store",
         }
     }

@@ -81,6 +81,28 @@ impl<T: Serialize + ?Sized> KeyParam for T {}
 pub trait ScopeValue: Display {}
 impl<S: Display + ?Sized> ScopeValue for S {}
 
+/// The condition of `approve_if = "…"`: whether a person must approve this call.
+#[diagnostic::on_unimplemented(
+    message = "the `approve_if` condition is a `{Self}`, not a `bool`",
+    label = "this condition must be true when a person must approve the call",
+    note = "write an expression over the tool's arguments that is a `bool`, such as \
+            \"amount > 10_000\" or \"req.amount > 10_000\" for a flattened argument"
+)]
+pub trait ApprovalCondition {
+    /// Whether the call needs approval.
+    fn holds(self) -> bool;
+}
+impl ApprovalCondition for bool {
+    fn holds(self) -> bool {
+        self
+    }
+}
+
+/// Whether `condition` asks a person to approve the call, checked to be a `bool`.
+pub fn approval_condition<C: ApprovalCondition>(condition: C) -> bool {
+    condition.holds()
+}
+
 /// Adds one key parameter to `args`.
 pub fn key_arg<V: KeyParam + ?Sized>(
     args: Args,

@@ -91,6 +91,13 @@ pub enum Event {
     /// key was taken over or settled meanwhile) finished, and its final write was refused: its
     /// effect ran after the key moved on. No change of the record; `by` is the stale owner.
     LateWriteRefused,
+    /// A call of a tool that needs approval recorded its key as awaiting a person's decision
+    /// (from absent, from an expired result, or from an approval that expired: the note says).
+    ApprovalRequested,
+    /// A person approved the key (`by` is their `user@host`); the next call runs the body.
+    Approved,
+    /// A person denied the key, with their note; no call runs the body.
+    Denied,
 }
 
 impl Event {
@@ -107,6 +114,9 @@ impl Event {
             Event::Reconciled { .. } => "reconciled",
             Event::Purged => "purged",
             Event::LateWriteRefused => "late-write-refused",
+            Event::ApprovalRequested => "approval-requested",
+            Event::Approved => "approved",
+            Event::Denied => "denied",
         }
     }
 
@@ -127,7 +137,7 @@ impl Event {
 
     /// Every kind of event, with each answer of a reconcile. A store that keeps an event as a
     /// number gives each its own explicit tag (the order here is no format).
-    pub const ALL: [Event; 13] = [
+    pub const ALL: [Event; 16] = [
         Event::Reserved,
         Event::TookOver,
         Event::Done,
@@ -141,6 +151,9 @@ impl Event {
         Event::Reconciled { answer: Answer::Erred },
         Event::Purged,
         Event::LateWriteRefused,
+        Event::ApprovalRequested,
+        Event::Approved,
+        Event::Denied,
     ];
 
     /// The event spelled `kind` with `answer` (which only `reconciled` takes), as a store reads

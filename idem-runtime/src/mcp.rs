@@ -12,7 +12,10 @@ use rmcp::ErrorData;
 use crate::classify::ToolInfo;
 use crate::error::Error;
 
+mod ask;
 mod tool_result;
+
+pub use self::ask::ask_for_approval;
 
 impl From<Error> for ErrorData {
     /// Arguments that have no key (and a text that is not one) are the caller's to fix (`invalid_params`); everything else is
@@ -25,17 +28,30 @@ impl From<Error> for ErrorData {
             _ => ErrorCode::INTERNAL_ERROR,
         };
         let kind = error.kind();
-        let data = serde_json::json!({
+        let mut data = serde_json::json!({
             "idem": { "error": kind, "key": error.key(), "retryable": error.is_retryable() }
         });
+        // What a person decided reaches the model too: who denied the call, and why.
+        if let Error::Denied { by, note, .. } = &error {
+            data["idem"]["by"] = by.as_str().into();
+            data["idem"]["note"] = note.as_deref().into();
+        }
         ErrorData::new(code, error.to_string(), Some(data))
     }
 }
 
+/// What a tool's description says of a tool that may need a person's approval: MCP has no hint
+/// for it, and a model that knows calls it with the arguments it means, once.
+pub const NEEDS_APPROVAL: &str = "Needs a person's approval: a call may answer that it awaits \
+     approval, and runs once a person approves exactly those arguments; other arguments are a \
+     new request.";
+
 /// Fills the MCP hints (`readOnlyHint`, `idempotentHint`, `destructiveHint`) that a route in
 /// `router` leaves unset from idem's classification in `tools`, matched by tool name, and returns
 /// the router. A hint the route sets (rmcp's `#[tool(annotations(…))]`) is kept, as are its
-/// title and `openWorldHint`; routes idem does not classify are left as they are.
+/// title and `openWorldHint`; routes idem does not classify are left as they are. A tool that
+/// may need a person's approval ([`ToolInfo::approval`]) gets [`NEEDS_APPROVAL`] at the end of
+/// its description, once.
 ///
 /// A block under `#[idem::tools]` needs no call: the attribute writes the hints into each
 /// method's `#[tool(annotations(…))]` itself, and passes the router `#[tool_router]` generates
@@ -67,6 +83,16 @@ pub fn annotate<S: rmcp::service::MaybeSend + 'static>(
         annotations.idempotent_hint.get_or_insert(hints.idempotent_hint);
         annotations.destructive_hint.get_or_insert(hints.destructive_hint);
         route.attr.annotations = Some(annotations);
+        if info.approval {
+            let described = route.attr.description.as_deref().unwrap_or_default();
+            if !described.contains(NEEDS_APPROVAL) {
+                let joined = match described.trim_end() {
+                    "" => NEEDS_APPROVAL.to_owned(),
+                    text => format!("{text} {NEEDS_APPROVAL}"),
+                };
+                route.attr.description = Some(joined.into());
+            }
+        }
     }
     tool_result::report_to_the_model(&mut router);
     router

@@ -23,6 +23,10 @@ pub(crate) enum Outcome {
     InDoubt,
     /// The body returned `Err` and the key was released.
     Released,
+    /// The key awaits a person's approval: the body did not run.
+    AwaitingApproval,
+    /// A person denied the key: the body did not run.
+    Denied,
     /// idem itself failed: the store, the arguments, a result that no longer fits, a wait
     /// that ran out.
     Error,
@@ -37,6 +41,8 @@ impl Outcome {
             Outcome::Reconciled => "reconciled",
             Outcome::InDoubt => crate::lifecycle::Status::InDoubt.as_str(),
             Outcome::Released => "released",
+            Outcome::AwaitingApproval => crate::lifecycle::Status::AwaitingApproval.as_str(),
+            Outcome::Denied => crate::lifecycle::Status::Denied.as_str(),
             Outcome::Error => "error",
         }
     }
@@ -45,6 +51,8 @@ impl Outcome {
     pub(crate) fn of_error(error: &crate::Error) -> Outcome {
         match error {
             crate::Error::InDoubt { .. } => Outcome::InDoubt,
+            crate::Error::AwaitingApproval { .. } => Outcome::AwaitingApproval,
+            crate::Error::Denied { .. } => Outcome::Denied,
             _ => Outcome::Error,
         }
     }
@@ -111,6 +119,43 @@ pub(crate) fn retention_pass(records: u64, histories: u64) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (records, histories);
+}
+
+/// What happened to an approval, as counted in `idem_approvals_total{event}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ApprovalEvent {
+    /// A call recorded its key as awaiting approval.
+    Requested,
+    /// A person approved a key.
+    Approved,
+    /// A person denied a key.
+    Denied,
+    /// A call found an approval older than its `approval_ttl`, and asked again.
+    Expired,
+}
+
+impl ApprovalEvent {
+    fn as_str(self) -> &'static str {
+        match self {
+            ApprovalEvent::Requested => "requested",
+            ApprovalEvent::Approved => "approved",
+            ApprovalEvent::Denied => "denied",
+            ApprovalEvent::Expired => "expired",
+        }
+    }
+}
+
+/// An approval of `tool` was requested, given, refused or found expired.
+pub(crate) fn approval(tool: &str, event: ApprovalEvent) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        "idem_approvals_total",
+        "tool" => tool.to_owned(),
+        "event" => event.as_str()
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (tool, event.as_str());
 }
 
 /// A store's sync thread made one durable point, taking `elapsed`.

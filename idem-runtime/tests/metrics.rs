@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use idem_runtime::admin::{self, Decision};
 use idem_runtime::for_stores::block_on;
 use idem_runtime::{
     may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, Retention, SledStore,
@@ -311,12 +312,54 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
     assert_eq!(seen.counter("idem_retention_removed_total{what=histories}"), released);
     assert_eq!(seen.samples["idem_retention_pass_records{}"], 1, "{seen:?}");
 
+    // Approvals: requested, approved, denied, and an approval found past the call's
+    // approval_ttl (expired, and requested again); the calls that ran nothing are counted by it.
+    let refund = |order: &str, ttl: Duration| {
+        Call::new("refund", order, &json!({"amount": 9000}))
+            .unwrap()
+            .store(Arc::clone(&store))
+            .approval_ttl(ttl)
+    };
+    let ask = |call: Call| -> idem_runtime::Key {
+        match call.run(|| Ok::<_, Error>("re_1".to_owned())) {
+            Err(Error::AwaitingApproval { key, .. }) => key.parse().unwrap(),
+            other => panic!("expected AwaitingApproval, got {other:?}"),
+        }
+    };
+    let hour = Duration::from_secs(3600);
+    let (approved, denied) = (ask(refund("order-20", hour)), ask(refund("order-21", hour)));
+    let by = "ann@ops";
+    admin::decide(store.as_ref(), &approved, Decision::Approve, by, None).unwrap();
+    admin::decide(store.as_ref(), &denied, Decision::Deny, by, Some("no")).unwrap();
+    assert!(matches!(
+        refund("order-21", hour).run(|| Ok::<_, Error>(0)),
+        Err(Error::Denied { .. })
+    ));
+    // An approval of no time at all has expired by the time a call uses it.
+    ask(refund("order-20", Duration::ZERO));
+    let seen = Seen::take(&snapshotter);
+    for (event, n) in [("requested", 3), ("approved", 1), ("denied", 1), ("expired", 1)] {
+        let name = format!("idem_approvals_total{{tool=refund,event={event}}}");
+        assert_eq!(seen.counter(&name), n, "{event}: {seen:?}");
+    }
+    assert_eq!(
+        seen.calls(),
+        BTreeMap::from([
+            ("idem_calls_total{tool=refund,outcome=awaiting-approval}", 3),
+            ("idem_calls_total{tool=refund,outcome=denied}", 1),
+        ]),
+        "{seen:?}"
+    );
+
     // No series carries a key or a scope: the only labels are the tool, the outcome, a
-    // reconciler's answer and what a retention pass removed.
+    // reconciler's answer, what a retention pass removed and an approval's event.
     let key = charge(&store, "order-1").key().to_string();
     for (composite, _, _, _) in snapshotter.snapshot().into_vec() {
         for label in composite.key().labels() {
-            assert!(["tool", "outcome", "answer", "what"].contains(&label.key()), "{composite:?}");
+            assert!(
+                ["tool", "outcome", "answer", "what", "event"].contains(&label.key()),
+                "{composite:?}"
+            );
             assert!(!label.value().contains(&key) && !label.value().contains("order-"));
         }
     }

@@ -87,6 +87,10 @@ pub(super) fn no_key_options(
         ("ttl", options.ttl.as_ref().map(|o| o.key)),
         ("in_doubt", options.in_doubt.as_ref().map(|o| o.key)),
         ("ignore", options.ignore.as_ref().map(|o| o.key)),
+        ("approve", options.approve),
+        ("approve_if", options.approve_if.as_ref().map(|o| o.key)),
+        ("approval_ttl", options.approval_ttl.as_ref().map(|o| o.key)),
+        ("approve_wait", options.approve_wait.as_ref().map(|o| o.key)),
     ];
     for (option, span) in keyed {
         if let Some(span) = span {

@@ -309,6 +309,8 @@ impl Call {
         let mut deadline = None;
         // Why the reconciler left the key in doubt, once it was asked.
         let mut unsettled = None;
+        // Taken when the first wait for a person's decision begins.
+        let mut decision_deadline = None;
         let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
         loop {
             if let Some(found) = &found {
@@ -346,7 +348,19 @@ impl Call {
                     let existing = found.as_ref().expect("assessed a found record");
                     return Err(self.in_doubt_error(existing, unsettled.take()));
                 }
-                // Absent, expired, or in doubt under `in_doubt = "rerun"`: claim the key.
+                Assessment::Denied => return Err(self.denied(store).await),
+                Assessment::AwaitingApproval => {
+                    let existing = found.take().expect("assessed a found record");
+                    found = self.await_decision(store, existing, &mut decision_deadline).await?;
+                    continue;
+                }
+                Assessment::Absent | Assessment::Expired | Assessment::Approved
+                    if self.must_ask(found.as_ref(), store.clock()) =>
+                {
+                    found = self.request_approval(store, found.take()).await?;
+                    continue;
+                }
+                // Absent, expired, approved, or in doubt under `in_doubt = "rerun"`: claim it.
                 _ => {}
             }
             match self.claim(store, found.take()).await.map_err(failed)? {

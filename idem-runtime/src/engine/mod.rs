@@ -26,6 +26,7 @@ use crate::meter::{self, Outcome};
 use crate::retry::raise;
 use crate::store::Store;
 
+mod approval;
 mod args;
 mod context;
 mod machine;
@@ -85,6 +86,16 @@ pub struct Call {
     wait: Option<Duration>,
     ttl: Option<Duration>,
     in_doubt: InDoubtPolicy,
+    approval: Option<Approval>,
+}
+
+/// What a call of a tool that needs a person's approval asks for (see [`Call::approve`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Approval {
+    /// How long an approval may wait for a call to use it before a call asks again.
+    ttl: Option<Duration>,
+    /// How long a call waits for the decision before it returns [`Error::AwaitingApproval`].
+    wait: Option<Duration>,
 }
 
 impl std::fmt::Debug for Call {
@@ -96,6 +107,7 @@ impl std::fmt::Debug for Call {
             .field("wait", &self.wait)
             .field("ttl", &self.ttl)
             .field("in_doubt", &self.in_doubt)
+            .field("approval", &self.approval)
             .finish_non_exhaustive()
     }
 }
@@ -125,6 +137,7 @@ impl Call {
             wait: None,
             ttl: None,
             in_doubt: InDoubtPolicy::Fail,
+            approval: None,
         }
     }
 
@@ -158,6 +171,55 @@ impl Call {
     /// What to do when the key is in doubt.
     pub fn in_doubt(mut self, policy: InDoubtPolicy) -> Call {
         self.in_doubt = policy;
+        self
+    }
+
+    /// Whether the body needs a person's approval before it runs (for exactly these arguments:
+    /// the key stands for them). When `required`, a call that finds its key absent (or its
+    /// result expired) records it as awaiting approval and returns [`Error::AwaitingApproval`]
+    /// without running the body, as does every call until a person decides (`idem approve` or
+    /// `idem deny`, or [`crate::admin::decide`]). After an approval the next call runs the body
+    /// once; after a denial every call returns [`Error::Denied`]. A key found awaiting a
+    /// decision, approved or denied is treated so whether or not this call requires approval.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), idem_runtime::Error> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
+    /// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+    /// use idem_runtime::admin::{self, Decision};
+    /// use idem_runtime::{Call, Error};
+    ///
+    /// let refund = || Call::new("refund", "order-17", &5000).map(|c| c.store(store.clone()).approve(true));
+    /// let asked: Result<String, Error> = refund()?.run(|| Ok("re_1".to_string()));
+    /// let Err(Error::AwaitingApproval { key, .. }) = asked else { panic!("{asked:?}") };
+    /// // A person approves it (`idem approve KEY`).
+    /// admin::decide(store.as_ref(), &key.parse()?, Decision::Approve, "ann@host", None)?;
+    /// let refunded: String = refund()?.run(|| Ok::<_, Error>("re_1".to_string()))?;
+    /// assert_eq!(refunded, "re_1");
+    /// # Ok(()) }
+    /// ```
+    pub fn approve(mut self, required: bool) -> Call {
+        self.approval = match (required, self.approval) {
+            (true, approval) => Some(approval.unwrap_or_default()),
+            (false, _) => None,
+        };
+        self
+    }
+
+    /// How long an approval stays good for a call to use it: a call that finds an approval
+    /// older than this asks again (the key awaits approval anew). Without it an approval never
+    /// expires. Implies [`Call::approve`].
+    pub fn approval_ttl(mut self, ttl: Duration) -> Call {
+        self.approval = Some(Approval { ttl: Some(ttl), ..self.approval.unwrap_or_default() });
+        self
+    }
+
+    /// How long a call waits for a person's decision (woken by it, as a waiter for an owner
+    /// is) before it returns [`Error::AwaitingApproval`]: with it, one call of the agent goes
+    /// on once the key is approved. Without it a call does not wait. Implies [`Call::approve`].
+    pub fn approve_wait(mut self, wait: Duration) -> Call {
+        self.approval = Some(Approval { wait: Some(wait), ..self.approval.unwrap_or_default() });
         self
     }
 

@@ -20,6 +20,13 @@ pub enum Assessment {
     /// The effect may or may not have landed: an in-doubt record, or an in-flight one whose
     /// owner no longer holds it. The caller's in-doubt policy (or an operator) decides.
     InDoubt,
+    /// The key waits for a person to approve or deny it: the body must not run.
+    AwaitingApproval,
+    /// A person approved the key: a call runs the body once (unless the approval expired for
+    /// it, see [`Record::approval_expired`]).
+    Approved,
+    /// A person denied the key: no call runs the body.
+    Denied,
 }
 
 /// Assesses `found` at `now` (milliseconds on the store's clock), seen from the store instance
@@ -32,6 +39,9 @@ pub fn assess(found: Option<&Record>, now: u64, instance: &str) -> Assessment {
             Status::Done => Assessment::Replay,
             Status::InFlight if lease::holds(record, now, instance) => Assessment::Running,
             Status::InFlight | Status::InDoubt => Assessment::InDoubt,
+            Status::AwaitingApproval => Assessment::AwaitingApproval,
+            Status::Approved => Assessment::Approved,
+            Status::Denied => Assessment::Denied,
         },
     }
 }

@@ -118,6 +118,42 @@ impl Record {
         }
     }
 
+    /// A new record of `key` awaiting a person's approval: the body has not run (no attempts).
+    pub(crate) fn awaiting_approval(
+        key: &str,
+        tool: &str,
+        scope: &str,
+        owner: &Owner,
+        now: u64,
+    ) -> Record {
+        Record {
+            status: Status::AwaitingApproval,
+            attempts: 0,
+            ..Record::reserve(key, tool, scope, owner, now)
+        }
+    }
+
+    /// This record (a result past its `ttl`, or an approval past the call's `approval_ttl`)
+    /// awaiting a new approval, asked by `owner`: a new request, as if the key were new.
+    pub(crate) fn approval_asked_again(&self, owner: &Owner, now: u64) -> Record {
+        Record {
+            created_at: now,
+            ..Record::awaiting_approval(&self.key, &self.tool, &self.scope, owner, now)
+        }
+    }
+
+    /// This record, awaiting approval, decided by a person at `now`: approved or denied.
+    pub(crate) fn decided(&self, status: Status, now: u64) -> Record {
+        Record { status, updated_at: now, ..self.clone() }
+    }
+
+    /// Whether an `Approved` record's approval, given at its `updated_at`, has outlived `ttl`
+    /// at `now`, so that a call must ask again. An approval without a `ttl` never expires.
+    pub fn approval_expired(&self, ttl: Option<Duration>, now: u64) -> bool {
+        self.status == Status::Approved
+            && ttl.is_some_and(|ttl| self.updated_at.saturating_add(ttl.as_millis() as u64) <= now)
+    }
+
     /// This record marked in doubt.
     pub(crate) fn in_doubt(&self, now: u64) -> Record {
         Record { status: Status::InDoubt, updated_at: now, lease_until: None, ..self.clone() }

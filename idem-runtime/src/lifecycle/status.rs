@@ -18,27 +18,56 @@ pub enum Status {
     Done,
     /// An attempt was interrupted (crash, panic, dropped future): the effect may have landed.
     InDoubt,
+    /// The tool needs a person's approval for these exact arguments, and none has decided yet:
+    /// the body has not run. Never removed automatically (a person is to see it).
+    AwaitingApproval,
+    /// A person approved the key; the body has not run yet. The next call runs it once,
+    /// unless the approval has outlived the call's `approval_ttl`.
+    Approved,
+    /// A person denied the key: every call returns `Error::Denied` with their note, and the
+    /// body never runs.
+    Denied,
 }
 
 impl Status {
-    /// Every status, in the order a key normally goes through them.
-    pub const ALL: [Status; 3] = [Status::InFlight, Status::Done, Status::InDoubt];
+    /// Every status: those of every key, in the order a key normally goes through them, then
+    /// those of a tool that needs approval.
+    pub const ALL: [Status; 6] = [
+        Status::InFlight,
+        Status::Done,
+        Status::InDoubt,
+        Status::AwaitingApproval,
+        Status::Approved,
+        Status::Denied,
+    ];
 
-    /// Whether a record in this status is finished: its call ended and settled it, so nothing
-    /// but a new call of its key will change it. Only finished records are ever removed, by a
-    /// purge or by retention. Every other status (in flight, in doubt, and any status added
-    /// later unless it is listed here) is kept until a person or a call settles it.
+    /// Whether a record in this status is finished: its call ended and settled it (done), or a
+    /// person refused it (denied), so nothing but a new call of its key will change it. Only
+    /// finished records are ever removed, by a purge or by retention; a denied key removed asks
+    /// for approval again on its next call. Every other status (in flight, in doubt, awaiting
+    /// approval, approved, and any status added later unless it is listed here) is kept until a
+    /// person or a call settles it.
     pub const fn is_finished(self) -> bool {
-        matches!(self, Status::Done)
+        matches!(self, Status::Done | Status::Denied)
     }
 
-    /// The one spelling of the status: `in-flight`, `done`, `in-doubt`.
+    /// The one spelling of the status: `in-flight`, `done`, `in-doubt`, `awaiting-approval`,
+    /// `approved`, `denied`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Status::InFlight => "in-flight",
             Status::Done => "done",
             Status::InDoubt => "in-doubt",
+            Status::AwaitingApproval => "awaiting-approval",
+            Status::Approved => "approved",
+            Status::Denied => "denied",
         }
+    }
+
+    /// Whether a record in this status waits for a person (awaiting a decision, or approved and
+    /// not yet run): such a record must never be removed automatically.
+    pub const fn waits_for_a_person(self) -> bool {
+        matches!(self, Status::AwaitingApproval | Status::Approved)
     }
 }
 
@@ -53,10 +82,10 @@ impl std::str::FromStr for Status {
 
     /// Reads only the spelling [`Status::as_str`] writes.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|status| status.as_str() == s)
-            .ok_or_else(|| format!("unknown status `{s}`: use in-flight, done or in-doubt"))
+        Status::ALL.into_iter().find(|status| status.as_str() == s).ok_or_else(|| {
+            let known: Vec<&str> = Status::ALL.iter().map(|status| status.as_str()).collect();
+            format!("unknown status `{s}`: use one of {}", known.join(", "))
+        })
     }
 }
 

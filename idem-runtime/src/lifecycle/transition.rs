@@ -16,6 +16,13 @@
 //!                                        └─ cannot tell, an error ──settle_cannot_tell──▶ in-doubt
 //! in-doubt ──resolve (an operator)──▶ done or absent
 //! done ──purge (an operator)──▶ absent, with its history
+//!
+//! a tool that needs approval, instead of reserve (and of taking over an expired result):
+//! absent, done (expired) ──request_approval(_again)──▶ awaiting-approval
+//! awaiting-approval ──decide (a person)──▶ approved or denied
+//! approved ──take_over──▶ in-flight (the body runs once, as above)
+//! approved (past the call's approval_ttl) ──request_approval_again──▶ awaiting-approval
+//! denied ──purge (an operator)──▶ absent, with its history
 //! ```
 
 use std::borrow::Cow;
@@ -85,6 +92,7 @@ pub fn take_over<'a>(
     }
     let why = match found.status {
         Status::Done => "its result expired",
+        Status::Approved => "approved by a person: the call runs it",
         _ => "in doubt, and the call reruns it (in_doubt = \"rerun\")",
     };
     Step { new: Some(new), change: Change::new(Event::TookOver, owner.as_str()).with_note(why) }
@@ -170,6 +178,80 @@ pub fn settle_cannot_tell<'a>(
     Step { new: Some(held.in_doubt(now)), change }
 }
 
+/// absent → awaiting-approval: a call of a tool that needs approval records its key for a
+/// person to decide; the body does not run.
+pub fn request_approval<'a>(
+    key: &str,
+    tool: &str,
+    scope: &str,
+    function: Option<&str>,
+    owner: &'a Owner,
+    now: u64,
+) -> Step<'a> {
+    let mut new = Record::awaiting_approval(key, tool, scope, owner, now);
+    new.function = function.map(str::to_owned);
+    Step { new: Some(new), change: Change::new(Event::ApprovalRequested, owner.as_str()) }
+}
+
+/// done (past its `ttl`) or approved (past the call's `approval_ttl`) → awaiting-approval: the
+/// call asks a person again, as for a new key.
+pub fn request_approval_again<'a>(
+    found: &Record,
+    owner: &'a Owner,
+    function: Option<&str>,
+    now: u64,
+) -> Step<'a> {
+    let mut new = found.approval_asked_again(owner, now);
+    new.function = function.map(str::to_owned).or_else(|| found.function.clone());
+    let why = match found.status {
+        Status::Approved => "its approval expired before a call used it",
+        _ => "its result expired",
+    };
+    let change = Change::new(Event::ApprovalRequested, owner.as_str()).with_note(why);
+    Step { new: Some(new), change }
+}
+
+/// How a person decides a key that awaits approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Let the next call run the body, once.
+    Approve,
+    /// Refuse it: every call returns `Error::Denied`, with the note.
+    Deny,
+}
+
+impl Decision {
+    /// The one spelling of the decision: `approve`, `deny`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+        }
+    }
+}
+
+/// awaiting-approval → approved or denied: a person (`by`, their `user@host`) decides, with
+/// `note`. Only a key that awaits approval is decided: the fence makes one of two racing
+/// decisions win, and the other finds the key decided.
+pub fn decide<'a>(
+    current: &Record,
+    decision: Decision,
+    by: &'a str,
+    note: Option<&'a str>,
+    now: u64,
+) -> Step<'a> {
+    let (status, event) = match decision {
+        Decision::Approve => (Status::Approved, Event::Approved),
+        Decision::Deny => (Status::Denied, Event::Denied),
+    };
+    let mut change = Change::new(event, by);
+    if let Some(note) = note {
+        change = change.with_note(note);
+    }
+    Step { new: Some(current.decided(status, now)), change }
+}
+
 /// How an operator settles a record in doubt.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -199,7 +281,7 @@ pub fn resolve<'a>(
     Step { new, change }
 }
 
-/// done → absent, with the key's history: an operator (`by`) purges a finished record.
+/// done or denied → absent, with the key's history: an operator (`by`) purges a finished record.
 pub fn purge(by: &str) -> Step<'_> {
     Step { new: None, change: Change::new(Event::Purged, by) }
 }

@@ -85,6 +85,18 @@ fn what_to_do(tool: &str, kind: &str, key: &str, retryable: bool, message: &str)
              {key}), and its answer was not recorded: its effect may have happened twice. Do not \
              call it again; tell the user that an operator has to check the outcome."
         ),
+        "awaiting-approval" => format!(
+            "`{tool}` did not run: a person must approve this exact request first (idem key \
+             {key}), and has not decided yet. Tell the user that it awaits their approval. Once \
+             it is approved, call `{tool}` again with exactly the same arguments and it runs \
+             once; calling it with other arguments is a new request, which needs its own \
+             approval, so do not change them to get around this."
+        ),
+        "denied" => format!(
+            "`{tool}` did not run and will not: a person denied this request (idem key {key}): \
+             {message}. Do not call `{tool}` again for it, with these or with other arguments \
+             to get around the decision; tell the user it was denied and why."
+        ),
         "key" => format!(
             "`{tool}` did not run: its arguments cannot identify the request ({message}). \
              Change the argument that was refused, then call again."

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::wire::{self, Request, WireError};
 use crate::admin::sealed::Sealed;
-use crate::admin::{Admin, Filter, Listing, Purge, Purged, Resolution, Stats};
+use crate::admin::{Admin, Decision, Filter, Listing, Purge, Purged, Resolution, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
@@ -211,6 +211,16 @@ impl Admin for Remote {
             Value::Null => Ok(None),
             value => record(value).map(Some),
         }
+    }
+
+    fn decide(
+        &mut self,
+        key: &Key,
+        decision: Decision,
+        by: &str,
+        note: Option<&str>,
+    ) -> Result<Record, Error> {
+        record(self.call(&Request::decide(key.as_str(), decision, by, note))?)
     }
 
     fn purge(&mut self, which: Purge, by: &str) -> Result<Purged, Error> {

@@ -260,6 +260,10 @@ fn perform(admin: &mut dyn Admin, request: Request) -> Result<Answer, Error> {
             let by = by.as_deref().unwrap_or(wire::UNNAMED);
             return Ok(admin.purge(which.into(), by)?.into());
         }
+        Request::Decide { key, decision, by, note } => {
+            let key = Key::parse(&key)?;
+            wire::record_to_value(&admin.decide(&key, decision.into(), &by, note.as_deref())?)
+        }
         Request::Stats => serde_json::to_value(admin.stats()?).expect("stats are plain JSON"),
     };
     Ok(value.into())

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! 0      format (1)            JSON records of the first format begin with `{`, and still read
-//! 1      status                0 in flight, 1 done, 2 in doubt
+//! 1      status                0 in flight, 1 done, 2 in doubt, 4 awaiting approval,
+//!                              5 approved, 6 denied (3 is a history entry's absent)
 //! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
 //!                              16 function, 32 result kept in chunks, 64 history
 //! 3..7   attempts              u32, little-endian, as every integer here
@@ -48,6 +49,10 @@ pub(crate) const fn status_byte(status: Status) -> u8 {
         Status::InFlight => 0,
         Status::Done => 1,
         Status::InDoubt => 2,
+        // 3 is taken: a history entry's "absent" (`store/sled/history.rs`).
+        Status::AwaitingApproval => 4,
+        Status::Approved => 5,
+        Status::Denied => 6,
     }
 }
 
@@ -57,6 +62,9 @@ pub(crate) const fn status_of(byte: u8) -> Option<Status> {
         0 => Some(Status::InFlight),
         1 => Some(Status::Done),
         2 => Some(Status::InDoubt),
+        4 => Some(Status::AwaitingApproval),
+        5 => Some(Status::Approved),
+        6 => Some(Status::Denied),
         _ => None,
     }
 }

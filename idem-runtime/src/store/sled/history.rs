@@ -87,6 +87,9 @@ const fn event_tag(event: Event) -> u8 {
         Event::Reconciled { answer: Answer::Erred } => 10,
         Event::Purged => 11,
         Event::LateWriteRefused => 12,
+        Event::ApprovalRequested => 13,
+        Event::Approved => 14,
+        Event::Denied => 15,
     }
 }
 

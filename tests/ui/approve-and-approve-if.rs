@@ -1,0 +1,17 @@
+#![allow(unused_variables)]
+
+#[derive(Debug)]
+pub struct PayError;
+
+impl From<idem::Error> for PayError {
+    fn from(_: idem::Error) -> Self {
+        PayError
+    }
+}
+
+#[idem::idempotent(scope = "order_id", approve, approve_if = "amount > 100")]
+fn refund(amount: u64, order_id: &str) -> Result<String, PayError> {
+    Ok(String::new())
+}
+
+fn main() {}
