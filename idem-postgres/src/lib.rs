@@ -28,8 +28,11 @@ mod fault;
 mod lease;
 mod listen;
 mod operations;
+mod rows;
 mod runtime;
 mod schema;
+mod setup;
+mod sql;
 mod store;
 
 pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
