@@ -156,7 +156,7 @@ where
                     }
                     UNHEARD_RETRY
                 }
-                Silence::Stopped | Silence::Ended => {
+                Silence::Stopped | Silence::Ended | Silence::Unsent => {
                     tracing::warn!(channel = %channels.table, "idem: the PostgreSQL listening connection dropped or went silent; reconnecting");
                     backoff = if began.elapsed() >= STEADY { MIN_BACKOFF } else { next(backoff) };
                     backoff
@@ -186,6 +186,9 @@ enum Silence {
     Never,
     /// It had heard its probe, then missed one: the connection went silent.
     Stopped,
+    /// A probe could not be sent (the pool reached no server): nothing is known of the session,
+    /// which is replaced as a dropped one is.
+    Unsent,
 }
 
 /// How long the store goes without a listening connection once notifications were found not
@@ -272,12 +275,21 @@ where
         let n = *sent;
         let mut heard = listener.heard.subscribe();
         let back = tokio::time::timeout(PROBE_WAIT, async {
-            probe(n).await?;
-            heard.wait_for(|h| *h >= n).await.map_err(|_| StoreError::new("no listener"))?;
-            Ok::<_, StoreError>(())
+            if let Err(e) = probe(n).await {
+                tracing::debug!(error = %e, "idem: cannot send the listening connection's probe");
+                return Err(Silence::Unsent);
+            }
+            // The sender lives in the listener, as long as this task.
+            let _ = heard.wait_for(|h| *h >= n).await;
+            Ok(())
         })
         .await;
-        match (matches!(back, Ok(Ok(()))), heard_once) {
+        let arrived = match back {
+            Ok(Ok(())) => true,
+            Ok(Err(unsent)) => return unsent,
+            Err(_) => false,
+        };
+        match (arrived, heard_once) {
             (false, false) => return Silence::Never,
             (false, true) => return Silence::Stopped,
             (true, true) => {}
