@@ -134,6 +134,18 @@ fn advise(e: &tokio_postgres::Error) -> &'static str {
         "P0001" => {
             "a trigger or rule on the records table refused the write: check the table's triggers"
         }
+        // A named prepared statement that vanished or clashed: the symptom of a pooler in
+        // transaction mode handing a session's statements to several server connections. This
+        // store sends none, so something else shares the connection, or the pooler mixes
+        // sessions.
+        "26000" | "42P05" => POOLED_SESSION,
+        // PgBouncer's own refusals (an unsupported startup parameter, a client limit, a server
+        // connection it lost) come as protocol violations.
+        "08P01" => {
+            "a connection pooler between this store and the server (PgBouncer?) refused or ended \
+             the session: check its log; for an unsupported startup parameter, add it to the \
+             pooler's ignore_startup_parameters or take it out of the URL"
+        }
         c if c.starts_with("28") => "check the user and password in the URL",
         c if c.starts_with("08") || c.starts_with("57P") => {
             "the connection to the server broke: check that the server is up and reachable"
@@ -141,6 +153,31 @@ fn advise(e: &tokio_postgres::Error) -> &'static str {
         _ => "see the server's message",
     }
 }
+
+/// The advice for the symptoms of a pooler in transaction mode under a program that expects a
+/// session of its own.
+const POOLED_SESSION: &str = "this looks like a connection pooler in transaction mode \
+    (PgBouncer's pool_mode = transaction, or a hosted database's pooler) between this program \
+    and the server: idem-postgres sends no named prepared statements, so another user of the \
+    connection does, or an older idem-postgres: upgrade it, point that part at a session-mode or \
+    direct URL, or (PgBouncer 1.21 and later) set max_prepared_statements in the pooler";
+
+/// Runs `attempt` until it succeeds, fails for a reason a fresh connection cannot cure, or
+/// `deadline` passes; words the last fault with `doing`.
+macro_rules! retrying {
+    ($deadline:expr, $doing:expr, $attempt:expr) => {{
+        let mut retry = $crate::fault::Retry::until($deadline);
+        loop {
+            match $attempt.await {
+                Ok(value) => break Ok(value),
+                Err(fault) if retry.again(&fault).await => {}
+                Err(fault) => break Err(fault.into_store_error(&$doing)),
+            }
+        }
+    }};
+}
+
+pub(crate) use retrying;
 
 /// Paces the retries of one operation on fresh connections, up to its deadline.
 pub(crate) struct Retry {

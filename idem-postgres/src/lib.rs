@@ -33,8 +33,11 @@ mod lease;
 mod listen;
 mod operations;
 mod pages;
+mod rows;
 mod runtime;
 mod schema;
+mod setup;
+mod sql;
 mod store;
 mod transaction;
 

@@ -15,13 +15,14 @@ use idem_runtime::for_stores::deadline_after;
 use idem_runtime::history::Entry;
 use idem_runtime::store::{lease, now_ms, Inserted, Notifier, StoreError};
 use idem_runtime::{Record, Status};
-use tokio_postgres::types::ToSql;
 
-use crate::fault::{Fault, Retry};
-use crate::lease::{heartbeat, Holder, Leases};
-use crate::listen::{self, Listener, DEGRADED_RECHECK};
+use crate::fault::{retrying, Fault, Retry};
+use crate::lease::{Holder, Leases};
+use crate::listen::{Listener, UNHEARD_RECHECK};
+use crate::rows::{self, ChangeValues, Values};
 use crate::runtime::{Detached, Writes};
-use crate::schema::{self, ChangeValues, Names, Statements, Values};
+use crate::schema::{Names, Statements};
+use crate::sql::{Conn, Param, Sql};
 
 /// What the store's tasks share with it.
 pub(crate) struct Table {
@@ -40,21 +41,6 @@ pub(crate) struct Table {
     pub(crate) writes: Arc<Writes>,
 }
 
-/// Runs `attempt` until it succeeds, fails for a reason a fresh connection cannot cure, or
-/// `deadline` passes; words the last fault with `doing`.
-macro_rules! retrying {
-    ($deadline:expr, $doing:expr, $attempt:expr) => {{
-        let mut retry = Retry::until($deadline);
-        loop {
-            match $attempt.await {
-                Ok(value) => break Ok(value),
-                Err(fault) if retry.again(&fault).await => {}
-                Err(fault) => break Err(fault.into_store_error(&$doing)),
-            }
-        }
-    }};
-}
-
 impl Table {
     /// How long one statement keeps trying through connection faults when its caller set no
     /// deadline: a lease, past which the leases this store holds have lapsed anyway.
@@ -62,110 +48,21 @@ impl Table {
         deadline_after(Instant::now(), self.lease)
     }
 
-    /// Makes the store ready on its own runtime: the table (created, or checked), the clock,
-    /// the listening connection and the heartbeat. Fails fast: a server that cannot be reached
-    /// now is most often a wrong URL, which waiting would only hide.
-    pub(crate) async fn start(
-        self: Arc<Self>,
-        config: tokio_postgres::Config,
-        create: bool,
-    ) -> Result<(), StoreError> {
-        let now = Instant::now();
-        if create {
-            self.migrate(now).await?;
-        } else {
-            self.check_table(now).await?;
-        }
-        self.measure_clock(now).await?;
-        let listener =
-            listen::start(config, self.names.channel(), Arc::clone(&self.listener)).await?;
-        tokio::spawn(listener);
-        tokio::spawn(async move {
-            let beat = |holding| {
-                let table = Arc::clone(&self);
-                async move { table.beat(holding).await }
-            };
-            heartbeat(&self.leases, self.heartbeat, beat).await
-        });
-        Ok(())
-    }
-
-    pub(crate) async fn migrate(&self, deadline: Instant) -> Result<(), StoreError> {
-        let table = self.names.qualified();
-        retrying!(deadline, format!("cannot create {table}"), self.try_migrate())
-    }
-
-    async fn try_migrate(&self) -> Result<(), Fault> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        // Under a lock, so that a fleet starting at once does not race on `CREATE … IF NOT
-        // EXISTS`.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtext($1))",
-            &[&format!("idem migrate {}", self.names.qualified())],
-        )
-        .await?;
-        tx.batch_execute(&self.names.migration()).await?;
-        Ok(tx.commit().await?)
-    }
-
-    pub(crate) async fn check_table(&self, deadline: Instant) -> Result<(), StoreError> {
-        let table = self.names.qualified();
-        let history = self.names.history();
-        let (records, histories): (bool, bool) = retrying!(
-            deadline,
-            "cannot look for the records table",
-            self.query_pair(&self.statements.exists, &[&table, &history])
-        )?;
-        if !records {
-            return Err(StoreError::new(format!(
-                "no idem records table {table} in this database: check the URL (name another \
-                 table with ?idem_table=schema.table); the first idempotent call creates it"
-            )));
-        }
-        if !histories {
-            return Err(StoreError::new(format!(
-                "the idem records table {table} has no history table {history}: it was created \
-                 by an earlier idem; migrate it by connecting an agent of this version (or call \
-                 PgStore::migrate), then run the command again"
-            )));
-        }
-        Ok(())
-    }
-
-    async fn query_pair(
+    /// The one value of `statement`'s one row.
+    pub(crate) async fn query_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
         &self,
-        statement: &str,
-        params: &[&(dyn ToSql + Sync)],
-    ) -> Result<(bool, bool), Fault> {
-        let client = self.pool.get().await?;
-        let row = client.query_one(statement, params).await?;
-        Ok((row.try_get(0)?, row.try_get(1)?))
-    }
-
-    async fn query_value<T: for<'r> tokio_postgres::types::FromSql<'r>>(
-        &self,
-        statement: &str,
-        params: &[&(dyn ToSql + Sync)],
+        statement: &Sql,
+        params: &[Param<'_>],
     ) -> Result<T, Fault> {
-        let client = self.pool.get().await?;
-        Ok(client.query_one(statement, params).await?.try_get(0)?)
+        let client = self.connection().await?;
+        Ok(statement.query_one(&client, params).await?.try_get(0)?)
     }
 
-    /// Measures the database clock against this machine's, halving the round trip.
-    pub(crate) async fn measure_clock(&self, deadline: Instant) -> Result<(), StoreError> {
-        let (before, db, after) =
-            retrying!(deadline, "cannot read the database clock", self.try_clock())?;
-        self.clock_offset.store(db - (before + after) / 2, Ordering::Relaxed);
-        Ok(())
-    }
-
-    async fn try_clock(&self) -> Result<(i64, i64, i64), Fault> {
+    /// A connection from the pool; its statements are named only while the listening
+    /// connection, on the pool's own URL, shows that the URL gives sessions of their own.
+    pub(crate) async fn connection(&self) -> Result<Conn, Fault> {
         let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.now).await?;
-        let before = now_ms() as i64;
-        let db: i64 = client.query_one(&statement, &[]).await?.try_get(0)?;
-        Ok((before, db, now_ms() as i64))
+        Ok(Conn::new(client, self.listener.sessions()))
     }
 
     /// The database's clock now, as this machine reckons it: the clock leases are read on.
@@ -191,10 +88,9 @@ impl Table {
     }
 
     async fn try_get(&self, key: &str) -> Result<Option<Record>, Fault> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.get).await?;
-        let row = client.query_opt(&statement, &[&key]).await?;
-        row.as_ref().map(schema::decode).transpose().map_err(Fault::Store)
+        let client = self.connection().await?;
+        let row = self.statements.get.query_opt(&client, &[&key]).await?;
+        row.as_ref().map(rows::decode).transpose().map_err(Fault::Store)
     }
 
     pub(crate) async fn reserve(
@@ -245,19 +141,20 @@ impl Table {
     ) -> Result<(Option<u64>, Option<Record>), Fault> {
         // No lease (NULL) for a record that is not in flight.
         let (lease, now) = (in_flight.then(|| self.lease_ms()), self.db_now_param());
-        let client = self.pool.get().await?;
-        let insert = client.prepare_cached(&self.statements.insert).await?;
-        let get = client.prepare_cached(&self.statements.get).await?;
+        let client = self.connection().await?;
         let mut params = values.insert_params();
         params.push(&lease);
         params.push(values.function());
         params.extend_from_slice(&change.params());
         params.push(&now);
-        let key: [&(dyn ToSql + Sync); 1] = [&values.key];
+        let key: [Param; 1] = [&values.key];
+        client.ready(&[&self.statements.insert, &self.statements.get]).await?;
         // One history row, written only when the record was.
-        let (inserted, found) =
-            tokio::try_join!(client.query_opt(&insert, &params), client.query_opt(&get, &key))?;
-        let found = found.as_ref().map(schema::decode).transpose().map_err(Fault::Store)?;
+        let (inserted, found) = tokio::try_join!(
+            self.statements.insert.query_opt(&client, &params),
+            self.statements.get.query_opt(&client, &key)
+        )?;
+        let found = found.as_ref().map(rows::decode).transpose().map_err(Fault::Store)?;
         Ok((inserted.map(|row| seq_of(&row)).transpose()?, found))
     }
 
@@ -345,48 +242,51 @@ impl Table {
         own: bool,
         change: &ChangeValues,
     ) -> Result<Option<u64>, Fault> {
-        let client = self.pool.get().await?;
+        let client = self.connection().await?;
         let seen = current.fence();
         let (status, owner, attempts) =
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
         let now = self.db_now_param();
-        let fence: [&(dyn ToSql + Sync); 5] = [&current.key, &status, &owner, &attempts, &own];
-        let notify = client.prepare_cached(&self.statements.notify).await?;
+        let fence: [Param; 5] = [&current.key, &status, &owner, &attempts, &own];
         // The announcement is pipelined behind the write on the same connection: the server
         // runs it once the write has committed, in a transaction of its own, and it costs no
         // round trip of its own. A waiter subscribes before it reads, so it cannot miss it; one
         // lost with a crash between the two is made up by the waiter's re-read at the lease's
         // end. A write the fence refused announces nothing that changed, which costs a waiter
         // one needless read.
-        let announced: [&(dyn ToSql + Sync); 2] = [&self.statements.channel, &current.key];
-        let announce = client.execute(&notify, &announced);
+        let announced: [Param; 2] = [&self.statements.channel, &current.key];
+        let write = match (new, change.ends_history) {
+            (Some(_), _) => &self.statements.update,
+            (None, true) => &self.statements.purge,
+            (None, false) => &self.statements.delete,
+        };
+        client.ready(&[write, &self.statements.notify]).await?;
+        let announce = self.statements.notify.execute(&client, &announced);
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);
                 let lease = self.lease_ms();
-                let statement = client.prepare_cached(&self.statements.update).await?;
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&values.update_params());
                 params.push(&lease);
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(client.query_opt(&statement, &params), announce)?.0
+                tokio::try_join!(self.statements.update.query_opt(&client, &params), announce)?.0
             }
             None if change.ends_history => {
-                let statement = client.prepare_cached(&self.statements.purge).await?;
                 let mut params = fence.to_vec();
                 params.push(&now);
-                let removed: i64 = client.query_one(&statement, &params).await?.try_get(0)?;
+                let removed: i64 =
+                    self.statements.purge.query_one(&client, &params).await?.try_get(0)?;
                 // A purge leaves no row to number: its token means nothing.
                 return Ok((removed == 1).then_some(0));
             }
             None => {
-                let statement = client.prepare_cached(&self.statements.delete).await?;
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(client.query_opt(&statement, &params), announce)?.0
+                tokio::try_join!(self.statements.delete.query_opt(&client, &params), announce)?.0
             }
         };
         changed.map(|row| seq_of(&row)).transpose()
@@ -409,9 +309,12 @@ impl Table {
         let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
         let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
         let (lease, now) = (self.lease_ms(), self.db_now_param());
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.renew).await?;
-        let rows = client.query(&statement, &[&keys, &owners, &attempts, &lease, &now]).await?;
+        let client = self.connection().await?;
+        let rows = self
+            .statements
+            .renew
+            .query(&client, &[&keys, &owners, &attempts, &lease, &now])
+            .await?;
         rows.iter()
             .map(|row| {
                 let attempts: i64 = row.try_get(2)?;
@@ -471,7 +374,7 @@ impl Table {
             let wake = if self.listener.listening() {
                 wake
             } else {
-                wake.min(deadline_after(now, DEGRADED_RECHECK))
+                wake.min(deadline_after(now, UNHEARD_RECHECK))
             };
             tokio::select! {
                 () = watch => {}
@@ -485,7 +388,7 @@ impl Table {
     /// happened, once more, rather than none.
     pub(crate) async fn append(&self, key: &str, change: &ChangeValues) -> Result<(), StoreError> {
         let now = self.db_now_param();
-        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key];
+        let mut params: Vec<Param> = vec![&key];
         params.extend_from_slice(&change.params());
         params.push(&now);
         retrying!(
@@ -495,10 +398,9 @@ impl Table {
         )
     }
 
-    async fn try_append(&self, params: &[&(dyn ToSql + Sync)]) -> Result<(), Fault> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.append).await?;
-        client.execute(&statement, params).await?;
+    async fn try_append(&self, params: &[Param<'_>]) -> Result<(), Fault> {
+        let client = self.connection().await?;
+        self.statements.append.execute(&client, params).await?;
         Ok(())
     }
 
@@ -511,11 +413,10 @@ impl Table {
     }
 
     async fn try_history(&self, key: &str) -> Result<Vec<Entry>, Fault> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.history).await?;
-        let rows = client.query(&statement, &[&key]).await?;
+        let client = self.connection().await?;
+        let rows = self.statements.history.query(&client, &[&key]).await?;
         rows.iter()
-            .map(|row| schema::decode_entry(key, row))
+            .map(|row| rows::decode_entry(key, row))
             .collect::<Result<_, _>>()
             .map_err(Fault::Store)
     }
@@ -530,9 +431,8 @@ impl Table {
     }
 
     async fn try_released(&self) -> Result<Vec<(String, u64)>, Fault> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&self.statements.released).await?;
-        let rows = client.query(&statement, &[]).await?;
+        let client = self.connection().await?;
+        let rows = self.statements.released.query(&client, &[]).await?;
         let mut released = Vec::with_capacity(rows.len());
         for row in &rows {
             let last: i64 = row.try_get(1)?;
@@ -557,10 +457,10 @@ impl Table {
     }
 
     async fn try_scan(&self) -> Result<Vec<Result<Record, StoreError>>, Fault> {
-        let client = self.pool.get().await?;
-        let rows = client.query(&self.statements.scan, &[]).await?;
+        let client = self.connection().await?;
+        let rows = self.statements.scan.query(&client, &[]).await?;
         // One damaged row is reported as such; the listing goes on.
-        Ok(rows.iter().map(schema::decode).collect())
+        Ok(rows.iter().map(rows::decode).collect())
     }
 
     pub(crate) async fn size(&self) -> Result<u64, StoreError> {

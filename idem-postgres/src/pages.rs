@@ -12,7 +12,8 @@ use tokio_postgres::Row;
 
 use crate::fault::{Fault, Retry};
 use crate::operations::Table;
-use crate::schema::{self, COLUMNS};
+use crate::rows;
+use crate::schema::COLUMNS;
 
 impl Table {
     /// Up to `limit` records whose keys sort after `after`, in key order.
@@ -27,7 +28,7 @@ impl Table {
         );
         let rows = self.page(&sql, after, limit, "cannot list a page of records").await?;
         // One damaged row is reported as such; the page goes on.
-        Ok(rows.iter().map(|row| (row.get::<_, String>(0), schema::decode(row))).collect())
+        Ok(rows.iter().map(|row| (row.get::<_, String>(0), rows::decode(row))).collect())
     }
 
     /// Up to `limit` keys with history rows that sort after `after`, in key order, each with

@@ -1,10 +1,10 @@
-//! The table, its triggers, the statements the store runs, and the mapping between rows and
-//! records.
+//! The table, its migration, and the statements the store runs on it (rows and records are
+//! mapped in `rows.rs`).
 
-use idem_runtime::history::{Change, Entry, Event};
-use idem_runtime::store::RecordParts;
-use idem_runtime::{Record, Status, StoreError};
-use tokio_postgres::Row;
+use idem_runtime::{Status, StoreError};
+use tokio_postgres::types::Type;
+
+use crate::sql::Sql;
 
 /// The database's clock in milliseconds since the Unix epoch: each store measures its offset
 /// from this machine's (`Store::clock`, re-measured at every heartbeat), and every lease and
@@ -167,30 +167,30 @@ $migrate$;
 /// The statements of one table, built once.
 #[derive(Debug)]
 pub(crate) struct Statements {
-    pub(crate) now: String,
-    pub(crate) exists: String,
-    pub(crate) insert: String,
-    pub(crate) get: String,
-    pub(crate) scan: String,
-    pub(crate) update: String,
-    pub(crate) delete: String,
-    pub(crate) purge: String,
+    pub(crate) now: Sql,
+    pub(crate) exists: Sql,
+    pub(crate) insert: Sql,
+    pub(crate) get: Sql,
+    pub(crate) scan: Sql,
+    pub(crate) update: Sql,
+    pub(crate) delete: Sql,
+    pub(crate) purge: Sql,
     /// The history of key $1, removed while the key has no record.
-    pub(crate) remove_history: String,
+    pub(crate) remove_history: Sql,
     /// Every key with history rows and no record, with the time of its last row.
-    pub(crate) released: String,
-    pub(crate) history: String,
+    pub(crate) released: Sql,
+    pub(crate) history: Sql,
     /// The key's last history row: the fencing token of a write whose answer was lost.
-    pub(crate) token: String,
+    pub(crate) token: Sql,
     /// A history row alone, for a change of no record (`Store::append_history`).
-    pub(crate) append: String,
-    pub(crate) renew: String,
-    pub(crate) size: String,
+    pub(crate) append: Sql,
+    pub(crate) renew: Sql,
+    pub(crate) size: Sql,
     /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
     /// the write, in a transaction of its own, which writes nothing and so commits without
     /// waiting for a WAL flush: the database-wide lock a notifying commit takes is held for
     /// moments, not for the write's flush.
-    pub(crate) notify: String,
+    pub(crate) notify: Sql,
     /// The table's channel ([`Names::channel`]), the first parameter of `notify`.
     pub(crate) channel: String,
 }
@@ -227,10 +227,29 @@ fn entry(h: &str, event: u8, status: &str, now: u8) -> String {
 /// The writes of a record, each one statement: the record's change and its history row commit
 /// together, in the round trip the change took before histories were kept.
 struct Writes {
-    insert: String,
-    update: String,
-    delete: String,
-    purge: String,
+    insert: Sql,
+    update: Sql,
+    delete: Sql,
+    purge: Sql,
+}
+
+const TEXT: Type = Type::TEXT;
+const INT8: Type = Type::INT8;
+
+/// The types of the fence's parameters ($1..$5: key, status, owner, attempts, own).
+const FENCE: [Type; 5] = [TEXT, TEXT, TEXT, INT8, Type::BOOL];
+
+/// The types of a record's columns as the insert and the update write them (status, tool,
+/// scope, owner, attempts, created_at, updated_at, completed_at, expires_at, args_fingerprint,
+/// result).
+const RECORD: [Type; 11] = [TEXT, TEXT, TEXT, TEXT, INT8, INT8, INT8, INT8, INT8, TEXT, TEXT];
+
+/// The types of a change's parameters (event, answer, by, note).
+const CHANGE: [Type; 4] = [TEXT, TEXT, TEXT, TEXT];
+
+/// `parts` one after the other: the types of a statement's parameters, `$1` first.
+fn types(parts: &[&[Type]]) -> Vec<Type> {
+    parts.concat()
 }
 
 impl Writes {
@@ -239,35 +258,47 @@ impl Writes {
         Writes {
             // $13 is the lease in milliseconds (NULL for a record not in flight), $14 the
             // function, $15..$18 the change (event, answer, by, note), $19 now.
-            insert: format!(
-                "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-                 $9, $10, $19::bigint + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
-                 RETURNING key, status) {}",
-                entry(h, 15, "status", 19)
+            insert: Sql::new(
+                format!(
+                    "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                     $8, $9, $10, $19::bigint + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
+                     RETURNING key, status) {}",
+                    entry(h, 15, "status", 19)
+                ),
+                &types(&[&[TEXT], &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
             ),
             // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
             // $19..$22 the change, $23 now.
-            update: format!(
-                "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
-                 attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
-                 expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
-                 lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
-                 WHERE {} RETURNING key, status) {}",
-                fence(in_flight, 23),
-                entry(h, 19, "status", 23)
+            update: Sql::new(
+                format!(
+                    "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
+                     attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
+                     expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
+                     lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
+                     WHERE {} RETURNING key, status) {}",
+                    fence(in_flight, 23),
+                    entry(h, 19, "status", 23)
+                ),
+                &types(&[&FENCE, &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
             ),
             // $6..$9 the change, $10 now; the record is gone, so the row's state is absent.
-            delete: format!(
-                "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key) {}",
-                fence(in_flight, 10),
-                entry(h, 6, "NULL", 10)
+            delete: Sql::new(
+                format!(
+                    "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key) {}",
+                    fence(in_flight, 10),
+                    entry(h, 6, "NULL", 10)
+                ),
+                &types(&[&FENCE, &CHANGE, &[INT8]]),
             ),
             // A purge removes the history with the record, in the same statement; $6 now.
-            purge: format!(
-                "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key), \
-                 gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
-                 SELECT count(*) FROM r",
-                fence(in_flight, 6)
+            purge: Sql::new(
+                format!(
+                    "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key), \
+                     gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
+                     SELECT count(*) FROM r",
+                    fence(in_flight, 6)
+                ),
+                &types(&[&FENCE, &[INT8]]),
             ),
         }
     }
@@ -279,208 +310,61 @@ impl Statements {
         let h = names.history();
         let in_flight = Status::InFlight.as_str();
         let Writes { insert, update, delete, purge } = Writes::new(&t, &h);
+        let of_key = |text: String| Sql::new(text, &[TEXT]);
+        let bare = |text: String| Sql::new(text, &[]);
         Statements {
-            now: format!("SELECT {NOW_MS}"),
-            exists: "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
+            now: bare(format!("SELECT {NOW_MS}")),
+            exists: Sql::new(
+                "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL".to_owned(),
+                &[TEXT, TEXT],
+            ),
             insert,
-            get: format!("SELECT {COLUMNS} FROM {t} WHERE key = $1"),
-            scan: format!("SELECT {COLUMNS} FROM {t}"),
+            get: of_key(format!("SELECT {COLUMNS} FROM {t} WHERE key = $1")),
+            scan: bare(format!("SELECT {COLUMNS} FROM {t}")),
             update,
             delete,
             purge,
             // One statement: a reservation committed before it keeps the history (the record
             // is there), one committed after it starts afresh, and its own row, which this
             // statement's snapshot does not see, is never deleted.
-            remove_history: format!(
+            remove_history: of_key(format!(
                 "WITH gone AS (DELETE FROM {h} WHERE key = $1 \
                  AND NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1) RETURNING 1) \
                  SELECT count(*) FROM gone"
-            ),
-            released: format!(
+            )),
+            released: bare(format!(
                 "SELECT h.key, max(h.at) FROM {h} AS h \
                  WHERE NOT EXISTS (SELECT 1 FROM {t} AS r WHERE r.key = h.key) GROUP BY h.key"
-            ),
-            history: format!(
+            )),
+            history: of_key(format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"
-            ),
-            token: format!("SELECT max(seq) FROM {h} WHERE key = $1"),
+            )),
+            token: of_key(format!("SELECT max(seq) FROM {h} WHERE key = $1")),
             // $2..$5 the change, $6 now; the row's state is the record's as it stands.
-            append: format!(
-                "INSERT INTO {h} (key, at, event, answer, status, by, note) \
-                 SELECT $1, $6::bigint, $2, $3, (SELECT status FROM {t} WHERE key = $1), $4, $5"
+            append: Sql::new(
+                format!(
+                    "INSERT INTO {h} (key, at, event, answer, status, by, note) \
+                     SELECT $1, $6::bigint, $2, $3, (SELECT status FROM {t} WHERE key = $1), $4, $5"
+                ),
+                &types(&[&[TEXT], &CHANGE, &[INT8]]),
             ),
             // Renews every lease in one statement ($5 now); a lease that has already lapsed is
             // never revived, so a peer that saw it lapse may take the record over safely.
-            renew: format!(
-                "UPDATE {t} AS r SET lease_until = $5::bigint + $4 \
-                 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
-                 WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
-                 AND r.status = '{in_flight}' AND r.lease_until > $5::bigint \
-                 RETURNING r.key, r.owner, r.attempts"
+            renew: Sql::new(
+                format!(
+                    "UPDATE {t} AS r SET lease_until = $5::bigint + $4 \
+                     FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
+                     WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
+                     AND r.status = '{in_flight}' AND r.lease_until > $5::bigint \
+                     RETURNING r.key, r.owner, r.attempts"
+                ),
+                &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::INT8_ARRAY, INT8, INT8],
             ),
-            size: format!("SELECT pg_total_relation_size('{t}')"),
-            notify: "SELECT pg_notify($1, $2)".to_owned(),
+            size: bare(format!("SELECT pg_total_relation_size('{t}')")),
+            notify: Sql::new("SELECT pg_notify($1, $2)".to_owned(), &[TEXT, TEXT]),
             channel: names.channel(),
         }
     }
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn to_u64(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
-}
-
-/// The values of a record in column order, less the lease (which the database's clock sets).
-pub(crate) struct Values {
-    pub(crate) key: String,
-    status: &'static str,
-    tool: String,
-    scope: String,
-    owner: String,
-    attempts: i64,
-    created_at: i64,
-    updated_at: i64,
-    completed_at: Option<i64>,
-    expires_at: Option<i64>,
-    result: Option<String>,
-    function: Option<String>,
-}
-
-impl Values {
-    pub(crate) fn of(record: &Record) -> Values {
-        Values {
-            key: record.key.clone(),
-            status: record.status.as_str(),
-            tool: record.tool.clone(),
-            scope: record.scope.clone(),
-            owner: record.owner.as_str().to_owned(),
-            attempts: i64::from(record.attempts),
-            created_at: to_i64(record.created_at),
-            updated_at: to_i64(record.updated_at),
-            completed_at: record.completed_at.map(to_i64),
-            expires_at: record.expires_at.map(to_i64),
-            // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
-            // would reject some results that a tool can legitimately return.
-            result: record.result.clone(),
-            function: record.function.clone(),
-        }
-    }
-
-    /// Parameters $1..$12 of the insert: the key, then the columns an update writes too.
-    pub(crate) fn insert_params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&self.key];
-        params.extend_from_slice(&self.update_params());
-        params
-    }
-
-    /// The function that wrote the record: the parameter after the lease, in both statements.
-    pub(crate) fn function(&self) -> &(dyn tokio_postgres::types::ToSql + Sync) {
-        &self.function
-    }
-
-    /// Parameters $6..$16 of the update (the key does not change).
-    pub(crate) fn update_params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 11] {
-        [
-            &self.status,
-            &self.tool,
-            &self.scope,
-            &self.owner,
-            &self.attempts,
-            &self.created_at,
-            &self.updated_at,
-            &self.completed_at,
-            &self.expires_at,
-            // The column held a fingerprint of the arguments in earlier releases; it is written
-            // empty, since the key already stands for the arguments.
-            &"",
-            &self.result,
-        ]
-    }
-}
-
-/// A [`Change`] as the statements take it, owned so that it can go to the store's runtime.
-pub(crate) struct ChangeValues {
-    event: &'static str,
-    answer: Option<&'static str>,
-    pub(crate) by: String,
-    note: Option<String>,
-    pub(crate) ends_history: bool,
-}
-
-impl ChangeValues {
-    pub(crate) fn of(change: &Change<'_>) -> ChangeValues {
-        ChangeValues {
-            event: change.event().as_str(),
-            answer: change.event().answer().map(|answer| answer.as_str()),
-            by: change.by().to_owned(),
-            note: change.note().map(str::to_owned),
-            ends_history: change.event().ends_history(),
-        }
-    }
-
-    /// The parameters after the record's: event, answer, by, note.
-    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 4] {
-        [&self.event, &self.answer, &self.by, &self.note]
-    }
-}
-
-/// A history row back into an entry; one that does not decode is reported.
-pub(crate) fn decode_entry(key: &str, row: &Row) -> Result<Entry, StoreError> {
-    let damaged = |what: &str| {
-        StoreError::new(format!(
-            "a history row of key {key} is damaged ({what}); the record itself is not affected: \
-             fix the row in PostgreSQL"
-        ))
-    };
-    let event: String = row.get(1);
-    let answer: Option<String> = row.get(2);
-    let event: Event =
-        Event::from_parts(&event, answer.as_deref()).ok_or_else(|| damaged("unknown event"))?;
-    let status = match row.get::<_, Option<String>>(3) {
-        Some(status) => Some(status.parse::<Status>().map_err(|_| damaged("unknown status"))?),
-        None => None,
-    };
-    Ok(Entry::new(to_u64(row.get(0)), event, status, row.get(4), row.get(5)))
-}
-
-/// A row back into a record; a row that does not decode is reported, never guessed at.
-pub(crate) fn decode(row: &Row) -> Result<Record, StoreError> {
-    let key: String = row.get(0);
-    let damaged = |what: &str| {
-        StoreError::new(format!(
-            "the record under key {key} is damaged ({what}); inspect it with `idem show`, or fix \
-             the row in PostgreSQL"
-        ))
-    };
-    let status: String = row.get(1);
-    let status: Status = status.parse().map_err(|_| damaged("unknown status"))?;
-    let attempts: i64 = row.get(5);
-    let result: Option<String> = row.get(12);
-    if let Some(text) = &result {
-        // Checked here so that a row edited by hand reads as damaged, not as a replay error.
-        // Skipped over rather than built, which reads any depth: a deep result written by an
-        // earlier release still lists.
-        serde_json::from_str::<serde::de::IgnoredAny>(text)
-            .map_err(|_| damaged("result is not JSON"))?;
-    }
-    Ok(Record::from(RecordParts {
-        status,
-        tool: row.get(2),
-        scope: row.get(3),
-        owner: row.get(4),
-        attempts: u32::try_from(attempts).map_err(|_| damaged("attempts out of range"))?,
-        created_at: to_u64(row.get(6)),
-        updated_at: to_u64(row.get(7)),
-        completed_at: row.get::<_, Option<i64>>(8).map(to_u64),
-        expires_at: row.get::<_, Option<i64>>(9).map(to_u64),
-        lease_until: row.get::<_, Option<i64>>(10).map(to_u64),
-        result,
-        function: row.get(13),
-        key,
-    }))
 }
 
 #[cfg(test)]

@@ -18,8 +18,9 @@ use crate::builder::PgStoreBuilder;
 use crate::lease::{Holder, Leases};
 use crate::listen::Listener;
 use crate::operations::Table;
+use crate::rows::ChangeValues;
 use crate::runtime::{Detached, OwnRuntime, Writes};
-use crate::schema::{self, ChangeValues, Names, Statements};
+use crate::schema::{self, Names, Statements};
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
 ///
@@ -38,9 +39,10 @@ use crate::schema::{self, ChangeValues, Names, Statements};
 ///   lease is never renewed, so an owner whose record was taken over cannot write to it.
 /// - **Waiting without polling**: every settling write is announced with `NOTIFY` once it has
 ///   committed (not from a trigger, whose notifying commits would go one at a time across the
-///   fleet); one listening connection per store wakes the waiters of this process, which
-///   otherwise sleep until their wait ends or the owner's lease lapses. Another program that
-///   writes the table must announce its changes likewise: `SELECT pg_notify(channel, key)`.
+///   fleet); one listening connection per store wakes the waiters of this process. It is
+///   trusted while a notification it sends itself comes back; otherwise waiters re-read every
+///   50 ms. Another program that writes the table must announce its changes likewise:
+///   `SELECT pg_notify(channel, key)`.
 ///
 /// - **Faults**: a read, a wait or a heartbeat that hits a broken connection tries again on a
 ///   fresh one within its deadline; a write is repeated only where the fence makes it safe. An
@@ -55,9 +57,14 @@ use crate::schema::{self, ChangeValues, Names, Statements};
 /// deletes the key's rows in its statement.
 ///
 /// The store runs its I/O on a small tokio runtime of its own, so its futures work from plain
-/// threads (sync tools) and from inside any async runtime alike. It needs a direct session to
-/// the server (or a pooler in session mode): `LISTEN` does not work through a
-/// transaction-pooling proxy.
+/// threads (sync tools) and from inside any async runtime alike.
+///
+/// **Through a pooler** in transaction mode (PgBouncer's `pool_mode = transaction`, hosted
+/// databases' poolers) the store is correct as it is directly: it sends no named prepared
+/// statement and keeps no session state. `LISTEN` hears nothing there; the store finds that
+/// out (a notification it sends itself does not come back) and its waiters re-read every 50 ms
+/// instead. [`PgStoreBuilder::listen_url`] gives the listening connection a direct or
+/// session-mode URL, and waiters wake at once again.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), idem_runtime::Error> {
@@ -116,6 +123,12 @@ impl PgStore {
             None => Retention::from_env()?,
         };
         let config = client_config(&options.url)?;
+        // The listening connection's own URL is parsed now, so that a mistyped one fails the
+        // connect rather than a background task.
+        let listen = match &options.listen_url {
+            Some(url) => client_config(url)?,
+            None => config.clone(),
+        };
         let runtime = OwnRuntime::new()?;
         let names = Names { schema: options.schema.clone(), table: options.table.clone() };
         let shared = Arc::new(Table {
@@ -134,7 +147,8 @@ impl PgStore {
         });
         let setup = Arc::clone(&shared);
         let create = options.create;
-        runtime.spawn_store(async move { setup.start(config, create).await }).await?;
+        let pool_url = options.listen_url.is_none();
+        runtime.spawn_store(async move { setup.start(listen, pool_url, create).await }).await?;
         let runtime = Arc::new(runtime);
         let retainer = match retention {
             Some(policy) => {

@@ -266,8 +266,8 @@ impl<'a> Run<'a> {
         Run {
             parts: call.parts(),
             store,
-            insert: &table.statements.insert,
-            update: &table.statements.update,
+            insert: &table.statements.insert.text,
+            update: &table.statements.update.text,
             get: statements::get(&table.names.qualified()),
             lease_ms: u64::try_from(table.lease.as_millis()).unwrap_or(u64::MAX),
         }

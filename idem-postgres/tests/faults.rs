@@ -22,10 +22,10 @@ fn kill_backends(url: String, name: String, every: Duration, stop: Arc<AtomicBoo
         let mut killed = 0;
         while !stop.load(Ordering::SeqCst) {
             let row = client
-                .query_one(
+                .query_typed_one(
                     "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) \
                      FROM pg_stat_activity WHERE application_name = $1",
-                    &[&name],
+                    &[(&name, tokio_postgres::types::Type::TEXT)],
                 )
                 .await
                 .unwrap();
@@ -57,6 +57,7 @@ fn killed_backends_fail_no_caller() {
     let stop = Arc::new(AtomicBool::new(false));
     let killer = {
         let (url, name, stop) = (url.clone(), name.clone(), Arc::clone(&stop));
+        let url = common::server_url(&url);
         std::thread::spawn(move || kill_backends(url, name, Duration::from_millis(37), stop))
     };
     let runtime =
@@ -152,6 +153,7 @@ fn heartbeats_survive_killed_backends() {
     let stop = Arc::new(AtomicBool::new(false));
     let killer = {
         let (url, name, stop) = (url.clone(), name.clone(), Arc::clone(&stop));
+        let url = common::server_url(&url);
         std::thread::spawn(move || kill_backends(url, name, Duration::from_millis(37), stop))
     };
     let waited: Result<String, Error> = call(&peer).run(|| {
@@ -168,13 +170,14 @@ fn heartbeats_survive_killed_backends() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
 
-/// The pids of the sessions named `name`: (listening, pooled).
+/// The pids of the sessions named `name`: (listening, pooled). The listening session's last
+/// statement is its `LISTEN`, or the setting it makes once its probe came back.
 fn sessions(url: &str, name: &str) -> (Vec<i64>, Vec<i64>) {
     let rows = common::query_pairs(
-        url,
+        &common::server_url(url),
         &format!(
-            "SELECT pid::bigint, (query LIKE '%LISTEN%')::int::bigint FROM pg_stat_activity \
-             WHERE application_name = '{name}'"
+            "SELECT pid::bigint, (query LIKE '%LISTEN%' OR query LIKE '%idle_session_timeout%') \
+             ::int::bigint FROM pg_stat_activity WHERE application_name = '{name}'"
         ),
     );
     let pids = |listening: i64| rows.iter().filter(|r| r.1 == listening).map(|r| r.0).collect();
@@ -190,6 +193,9 @@ fn sessions_the_server_ends_while_idle_are_replaced_and_the_listener_is_kept() {
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     drop(PgStore::builder(&url).schema(&schema).connect().expect("the table is created"));
     let name = format!("idem_{schema}");
+    if common::through_pooler(&url) {
+        return pooled_sessions_the_server_ends_are_replaced(&url, &schema, &name);
+    }
     // The server ends every session of this store that sits idle for 300 ms, as a role's
     // idle_session_timeout does.
     let timed = common::with_param(
@@ -209,8 +215,15 @@ fn sessions_the_server_ends_while_idle_are_replaced_and_the_listener_is_kept() {
         Call::new("idle", "i", &n).unwrap().store(Arc::clone(&store)).run(|| Ok::<_, Error>(n))
     };
     assert_eq!(call(1).unwrap(), 1);
-    let (listening, pooled) = sessions(&url, &name);
-    assert_eq!(listening.len(), 1, "one listening session: {listening:?}");
+    let mut listening = Vec::new();
+    assert!(
+        common::eventually(Duration::from_secs(10), || {
+            listening = sessions(&url, &name).0;
+            listening.len() == 1
+        }),
+        "one listening session: {listening:?}"
+    );
+    let (_, pooled) = sessions(&url, &name);
     assert!(!pooled.is_empty(), "the call left pooled sessions");
     assert!(
         common::eventually(Duration::from_secs(20), || {
@@ -226,6 +239,30 @@ fn sessions_the_server_ends_while_idle_are_replaced_and_the_listener_is_kept() {
     );
     for n in 2..10 {
         assert_eq!(call(n).expect("a fresh connection serves the call"), n);
+    }
+    assert_eq!(call(1).unwrap(), 1, "and replays");
+}
+
+/// Through a pooler the store's sessions are the pooler's, which no startup option of the
+/// store's URL reaches: the server ends the server connections the pooler lent the store while
+/// they sit idle (as an idle_session_timeout would), and calls go on, on fresh ones.
+fn pooled_sessions_the_server_ends_are_replaced(url: &str, schema: &str, name: &str) {
+    let named = common::with_param(url, "application_name", name);
+    let store: Arc<dyn Store> = Arc::new(
+        PgStore::builder(&named).schema(schema).create(false).pool_size(4).connect().unwrap(),
+    );
+    let call = |n: u32| {
+        Call::new("idle", "i", &n).unwrap().store(Arc::clone(&store)).run(|| Ok::<_, Error>(n))
+    };
+    assert_eq!(call(1).unwrap(), 1);
+    let end_idle = format!(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE application_name = '{name}' AND state = 'idle'"
+    );
+    let ended = common::query_i64(&common::server_url(url), &end_idle);
+    assert!(ended > 0, "the call left no idle server session to end, so this tested nothing");
+    for n in 2..10 {
+        assert_eq!(call(n).expect("a fresh server connection serves the call"), n);
     }
     assert_eq!(call(1).unwrap(), 1, "and replays");
 }
@@ -248,6 +285,9 @@ fn a_statement_timeout_is_reported_as_one() {
         ),
     )
     .unwrap();
+    if common::through_pooler(&url) {
+        return pooled_statement_cancelled(&url, &schema);
+    }
     // The session's statement_timeout, as a role's or a database's setting would give it.
     let timed = common::with_param(&url, "options", "-c%20statement_timeout%3D500");
     let store: Arc<dyn Store> =
@@ -259,6 +299,31 @@ fn a_statement_timeout_is_reported_as_one() {
     assert!(message.contains("57014"), "the SQLSTATE is in the text: {message}");
     assert!(message.contains("statement_timeout"), "the advice names the setting: {message}");
     assert!(!message.contains("privileges"), "the advice fits the cause: {message}");
+}
+
+/// Through a pooler no startup option of the URL reaches the server: the slow statement is
+/// cancelled on the server instead (as an operator would), which the server reports with the
+/// same SQLSTATE as a timeout.
+fn pooled_statement_cancelled(url: &str, schema: &str) {
+    let store: Arc<dyn Store> =
+        Arc::new(PgStore::builder(url).schema(schema).create(false).connect().unwrap());
+    let calling = std::thread::spawn(move || {
+        Call::new("slow", "s", &1).unwrap().store(store).run(|| Ok::<_, Error>(1u32))
+    });
+    let server = common::server_url(url);
+    let cancel = format!(
+        "SELECT count(*) FILTER (WHERE pg_cancel_backend(pid)) FROM pg_stat_activity \
+         WHERE state = 'active' AND query LIKE '%\"{schema}\".%records%' \
+         AND query NOT LIKE '%pg_cancel_backend%'"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(10), || common::query_i64(&server, &cancel) == 1),
+        "the reservation's statement never ran to be cancelled"
+    );
+    let message = calling.join().unwrap().expect_err("the reservation was cancelled").to_string();
+    assert!(message.contains("canceling statement due to user request"), "{message}");
+    assert!(message.contains("57014"), "the SQLSTATE is in the text: {message}");
+    assert!(message.contains("statement_timeout"), "the advice names the setting: {message}");
 }
 
 #[test]

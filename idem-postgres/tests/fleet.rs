@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use idem_postgres::PgStore;
 use idem_runtime::{Call, Error, Store};
+use tokio_postgres::types::Type;
 
 const PROCESSES: usize = 4;
 const KEYS: usize = 200;
@@ -55,8 +56,9 @@ fn fleet_child() {
                             .store(store)
                             .wait(Duration::from_secs(60))
                             .run_async(|| async move {
+                                let (n, pid) = (n as i32, pid as i32);
                                 client
-                                    .execute(&insert, &[&(n as i32), &(pid as i32)])
+                                    .execute_typed(&insert, &[(&n, Type::INT4), (&pid, Type::INT4)])
                                     .await
                                     .expect("the effect lands");
                                 tokio::time::sleep(Duration::from_millis(5)).await;

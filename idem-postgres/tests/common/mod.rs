@@ -1,5 +1,11 @@
 //! What the PostgreSQL tests share: the database URL (or a skip), and a schema of their own
 //! that is dropped when the test ends.
+//!
+//! The suite runs twice in CI: with `DATABASE_URL` at the server, and with it at a PgBouncer in
+//! transaction mode (`IDEM_TEST_POOLER_URL`), with `IDEM_TEST_SERVER_URL` at the server behind
+//! it. The helpers' own statements are unnamed (`simple_query`, `query_typed`), so that they
+//! work through the pooler as the store's do; what a test does to the server itself (ending
+//! backends, looking at `pg_stat_activity`) goes to [`server_url`].
 
 #![allow(dead_code)]
 
@@ -12,6 +18,40 @@ pub fn database_url() -> Option<String> {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
             eprintln!("skipped: DATABASE_URL is not set, so the PostgreSQL store tests do not run");
+            None
+        }
+    }
+}
+
+/// The server itself, for what a test does to it rather than through the store: ending
+/// backends, reading `pg_stat_activity`. `IDEM_TEST_SERVER_URL` when the suite runs through a
+/// pooler, else the database under test.
+pub fn server_url(url: &str) -> String {
+    match std::env::var("IDEM_TEST_SERVER_URL") {
+        Ok(server) if !server.is_empty() => server,
+        _ => url.to_owned(),
+    }
+}
+
+/// Whether the database under test is reached through a pooler (its URL is not the server's).
+pub fn through_pooler(url: &str) -> bool {
+    server_url(url) != url
+}
+
+/// The PgBouncer in transaction mode that CI starts (`IDEM_TEST_POOLER_URL`), or `None` with a
+/// loud notice. Under `CI=true` a missing pooler fails the test: CI must run it.
+pub fn pooler_url() -> Option<String> {
+    match std::env::var("IDEM_TEST_POOLER_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI must set IDEM_TEST_POOLER_URL (.ci/run starts a PgBouncer and sets it)"
+            );
+            eprintln!(
+                "SKIPPED: IDEM_TEST_POOLER_URL is not set, so this test through a transaction-mode \
+                 pooler does not run; `bash .ci/run` starts a PgBouncer and sets it"
+            );
             None
         }
     }
@@ -62,7 +102,7 @@ pub fn query_pairs(url: &str, sql: &str) -> Vec<(i64, i64)> {
         let (client, connection) =
             tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(connection);
-        let rows = client.query(sql, &[]).await.unwrap();
+        let rows = client.query_typed(sql, &[]).await.unwrap();
         rows.iter().map(|r| (r.get(0), r.get(1))).collect()
     })
 }
