@@ -1,6 +1,7 @@
 //! A sled store opened with `retain` removes old finished records in the background, keeps
 //! what is in doubt, reports its passes (locally and through the admin socket), and stops its
-//! passes when it closes, so that the store opens again at once.
+//! passes when it closes, so that the store opens again at once. A SQLite store does the same,
+//! while another process's handle of the same file (here a second store) sees the removals.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +11,7 @@ use idem_runtime::conformance::{new_call, transition};
 use idem_runtime::for_stores::block_on;
 use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::Inserted;
-use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
+use idem_runtime::{Call, Error, Key, SledStore, SqliteStore, Status, Store};
 use serde_json::json;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -105,4 +106,43 @@ fn a_store_opened_with_retain_removes_old_finished_records_in_the_background() {
     drop(store);
     let again = SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap();
     assert_eq!(status(&again, &doubted), Some(Status::InDoubt));
+}
+
+#[test]
+fn a_sqlite_store_opened_with_retain_removes_old_finished_records_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    // Another user of the file, with no policy of its own, as a second process would be.
+    let other = SqliteStore::builder(&path).retention(None).open().unwrap();
+    assert_eq!(other.retention(), None, "no retention unless asked");
+    let old: Vec<Key> =
+        (0..5).map(|n| two_hours_ago(&other, &format!("charge_{n}"), false)).collect();
+    let doubted = two_hours_ago(&other, "refund", true);
+    let approval = Call::new("refund_big", "order-9", &json!({"amount": 90_000}))
+        .unwrap()
+        .store(Arc::new(SqliteStore::builder(&path).retention(None).open().unwrap()))
+        .approve(true)
+        .run(|| Ok::<_, Error>("re_1".to_owned()));
+    let waiting = match approval {
+        Err(Error::AwaitingApproval { key, .. }) => key.parse::<Key>().unwrap(),
+        other => panic!("expected AwaitingApproval, got {other:?}"),
+    };
+
+    let store = SqliteStore::builder(&path).retain(HOUR).open().unwrap();
+    let passes = after_a_pass(&store);
+    assert_eq!(passes.keep_ms, 3_600_000);
+    let last = passes.last_pass().expect("the pass that ended");
+    assert_eq!((last.removed.records, last.removed.histories), (5, 0), "{passes:?}");
+    for key in &old {
+        assert_eq!(status(&other, key), None, "old finished key {key} is removed for all");
+        assert!(block_on(other.history(key.as_str())).unwrap().is_empty(), "with its history");
+    }
+    assert_eq!(status(&other, &doubted), Some(Status::InDoubt), "in doubt is kept");
+    assert_eq!(status(&other, &waiting), Some(Status::AwaitingApproval), "so is a person's");
+    let stats = admin::stats(&store).unwrap();
+    assert_eq!(stats.retention.as_ref().map(|r| r.keep_ms), Some(3_600_000));
+
+    // Closing stops the passes; the file stays usable by the other handle.
+    drop(store);
+    assert_eq!(status(&other, &doubted), Some(Status::InDoubt));
 }

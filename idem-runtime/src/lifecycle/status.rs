@@ -105,8 +105,8 @@ mod tests {
     }
 
     #[test]
-    fn only_a_done_record_is_finished() {
+    fn only_a_done_or_denied_record_is_finished() {
         let finished: Vec<Status> = Status::ALL.into_iter().filter(|s| s.is_finished()).collect();
-        assert_eq!(finished, [Status::Done]);
+        assert_eq!(finished, [Status::Done, Status::Denied]);
     }
 }

@@ -69,8 +69,13 @@ const READERS: usize = 8;
 /// # Ok(()) }
 /// ```
 pub struct SqliteStore {
-    /// Declared first: dropping it makes the writes still queued before the rest goes.
-    writer: Writer,
+    /// Declared first: dropped, it stops the retention passes (and drops their handle of the
+    /// store) before the writer goes.
+    retainer: Option<crate::retention::Retainer>,
+    /// What the passes report, for [`Store::retention`].
+    retention: Option<crate::retention::RetainerView>,
+    /// Dropping its last handle makes the writes still queued before the rest goes.
+    writer: Arc<Writer>,
     shared: Arc<Shared>,
 }
 
@@ -404,6 +409,10 @@ impl Store for SqliteStore {
 
     fn default_wait(&self) -> Duration {
         self.shared.options.default_wait
+    }
+
+    fn retention(&self) -> Option<crate::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::retention::RetainerView::status)
     }
 }
 

@@ -13,6 +13,7 @@ use super::wake::Wake;
 use super::writer::Writer;
 use super::{fault, Shared, SqliteStore};
 use crate::error::StoreError;
+use crate::retention::{Retainer, Retention};
 use crate::store::notify::Notifier;
 use crate::store::{Durability, DEFAULT_WAIT};
 
@@ -28,6 +29,8 @@ pub struct SqliteStoreBuilder {
     pub(super) busy_timeout: Duration,
     pub(super) default_wait: Duration,
     pub(super) create: bool,
+    /// `None` until `retain` or `retention` is called: then `$IDEM_RETAIN` decides at open.
+    pub(super) retention: Option<Option<Retention>>,
 }
 
 impl SqliteStoreBuilder {
@@ -38,6 +41,7 @@ impl SqliteStoreBuilder {
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             default_wait: DEFAULT_WAIT,
             create: true,
+            retention: None,
         }
     }
 
@@ -69,9 +73,39 @@ impl SqliteStoreBuilder {
         self
     }
 
+    /// Removes finished records older than `keep`, and histories of released keys, in the
+    /// background (see [`Retention`]): `retention(Some(Retention::new(keep)))`. Keys in flight,
+    /// in doubt or waiting for a person are never removed. Unless this or
+    /// [`SqliteStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (no retention when it
+    /// is unset). Each process that opens the file with a policy runs its own passes; they
+    /// remove the same records at most once (every removal is fenced on the record it read).
+    pub fn retain(self, keep: Duration) -> Self {
+        self.retention(Some(Retention::new(keep)))
+    }
+
+    /// The retention policy, with its batch size and pace (see [`Retention`]); `None` for none,
+    /// whatever `$IDEM_RETAIN` says.
+    pub fn retention(mut self, policy: Option<Retention>) -> Self {
+        self.retention = Some(policy);
+        self
+    }
+
     /// Opens the store.
     pub fn open(self) -> Result<SqliteStore, crate::Error> {
         open(self).map_err(|source| crate::Error::store(None, None, source))
+    }
+}
+
+impl SqliteStore {
+    /// Another handle of this store, without its retention passes (which run on one): the same
+    /// writer, connections and notifier.
+    fn handle(&self) -> SqliteStore {
+        SqliteStore {
+            retainer: None,
+            retention: self.retention.clone(),
+            writer: Arc::clone(&self.writer),
+            shared: Arc::clone(&self.shared),
+        }
     }
 }
 
@@ -80,7 +114,22 @@ pub(super) fn what(path: &Path) -> String {
     format!("the SQLite store at {}", path.display())
 }
 
+/// Opens the file, then starts the retention passes, if any, on a second handle of the store.
 fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
+    let retention = match options.retention.clone() {
+        Some(policy) => policy,
+        None => Retention::from_env()?,
+    };
+    let mut store = open_file(options)?;
+    if let Some(policy) = retention {
+        let retainer = Retainer::start(Arc::new(store.handle()), policy)?;
+        store.retention = Some(retainer.view());
+        store.retainer = Some(retainer);
+    }
+    Ok(store)
+}
+
+fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let what = what(&options.path);
     check_file(&options, &what)?;
     let writer = prepare(&options, &what)?;
@@ -102,7 +151,12 @@ fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     });
     let reader = connect(&shared.options, &shared.what, false)?;
     shared.give_back(reader);
-    Ok(SqliteStore { writer: Writer::start(writer)?, shared })
+    Ok(SqliteStore {
+        retainer: None,
+        retention: None,
+        writer: Arc::new(Writer::start(writer)?),
+        shared,
+    })
 }
 
 /// The writer's connection, with the layout created if the file had none. Processes that open a
