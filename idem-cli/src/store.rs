@@ -67,10 +67,11 @@ fn local(store: Arc<dyn Store>) -> Box<dyn Admin> {
 /// share the file, and the command's resolve or purge is fenced like any write.
 #[cfg(feature = "sqlite")]
 fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Failure> {
-    // Fsync and `create(false)`, as for sled.
+    // Fsync, `create(false)` and no retention passes, as for sled.
     let store = idem_runtime::SqliteStore::builder(path)
         .create(false)
         .durability(Durability::Fsync)
+        .retention(None)
         .open()?;
     Ok(Arc::new(store))
 }
