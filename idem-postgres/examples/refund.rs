@@ -9,7 +9,9 @@
 //! ```
 //!
 //! The example runs itself as a child process for each crash point, kills it with SIGKILL
-//! there, and prints what the table and idem hold, then calls the tool again.
+//! there, and prints what the table and idem hold, then calls the tool again. Point it at the
+//! server itself, not at a pooler in transaction mode: the supervisor holds a session-level
+//! advisory lock to stop the child inside its COMMIT, which such a pooler cannot keep.
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
