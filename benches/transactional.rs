@@ -95,6 +95,13 @@ fn transactional(c: &mut Criterion) {
             tx.commit().await.unwrap();
         })
     });
+    // One round trip with no work: what a statement more per call costs at least.
+    group.bench_function("raw_round_trip", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let client = raw.lock().await;
+            client.query_typed("SELECT 1", &[]).await.unwrap();
+        })
+    });
     group.bench_function("raw_commit_other_runtime", |b| {
         b.to_async(&runtime).iter(|| async {
             let mut client = across.lock().await;

@@ -132,7 +132,7 @@ impl PgStore {
         let runtime = OwnRuntime::new()?;
         let names = Names { schema: options.schema.clone(), table: options.table.clone() };
         let shared = Arc::new(Table {
-            pool: pool(&config, options.pool_size)?,
+            pool: pool(&config, options.pool_size, runtime.handle().clone())?,
             statements: Statements::new(&names),
             names,
             owner: new_instance("pg"),
@@ -242,14 +242,18 @@ fn client_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     Ok(config)
 }
 
-/// The connection pool of the store.
-fn pool(config: &tokio_postgres::Config, size: usize) -> Result<Pool, StoreError> {
-    let manager = Manager::from_config(
+/// The connection pool of the store. Its connections are made on the store's runtime, where
+/// their tasks run, whoever asks the pool for one.
+fn pool(config: &tokio_postgres::Config, size: usize, runtime: Handle) -> Result<Pool, StoreError> {
+    let manager = Manager::from_connect(
         config.clone(),
-        NoTls,
-        // A connection the server closed while it sat in the pool (idle_session_timeout, a
-        // terminated backend) is found out by a round trip before it is handed out again.
-        ManagerConfig { recycling_method: RecyclingMethod::Verified },
+        OnRuntime(runtime),
+        // A connection is handed out again with no round trip to check it: one the server
+        // closed while it sat in the pool (idle_session_timeout, a terminated backend) has
+        // usually been seen closed by its task already, and when not, the statement fails as
+        // broken and is tried again on a fresh connection (every read, fenced write and
+        // transactional call does). A check would cost a round trip per statement.
+        ManagerConfig { recycling_method: RecyclingMethod::Fast },
     );
     Pool::builder(manager)
         .max_size(size)
@@ -258,6 +262,41 @@ fn pool(config: &tokio_postgres::Config, size: usize) -> Result<Pool, StoreError
         .create_timeout(Some(Duration::from_secs(15)))
         .build()
         .map_err(|e| StoreError::with_source("cannot build the PostgreSQL pool", e))
+}
+
+/// Makes the pool's connections on the store's runtime: the connection's socket and its task
+/// belong to that runtime, so a connection taken from a caller's executor (a transactional
+/// call) outlives the caller's runtime, and any executor may ask for one.
+struct OnRuntime(Handle);
+
+type Connected =
+    Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>;
+
+impl deadpool_postgres::Connect for OnRuntime {
+    fn connect(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Connected> + Send + '_>> {
+        let config = config.clone();
+        let connecting = self.0.spawn(async move {
+            let (client, connection) = config.connect(NoTls).await?;
+            let task = tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(error = %e, "idem: a pooled PostgreSQL connection ended");
+                }
+            });
+            Ok((client, task))
+        });
+        Box::pin(async move {
+            match connecting.await {
+                Ok(connected) => connected,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                // The runtime cancels its tasks only when it shuts down, which it does when the
+                // last handle on the store goes; nobody can be asking the pool then.
+                Err(_) => std::future::pending().await,
+            }
+        })
+    }
 }
 
 impl Store for PgStore {

@@ -23,7 +23,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use idem_runtime::for_stores::{
-    as_current, deadline_after, new_call, transition, CallParts, Waiting,
+    as_current, count_call, deadline_after, new_call, transition, CallParts, Outcome, Waiting,
 };
 use idem_runtime::store::{assess, Assessment};
 use idem_runtime::{Call, Error, InDoubtPolicy, Kind, Record, Store, ToolInfo};
@@ -120,12 +120,24 @@ impl Transactional<'_> {
         ended: Ended<T, E>,
     ) -> Option<Result<T, E>> {
         let parts = self.call.parts();
+        let count = |outcome| count_call(parts.tool, outcome, driving.started.elapsed());
         match ended {
-            Ended::Value(value) => Some(Ok(value)),
-            Ended::Fail(e) => Some(Err(e)),
-            Ended::Transient(e) => {
+            Ended::Fresh(value) => {
+                count(if driving.waited { Outcome::Waited } else { Outcome::Fresh });
+                Some(Ok(value))
+            }
+            Ended::Replay(value) => {
+                count(if driving.waited { Outcome::Waited } else { Outcome::Replay });
+                Some(Ok(value))
+            }
+            Ended::Fail(e, outcome) => {
+                count(outcome);
+                Some(Err(e))
+            }
+            Ended::Transient(e, outcome) => {
                 driving.failed += 1;
                 if driving.failed >= self.attempts {
+                    count(outcome);
                     return Some(Err(e));
                 }
                 tracing::debug!(key = %parts.key, tool = parts.tool, failed = driving.failed, "idem: transaction failed; running it again");
@@ -133,13 +145,18 @@ impl Transactional<'_> {
                 None
             }
             Ended::Wait(record) => {
+                driving.waited = true;
                 let deadline = *driving.deadline.get_or_insert_with(|| {
                     deadline_after(
                         Instant::now(),
                         parts.wait.unwrap_or_else(|| self.store.default_wait()),
                     )
                 });
-                self.wait_for_owner(&parts, *record, deadline).await.err().map(|e| Err(E::from(e)))
+                let waited = self.wait_for_owner(&parts, *record, deadline).await;
+                waited.err().map(|e| {
+                    count(Outcome::of_error(&e));
+                    Err(E::from(e))
+                })
             }
         }
     }
@@ -183,21 +200,32 @@ async fn pause(store: &PgStore, pause: Duration) {
     let _ = store.own_runtime().spawn(tokio::time::sleep(pause)).await;
 }
 
-/// What the runs of one call so far have left: how many failed, and when a wait ends.
-#[derive(Default)]
+/// What the runs of one call so far have left: when it started, how many runs failed, whether
+/// it waited for a plain call and when that wait ends.
 struct Driving {
+    started: Instant,
     failed: u32,
+    waited: bool,
     deadline: Option<Instant>,
 }
 
-/// How one run of the transaction ended.
+impl Driving {
+    fn new() -> Driving {
+        Driving { started: Instant::now(), failed: 0, waited: false, deadline: None }
+    }
+}
+
+/// How one run of the transaction ended; a failure carries how the metrics count it (the
+/// body's own error released the key: nothing committed).
 enum Ended<T, E> {
-    /// The call's value: fresh and committed, or replayed.
-    Value(T),
+    /// The call's value, fresh and committed.
+    Fresh(T),
+    /// The call's value, replayed from the committed record.
+    Replay(T),
     /// The call fails with this error; nothing was committed.
-    Fail(E),
+    Fail(E, Outcome),
     /// Rolled back for a reason another run may cure; the error if no run is left.
-    Transient(E),
+    Transient(E, Outcome),
     /// A plain call holds the key in flight: wait for it, then run again.
     Wait(Box<Record>),
 }
@@ -285,9 +313,9 @@ impl<'a> Run<'a> {
     /// A failed statement of idem's own, as the run's end.
     fn failed<T, E: From<Error>>(&self, doing: &str, e: DbError) -> Ended<T, E> {
         if e.is_transient() {
-            Ended::Transient(E::from(self.store_error(doing, e)))
+            Ended::Transient(E::from(self.store_error(doing, e)), Outcome::Error)
         } else {
-            Ended::Fail(E::from(self.store_error(doing, e)))
+            Ended::Fail(E::from(self.store_error(doing, e)), Outcome::Error)
         }
     }
 
@@ -303,7 +331,7 @@ impl<'a> Run<'a> {
         let mut found: Option<Record> = None;
         loop {
             if let Some(record) = &found {
-                if let Some(refused) = self.shared_tool_name(record) {
+                if let Err(refused) = self.parts.check_function(record) {
                     return Ok(Claimed::Refused(refused));
                 }
             }
@@ -316,7 +344,8 @@ impl<'a> Run<'a> {
                 }
                 Assessment::Replay => {
                     let record = found.expect("assessed a found record");
-                    return Ok(self.replay(&record).map_or_else(Claimed::Refused, Claimed::Replay));
+                    let replayed = self.parts.replay(&record, |json| serde_json::from_str(json));
+                    return Ok(replayed.map_or_else(Claimed::Refused, Claimed::Replay));
                 }
                 Assessment::Running => {
                     return Ok(Claimed::Wait(Box::new(found.expect("assessed a found record"))));
@@ -410,27 +439,6 @@ impl<'a> Run<'a> {
         self.update
     }
 
-    fn shared_tool_name(&self, found: &Record) -> Option<Error> {
-        match (&found.function, self.parts.function) {
-            (Some(recorded), Some(calling)) if recorded != calling => Some(Error::SharedToolName {
-                key: self.parts.key.to_string(),
-                tool: self.parts.tool.to_owned(),
-                recorded: recorded.clone(),
-                calling: calling.to_owned(),
-            }),
-            _ => None,
-        }
-    }
-
-    fn replay<T: DeserializeOwned>(&self, record: &Record) -> Result<T, Error> {
-        let json = record.result.as_deref().unwrap_or("null");
-        serde_json::from_str(json).map_err(|source| Error::Replay {
-            key: self.parts.key.to_string(),
-            tool: self.parts.tool.to_owned(),
-            source,
-        })
-    }
-
     /// One run inside `tx`, up to the result's write, which the driver makes with the commit:
     /// `Ok` with the body's value and the parameters of the completion (write it, then
     /// commit), else how the run ended (roll back).
@@ -443,18 +451,21 @@ impl<'a> Run<'a> {
     {
         let (held, token) = match self.claim::<T, X>(tx).await {
             Ok(Claimed::Mine(held, token)) => (held, token),
-            Ok(Claimed::Replay(value)) => return Err(Ended::Value(value)),
-            Ok(Claimed::Refused(e)) => return Err(Ended::Fail(E::from(e))),
+            Ok(Claimed::Replay(value)) => return Err(Ended::Replay(value)),
+            Ok(Claimed::Refused(e)) => {
+                let outcome = Outcome::of_error(&e);
+                return Err(Ended::Fail(E::from(e), outcome));
+            }
             Ok(Claimed::Wait(record)) => return Err(Ended::Wait(record)),
             Err((doing, e)) => return Err(self.failed(doing, e)),
         };
         match as_current(self.parts.key, token, (body.clone())(tx)).await {
             Ok(value) => match self.completion(&held, &value) {
                 Ok(params) => Ok((value, params)),
-                Err(e) => Err(Ended::Fail(E::from(e))),
+                Err(e) => Err(Ended::Fail(E::from(e), Outcome::Error)),
             },
-            Err(e) if error::transient(e.sqlstate()) => Err(Ended::Transient(e)),
-            Err(e) => Err(Ended::Fail(e)),
+            Err(e) if error::transient(e.sqlstate()) => Err(Ended::Transient(e, Outcome::Released)),
+            Err(e) => Err(Ended::Fail(e, Outcome::Released)),
         }
     }
 }

@@ -80,6 +80,8 @@ pub mod for_stores {
     pub use crate::engine::{waiting, CallParts, Waiting};
     pub use crate::exec::block_on;
     pub use crate::lifecycle::transition;
+    /// Counts a call of a store's own run path in the metrics, as the engine counts its calls.
+    pub use crate::meter::{call as count_call, Outcome};
     pub use crate::time::deadline_after;
 
     /// Runs `body` as the call of `key` (its owner's fencing token `token`), so that

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 /// How a call ended, as counted in `idem_calls_total{outcome}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// The body ran and its result was recorded.
     Fresh,
     /// A recorded result was returned without running the body.
@@ -48,7 +48,7 @@ impl Outcome {
     }
 
     /// The outcome of a call that idem ended with `error` before the body ran.
-    pub(crate) fn of_error(error: &crate::Error) -> Outcome {
+    pub fn of_error(error: &crate::Error) -> Outcome {
         match error {
             crate::Error::InDoubt { .. } => Outcome::InDoubt,
             crate::Error::AwaitingApproval { .. } => Outcome::AwaitingApproval,
@@ -60,7 +60,7 @@ impl Outcome {
 
 /// A call of `tool` ended with `outcome` after `elapsed`; fresh calls and replays also record
 /// their latency.
-pub(crate) fn call(tool: &str, outcome: Outcome, elapsed: Duration) {
+pub fn call(tool: &str, outcome: Outcome, elapsed: Duration) {
     #[cfg(feature = "metrics")]
     {
         let tool = tool.to_owned();

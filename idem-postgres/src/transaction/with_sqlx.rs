@@ -85,7 +85,7 @@ impl Transactional<'_> {
         F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
     {
         let run = Run::new(self.store, &self.call);
-        let mut driving = Driving::default();
+        let mut driving = Driving::new();
         loop {
             let ended = once(&run, pool, &body).await;
             if let Some(outcome) = self.next(&mut driving, ended).await {
@@ -115,7 +115,7 @@ where
             }
             failpoint("txn_before_commit");
             match tx.commit().await {
-                Ok(()) => Ended::Value(value),
+                Ok(()) => Ended::Fresh(value),
                 Err(e) => run.failed("commit", e.into()),
             }
         }

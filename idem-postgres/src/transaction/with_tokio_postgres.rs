@@ -82,7 +82,7 @@ impl Transactional<'_> {
         F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
     {
         let run = Run::new(self.store, &self.call);
-        let mut driving = Driving::default();
+        let mut driving = Driving::new();
         loop {
             let ended = once(&run, &body).await;
             if let Some(outcome) = self.next(&mut driving, ended).await {
@@ -112,7 +112,7 @@ where
         Ok((value, completion)) => {
             failpoint("txn_before_commit");
             match complete_and_commit(run, tx, &completion).await {
-                Ok(()) => Ended::Value(value),
+                Ok(()) => Ended::Fresh(value),
                 Err(ended) => ended,
             }
         }
@@ -148,12 +148,25 @@ async fn complete_and_commit<T, E: From<Error>>(
     committed.map_err(|e| run.failed("commit", e.into()))
 }
 
-/// A connection of the store's pool, taken on the store's runtime (a new connection's task
-/// must outlive the caller's runtime).
+/// A connection of the store's pool. An idle one is taken right here, with no timer and no
+/// hop to another thread (the pool makes new connections on the store's runtime, and hands
+/// idle ones out without a round trip); when the pool has none to spare, the wait for one,
+/// bounded by the pool's timeouts, runs on the store's runtime, so that any executor may
+/// await it.
 async fn lend(run: &Run<'_>) -> Result<deadpool_postgres::Object, DbError> {
     let pool = run.store.table_state().pool.clone();
-    let lent = run.store.own_runtime().spawn(async move { pool.get().await });
-    match lent.await {
+    let at_once = deadpool_postgres::Timeouts {
+        wait: Some(std::time::Duration::ZERO),
+        create: None,
+        recycle: None,
+    };
+    let lent = match pool.timeout_get(&at_once).await {
+        Err(deadpool_postgres::PoolError::Timeout(_)) => {
+            run.store.own_runtime().spawn(async move { pool.get().await }).await
+        }
+        taken => Ok(taken),
+    };
+    match lent {
         Ok(Ok(pooled)) => Ok(pooled),
         Ok(Err(e)) => {
             let fault = Fault::Pool(e);

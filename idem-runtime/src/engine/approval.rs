@@ -9,7 +9,6 @@ use super::waiting::Waiting;
 use super::Call;
 use crate::error::Error;
 use crate::failpoint::failpoint;
-use crate::history::Event;
 use crate::lifecycle::transition;
 use crate::lifecycle::{Owner, Record, Status};
 use crate::meter::{self, ApprovalEvent};
@@ -80,12 +79,7 @@ impl Call {
         existing: Record,
         deadline: &mut Option<Instant>,
     ) -> Result<Option<Record>, Error> {
-        let asked = |existing: &Record| Error::AwaitingApproval {
-            key: self.key.to_string(),
-            tool: self.tool.clone(),
-            scope: existing.scope.clone(),
-            since_ms: existing.created_at,
-        };
+        let asked = |existing: &Record| self.parts().awaiting_approval(existing);
         let Some(wait) = self.approval.and_then(|approval| approval.wait) else {
             return Err(asked(&existing));
         };
@@ -106,19 +100,9 @@ impl Call {
     /// the key's history has them.
     pub(super) async fn denied(&self, store: &Arc<dyn Store>) -> Error {
         let history = store.history(self.key.as_str()).await;
-        let decision = match &history {
-            Ok(entries) => entries.iter().rev().find(|entry| entry.event == Event::Denied),
-            Err(e) => {
-                tracing::warn!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot read who denied the key");
-                None
-            }
-        };
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: denied: not running");
-        Error::Denied {
-            key: self.key.to_string(),
-            tool: self.tool.clone(),
-            by: decision.map_or_else(|| "a person".to_owned(), |entry| entry.by.clone()),
-            note: decision.and_then(|entry| entry.note.clone()),
+        if let Err(e) = &history {
+            tracing::warn!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot read who denied the key");
         }
+        self.parts().denied(history.as_deref().ok())
     }
 }

@@ -264,30 +264,12 @@ impl Drop for Reservation {
 }
 
 impl Call {
-    /// Refuses a record another function wrote: the two share a tool name, and so its keys.
-    /// Records that name no function (written by `Call` without one, or by another language's
-    /// client) are taken as this call's.
     fn check_function(&self, found: &Record) -> Result<(), Error> {
-        match (&found.function, &self.function) {
-            (Some(recorded), Some(calling)) if recorded != calling => Err(Error::SharedToolName {
-                key: self.key.to_string(),
-                tool: self.tool.clone(),
-                recorded: recorded.clone(),
-                calling: calling.clone(),
-            }),
-            _ => Ok(()),
-        }
+        self.parts().check_function(found)
     }
 
     fn replay<T, E>(&self, record: &Record, codec: Codec<T, E>) -> Result<T, Error> {
-        // A unit result of the first (JSON) sled format reads back as no result: `null`.
-        let json = record.result.as_deref().unwrap_or("null");
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
-        (codec.decode)(json).map_err(|source| Error::Replay {
-            key: self.key.to_string(),
-            tool: self.tool.clone(),
-            source,
-        })
+        self.parts().replay(record, codec.decode)
     }
 
     /// Reserves the key, or finds its result, or waits for its owner, or asks `reconcile`

@@ -21,7 +21,9 @@ use crate::canonical::canonical_json_for;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::failpoint::failpoint;
+use crate::history::{Entry, Event};
 use crate::key::Key;
+use crate::lifecycle::Record;
 use crate::meter::{self, Outcome};
 use crate::retry::raise;
 use crate::store::Store;
@@ -438,6 +440,64 @@ pub struct CallParts<'a> {
     pub ttl: Option<Duration>,
     /// What to do with a key in doubt.
     pub in_doubt: InDoubtPolicy,
+}
+
+impl CallParts<'_> {
+    /// Refuses a record another function wrote: the two share a tool name, and so its keys.
+    /// Records that name no function (written by `Call` without one, or by another language's
+    /// client) are taken as this call's.
+    pub fn check_function(&self, found: &Record) -> Result<(), Error> {
+        match (&found.function, self.function) {
+            (Some(recorded), Some(calling)) if recorded != calling => Err(Error::SharedToolName {
+                key: self.key.to_string(),
+                tool: self.tool.to_owned(),
+                recorded: recorded.clone(),
+                calling: calling.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The error of a call that finds `existing` awaiting a person's approval.
+    pub fn awaiting_approval(&self, existing: &Record) -> Error {
+        Error::AwaitingApproval {
+            key: self.key.to_string(),
+            tool: self.tool.to_owned(),
+            scope: existing.scope.clone(),
+            since_ms: existing.created_at,
+        }
+    }
+
+    /// The error of a call that finds its key denied, with who denied it and their note, from
+    /// the key's `history` (a person unnamed when it cannot be read).
+    pub fn denied(&self, history: Option<&[Entry]>) -> Error {
+        let decision = history
+            .and_then(|entries| entries.iter().rev().find(|entry| entry.event == Event::Denied));
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: denied: not running");
+        Error::Denied {
+            key: self.key.to_string(),
+            tool: self.tool.to_owned(),
+            by: decision.map_or_else(|| "a person".to_owned(), |entry| entry.by.clone()),
+            note: decision.and_then(|entry| entry.note.clone()),
+        }
+    }
+
+    /// The result `record` holds, read back with `decode`; a result that no longer reads as
+    /// the tool's type is `Error::Replay`.
+    pub fn replay<T>(
+        &self,
+        record: &Record,
+        decode: impl FnOnce(&str) -> serde_json::Result<T>,
+    ) -> Result<T, Error> {
+        // A unit result of the first (JSON) sled format reads back as no result: `null`.
+        let json = record.result.as_deref().unwrap_or("null");
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
+        decode(json).map_err(|source| Error::Replay {
+            key: self.key.to_string(),
+            tool: self.tool.to_owned(),
+            source,
+        })
+    }
 }
 
 /// Runs `body` as the call of `key`, whose owner has fencing token `token`: inside it,
