@@ -359,7 +359,16 @@ impl<'a> Run<'a> {
                         reason: None,
                     }));
                 }
-                // Expired, or in doubt under `rerun`: take it over.
+                // A person decides first: a transactional call does not ask, nor wait.
+                Assessment::AwaitingApproval => {
+                    let record = found.expect("assessed a found record");
+                    return Ok(Claimed::Refused(self.parts.awaiting_approval(&record)));
+                }
+                Assessment::Denied => {
+                    let history = self.store.history(self.parts.key.as_str()).await.ok();
+                    return Ok(Claimed::Refused(self.parts.denied(history.as_deref())));
+                }
+                // Expired, approved, or in doubt under `rerun`: take it over.
                 _ => {
                     let record = found.as_ref().expect("assessed a found record");
                     transition::take_over(record, &owner, self.parts.function, now)

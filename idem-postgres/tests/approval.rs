@@ -129,3 +129,43 @@ fn a_table_from_before_approvals_takes_the_new_statuses_once_a_store_connects() 
     assert!(matches!(run(refund(&store, 42), &runs), Err(Error::Denied { .. })));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
+
+/// A transactional call of a key that awaits a person's decision, or was denied, does not run
+/// its body (it neither asks nor waits); once approved, it runs the body once.
+#[test]
+fn a_transactional_call_runs_only_what_a_person_approved() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("aptx");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let pg = Arc::new(PgStore::builder(&url).schema(&schema).pool_size(4).connect().unwrap());
+    let store: Arc<dyn Store> = pg.clone();
+    let runs = AtomicUsize::new(0);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let transactional = |amount: u64| -> Result<String, Error> {
+        let call =
+            Call::new("refund", "order-17", &serde_json::json!({ "amount": amount })).unwrap();
+        runtime.block_on(pg.transactional(call).run(async |_tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("re_tx".to_owned())
+        }))
+    };
+
+    let waiting = asked(&store, 1, &runs);
+    match transactional(1) {
+        Err(Error::AwaitingApproval { key, .. }) => assert_eq!(key, waiting.as_str()),
+        other => panic!("expected AwaitingApproval, got {other:?}"),
+    }
+    let denied = asked(&store, 2, &runs);
+    admin::decide(store.as_ref(), &denied, Decision::Deny, "ann@ops", Some("no")).unwrap();
+    match transactional(2) {
+        Err(Error::Denied { by, note, .. }) => {
+            assert_eq!((by.as_str(), note.as_deref()), ("ann@ops", Some("no")))
+        }
+        other => panic!("expected Denied, got {other:?}"),
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran before a decision");
+    admin::decide(store.as_ref(), &waiting, Decision::Approve, "ann@ops", None).unwrap();
+    assert_eq!(transactional(1).unwrap(), "re_tx");
+    assert_eq!(transactional(1).unwrap(), "re_tx", "and replays");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the approved body ran once");
+}
