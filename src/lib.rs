@@ -315,7 +315,7 @@ pub use idem_runtime::{
 
 /// The SQLite store (feature `sqlite`): one file that several processes on one machine share.
 #[cfg(feature = "sqlite")]
-pub use idem_runtime::{SqliteStore, SqliteStoreBuilder};
+pub use idem_runtime::{rusqlite, SqliteStore, SqliteStoreBuilder, SqliteTransactional};
 
 mod named;
 pub use named::{default_store, open_default_store, open_store, set_default_store_named};

@@ -62,6 +62,10 @@ pub use error::{Error, StoreError};
 pub use key::Key;
 pub use lifecycle::{Record, Resolution, Status};
 pub use retry::Backoff;
+/// The rusqlite this crate is built with: a transactional call's body gets its
+/// `rusqlite::Transaction` ([`SqliteStore::transactional`]).
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
 pub use store::default::{
     default_store, default_store_name, default_store_path, open_default_store, set_default_store,
     set_default_store_named,
@@ -69,7 +73,7 @@ pub use store::default::{
 pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]
-pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteTransactional};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
 

@@ -4,16 +4,18 @@
 //! gone with it, so no lease is waited out), never run again under `fail`; and a waiter in
 //! another process is woken by the owner's result, or by its death.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+mod children;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
 
-const CHILD: &str = "IDEM_SQLITE_CHILD";
-const DIR: &str = "IDEM_SQLITE_DIR";
+use self::children::{start, until_line, Running};
+
 const KEYS: usize = 25;
 
 fn store(dir: &Path) -> Arc<dyn Store> {
@@ -108,8 +110,7 @@ fn call_child(dir: &Path) {
 
 #[test]
 fn sqlite_child() {
-    let Ok(mode) = std::env::var(CHILD) else { return };
-    let dir = PathBuf::from(std::env::var(DIR).unwrap());
+    let Some((mode, dir)) = children::role() else { return };
     match mode.as_str() {
         "race" => race_child(&dir),
         _ => call_child(&dir),
@@ -117,31 +118,7 @@ fn sqlite_child() {
 }
 
 fn child(dir: &Path, mode: &str) -> Command {
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", "sqlite_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .env(DIR, dir)
-        .env_remove("IDEM_FAILPOINT")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    command
-}
-
-/// Reads `child`'s stdout until a line holding `want`; the lines before it.
-fn until_line(stdout: &mut BufReader<ChildStdout>, want: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    loop {
-        let mut line = String::new();
-        let read = stdout.read_line(&mut line).unwrap();
-        assert!(read > 0, "the child ended before printing {want:?}; it printed {seen:?}");
-        if line.contains(want) {
-            seen.push(line.trim_end().to_owned());
-            return seen;
-        }
-        seen.push(line.trim_end().to_owned());
-    }
+    children::child("sqlite_child", mode, dir)
 }
 
 fn outcome_of(lines: &[String]) -> String {
@@ -157,17 +134,6 @@ fn call_once(dir: &Path, policy: &str) -> String {
         child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()).output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     outcome_of(&stdout.lines().map(str::to_owned).collect::<Vec<_>>())
-}
-
-struct Running {
-    process: Child,
-    stdout: BufReader<ChildStdout>,
-}
-
-fn start(command: &mut Command) -> Running {
-    let mut process = command.spawn().unwrap();
-    let stdout = BufReader::new(process.stdout.take().unwrap());
-    Running { process, stdout }
 }
 
 #[test]

@@ -507,6 +507,13 @@ pub(crate) async fn as_current<F: Future>(key: &Key, token: u64, body: F) -> F::
     Current::new(key, token).enter_async(body).await
 }
 
+/// Runs the sync `body` as the call of `key` (fencing token `token`), on the caller's thread:
+/// the SQLite store's transactional calls run their bodies so.
+#[cfg(feature = "sqlite")]
+pub(crate) fn as_current_sync<R>(key: &Key, token: u64, body: impl FnOnce() -> R) -> R {
+    Current::new(key, token).enter(body)
+}
+
 /// A sync body as the run path's async body: it runs at the first poll, inside the call (the
 /// call is entered for the length of each poll), not when the closure is called.
 pub(crate) fn sync_body<B>(body: B) -> impl FnOnce() -> SyncBody<B> {

@@ -19,10 +19,12 @@ mod fault;
 mod open;
 mod owners;
 mod schema;
+mod transaction;
 mod wake;
 mod writer;
 
 pub use self::open::SqliteStoreBuilder;
+pub use self::transaction::SqliteTransactional;
 
 /// How often a waiter reads its record again even when nothing told it of a change: the
 /// safety net under the announcements of other processes (see `sqlite/wake.rs`).
@@ -32,8 +34,8 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// the record is held that long, after which whoever asks probes again.
 const PROBED_ALIVE: u64 = 60_000;
 
-/// The most reading connections kept open between reads.
-const READERS: usize = 8;
+/// The most connections of each kind (reading, transactional) kept open between uses.
+const IDLE: usize = 8;
 
 /// A store in one SQLite file that several processes on one machine share, each with its own
 /// `SqliteStore` (and a process may open several).
@@ -89,7 +91,37 @@ struct Shared {
     /// The crate's concurrency types (loom's under its models), as every `Notifier` is held.
     notifier: crate::loom::Arc<Notifier>,
     wake: Wake,
-    readers: Mutex<Vec<Connection>>,
+    /// Connections for the callers' reads.
+    readers: Idle,
+    /// Connections for transactional calls, whose bodies get them: kept apart from the
+    /// readers, so that nothing a body did to its connection reaches idem's reads.
+    transacting: Idle,
+}
+
+/// Open connections to the file, kept between uses (at most [`IDLE`]).
+#[derive(Default)]
+struct Idle(Mutex<Vec<Connection>>);
+
+impl Idle {
+    fn lock(&self) -> MutexGuard<'_, Vec<Connection>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle connection, or a new one with the store's settings when none is.
+    fn take(&self, options: &SqliteStoreBuilder, what: &str) -> Result<Connection, StoreError> {
+        let idle = self.lock().pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => open::connect(options, what, false),
+        }
+    }
+
+    fn give_back(&self, conn: Connection) {
+        let mut idle = self.lock();
+        if idle.len() < IDLE {
+            idle.push(conn);
+        }
+    }
 }
 
 impl SqliteStore {
@@ -175,8 +207,7 @@ where
             (_, Err(e)) => Err(fault::shared_error(&shared.what, &doing, e)),
             (Some(Ok((value, changed))), Ok(())) => {
                 if changed {
-                    shared.notifier.notify(&key);
-                    shared.wake.announce(&key);
+                    shared.announce(&key);
                 }
                 Ok(value)
             }
@@ -194,31 +225,23 @@ where
 }
 
 impl Shared {
-    fn lock_readers(&self) -> MutexGuard<'_, Vec<Connection>> {
-        self.readers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn give_back(&self, conn: Connection) {
-        let mut readers = self.lock_readers();
-        if readers.len() < READERS {
-            readers.push(conn);
-        }
-    }
-
     /// Runs `read` on a reading connection of the pool (opened when none is free).
     fn read<T>(
         &self,
         doing: &str,
         read: impl FnOnce(&Connection) -> Result<T, rusqlite::Error>,
     ) -> Result<T, StoreError> {
-        let pooled = self.lock_readers().pop();
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => open::connect(&self.options, &self.what, false)?,
-        };
+        let conn = self.readers.take(&self.options, &self.what)?;
         let out = read(&conn).map_err(|e| fault::store_error(&self.what, doing, e));
-        self.give_back(conn);
+        self.readers.give_back(conn);
         out
+    }
+
+    /// Tells the waiters of `key`, in this process and in the others, that its record changed:
+    /// called once the change has committed.
+    fn announce(&self, key: &str) {
+        self.notifier.notify(key);
+        self.wake.announce(key);
     }
 
     /// `record` as the lifecycle must see it: an in-flight record of another instance carries
@@ -306,13 +329,8 @@ impl Store for SqliteStore {
         let (new, entry) = (record.clone(), OwnedChange::of(&change));
         let doing = format!("cannot reserve key {}", record.key);
         Box::pin(self.write(&record.key, doing, move |tx, shared| {
-            if let Some(existing) = shared.stored(tx, &new.key)? {
-                return Ok((Inserted::Existing(existing), false));
-            }
-            let token = schema::append(tx, &new.key, &entry.change(), Some(new.status), now_ms())?;
-            schema::put(tx, &new)?;
             // Nobody waits for a key to appear.
-            Ok((Inserted::New { token }, false))
+            Ok((reserve(tx, shared, &new, &entry.change())?, false))
         }))
     }
 
@@ -414,6 +432,22 @@ impl Store for SqliteStore {
     fn retention(&self) -> Option<crate::retention::RetentionStatus> {
         self.retention.as_ref().map(crate::retention::RetainerView::status)
     }
+}
+
+/// Inserts `new` with its history row unless the key holds a record, which it returns then:
+/// the reservation of a plain call and of a transactional one.
+fn reserve(
+    tx: &rusqlite::Transaction<'_>,
+    shared: &Shared,
+    new: &Record,
+    change: &Change<'_>,
+) -> Result<Inserted, rusqlite::Error> {
+    if let Some(existing) = shared.stored(tx, &new.key)? {
+        return Ok(Inserted::Existing(existing));
+    }
+    let token = schema::append(tx, &new.key, change, Some(new.status), now_ms())?;
+    schema::put(tx, new)?;
+    Ok(Inserted::New { token })
 }
 
 /// Replaces `expected` by `new` (deletes it when `None`) if the fence admits `change`'s

@@ -2,7 +2,7 @@
 //! store, and the settings every connection gets.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -11,7 +11,7 @@ use super::owners::{self, Owners};
 use super::schema::{self, Found};
 use super::wake::Wake;
 use super::writer::Writer;
-use super::{fault, Shared, SqliteStore};
+use super::{fault, Idle, Shared, SqliteStore};
 use crate::error::StoreError;
 use crate::retention::{Retainer, Retention};
 use crate::store::notify::Notifier;
@@ -146,11 +146,12 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
         instance,
         owners,
         notifier,
-        readers: Mutex::new(Vec::new()),
+        readers: Idle::default(),
+        transacting: Idle::default(),
         options,
     });
     let reader = connect(&shared.options, &shared.what, false)?;
-    shared.give_back(reader);
+    shared.readers.give_back(reader);
     Ok(SqliteStore {
         retainer: None,
         retention: None,
