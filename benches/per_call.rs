@@ -5,7 +5,9 @@
 //!
 //! `cargo bench -p idem-benches --bench per_call` (needs `strace` built with stack traces).
 //! `-- [calls|raw] N` prints the table for N calls (default 300, after 50 not counted); `--
-//! child calls|raw N` is the traced child; `-- time N` times N untraced fresh calls.
+//! child calls|raw N` is the traced child; `-- time N` times N untraced fresh calls. With
+//! `IDEM_PER_CALL_CHILD=PATH` the traced child is another build's `per_call` binary (an A/B in
+//! one run).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -29,9 +31,10 @@ const END: &str = "/idem-per-call-end";
 /// The system calls counted, by the kind they are reported under.
 const KINDS: &[(&str, &[&str])] = &[
     ("futex", &["futex"]),
+    // `read`: of the inotify instance that tells whether a directory changed (issue 28).
     (
-        "directory (getdents64, openat, statx, fstat, close)",
-        &["getdents64", "openat", "statx", "newfstatat", "fstat", "close"],
+        "directory (getdents64, openat, statx, fstat, close, read)",
+        &["getdents64", "openat", "statx", "newfstatat", "fstat", "close", "read"],
     ),
     ("sync (fsync, fdatasync, sync_file_range)", &["fsync", "fdatasync", "sync_file_range"]),
     ("write (pwrite64, write)", &["pwrite64", "write"]),
@@ -163,7 +166,11 @@ fn parse(trace: &str, names: &BTreeMap<u32, String>) -> Counts {
 
 /// Runs the child under strace and returns its counts.
 fn traced(what: &str, n: usize) -> Counts {
-    let exe = std::env::current_exe().expect("the bench binary");
+    // Another build's binary, for a comparison in one run.
+    let exe = match std::env::var_os("IDEM_PER_CALL_CHILD") {
+        Some(exe) => exe.into(),
+        None => std::env::current_exe().expect("the bench binary"),
+    };
     let out = tempfile::Builder::new().prefix("idem-bench-strace").tempdir().expect("temp dir");
     let trace = out.path().join("trace");
     let names = out.path().join("threads");
@@ -223,22 +230,57 @@ fn table(what: &str, n: usize) {
     }
 }
 
+/// `n` untraced fresh calls: the median call in µs, and the process's CPU time per call in µs.
+fn time(n: usize) -> (f64, f64) {
+    let (_dir, store) = temp_store(Durability::Fsync);
+    (0..WARM_UP).for_each(|_| fresh_call(&store));
+    let cpu = common::process_cpu();
+    let mut took: Vec<f64> = (0..n)
+        .map(|_| {
+            let began = Instant::now();
+            fresh_call(&store);
+            began.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    let cpu = (common::process_cpu() - cpu).as_secs_f64() * 1e6 / n as f64;
+    took.sort_by(f64::total_cmp);
+    (took[n / 2], cpu)
+}
+
+/// The build in `IDEM_PER_CALL_CHILD` (before) against this one (after), alternately, `rounds`
+/// times `n` untraced fresh calls each: medians and CPU per call, and their ratios.
+fn ab(n: &str, rounds: usize) {
+    let before = std::env::var_os("IDEM_PER_CALL_CHILD").expect("IDEM_PER_CALL_CHILD=<before>");
+    let after = std::env::current_exe().expect("the bench binary");
+    let run = |exe: &std::ffi::OsStr| -> (f64, f64) {
+        let out = Command::new(exe).args(["time", n]).output().expect("the timed child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut figures = text.split_whitespace().map(|f| f.parse::<f64>().expect("a figure"));
+        (figures.next().expect("a median"), figures.next().expect("a CPU time"))
+    };
+    println!("| round | median before | median after | ratio | CPU/call before | CPU/call after | ratio |");
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    for round in 1..=rounds {
+        let (m0, c0) = run(&before);
+        let (m1, c1) = run(after.as_os_str());
+        println!(
+            "| {round} | {m0:.0} µs | {m1:.0} µs | {:.2} | {c0:.0} µs | {c1:.0} µs | {:.2} |",
+            m1 / m0,
+            c1 / c0
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let count = |s: Option<&&str>| s.map_or(300, |s| s.parse().expect("a call count"));
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["child", what, n] => child(what, n.parse().expect("a call count")),
         ["time", n] => {
-            let n: usize = n.parse().expect("a call count");
-            let (_dir, store) = temp_store(Durability::Fsync);
-            (0..WARM_UP).for_each(|_| fresh_call(&store));
-            let began = Instant::now();
-            (0..n).for_each(|_| fresh_call(&store));
-            println!(
-                "{:.1} µs per fresh Fsync call",
-                began.elapsed().as_secs_f64() * 1e6 / n as f64
-            );
+            let (median, cpu) = time(n.parse().expect("a call count"));
+            println!("{median:.1} {cpu:.1}");
         }
+        ["ab", n, rounds] => ab(n, rounds.parse().expect("a round count")),
         [what @ ("calls" | "raw"), rest @ ..] => table(what, count(rest.first())),
         _ => {
             let n = count(args.first().map(String::as_str).as_ref());
