@@ -8,8 +8,8 @@
 //! reopening it and opening an empty store, through idem and through sled alone (idem's open
 //! reads only the in-flight index, so what is left is sled's recovery); `-- open N` runs that
 //! child and prints only its open rows; `-- syncs N` opens a store and makes N fresh calls, for
-//! counting syncs under strace; `-- fill N DIR` and `-- open-at DIR idem|nosync|sled` are
-//! for a profiler.
+//! counting syncs under strace; `-- waiters` prints only the waiters' wake-up rows; `-- fill N
+//! DIR` and `-- open-at DIR idem|nosync|sled` are for a profiler.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -368,6 +368,10 @@ fn one_part(args: &[String]) -> bool {
         }
         [mode, n] if mode == "memory" => memory_child(n.parse().expect("a record count")),
         [mode, n] if mode == "open" => only_open_rows(n.parse().expect("a record count")),
+        // Only the waiters' wake-up rows (issue 28: woken within 0.5 ms of the owner's result).
+        [mode] if mode == "waiters" => {
+            waiter_rows(&mut |what: &str, figure: String| println!("| {what} | {figure} |"));
+        }
         [mode, n] if mode == "syncs" => {
             // For strace: open a new store and make `n` fresh calls, nothing else. The syncs of
             // `syncs 1` less those of `syncs 0` are one call's.
