@@ -53,7 +53,7 @@ use idem_reqwest::IdempotentRequest;
 use serde::{Deserialize, Serialize};
 
 /// How long the orchestration lets one tool call run.
-const DEADLINE: Duration = Duration::from_millis(500);
+const DEADLINE: Duration = Duration::from_secs(1);
 /// How long the service holds a response it is told to lose: well past every deadline.
 const HOLD: Duration = Duration::from_secs(5);
 /// How many responses the network loses, starting with the first charge request.

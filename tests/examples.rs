@@ -60,7 +60,11 @@ fn agent_loop_charges_once_only_when_the_key_reaches_the_vendor() {
         "{stdout}"
     );
     let pushed = row(&stdout, "3  #[idempotent], idem-reqwest sends the key");
-    assert!(pushed.ends_with(&["3", "1", "charged:", "ch_1"]), "{stdout}");
+    assert!(pushed.ends_with(&["1", "charged:", "ch_1"]), "one charge, replayed:\n{stdout}");
+    // Two lost responses make three attempts; on a loaded machine a replayed answer can also
+    // come after the deadline, and one more attempt replays it again: still one charge.
+    let attempts: u32 = pushed[pushed.len() - 4].parse().unwrap();
+    assert!(attempts >= 3, "{stdout}");
     assert!(stdout.contains("ok: every row is as expected"), "{stdout}");
 }
 
