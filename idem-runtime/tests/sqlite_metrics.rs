@@ -45,6 +45,25 @@ fn calls_on_a_sqlite_store_are_counted_by_outcome() {
     });
     let replayed: String = charge().run(|| -> Result<String, Error> { unreachable!() }).unwrap();
     assert_eq!(replayed, "ch_1");
+
+    // Transactional calls count alike: a commit, a replay, and a body's `Err` (released).
+    let sqlite = SqliteStore::open(dir.path().join("m.sqlite")).unwrap();
+    let refund = |order: u32| Call::new("refund", format!("order-{order}"), &order).unwrap();
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    let run = |order: u32, ok: bool| -> Result<u32, BoxError> {
+        idem_runtime::for_stores::block_on(sqlite.transactional(refund(order)).run(move |tx| {
+            tx.execute_batch("CREATE TABLE IF NOT EXISTS refunds (order_id INTEGER)")?;
+            tx.execute("INSERT INTO refunds VALUES (?1)", [order])?;
+            if ok {
+                Ok(order)
+            } else {
+                Err(BoxError::from("the card was declined"))
+            }
+        }))
+    };
+    assert_eq!(run(1, true).unwrap(), 1);
+    assert_eq!(run(1, true).unwrap(), 1, "replayed");
+    assert!(run(2, false).is_err());
     let mut calls = BTreeMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
@@ -60,6 +79,9 @@ fn calls_on_a_sqlite_store_are_counted_by_outcome() {
             ("tool=charge_card,outcome=fresh".to_owned(), 1),
             ("tool=charge_card,outcome=waited".to_owned(), 1),
             ("tool=charge_card,outcome=replay".to_owned(), 1),
+            ("tool=refund,outcome=fresh".to_owned(), 1),
+            ("tool=refund,outcome=replay".to_owned(), 1),
+            ("tool=refund,outcome=released".to_owned(), 1),
         ])
     );
 }
