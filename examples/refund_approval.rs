@@ -8,7 +8,7 @@
 //! ```
 //!
 //! **How the operator step runs.** With `IDEM_BIN` naming the `idem` command (the example's
-//! test sets it; `cargo build -p idem-cli` builds it as `target/debug/idem`), it runs that
+//! test sets it; `cargo build -p idem-agent-cli` builds it as `target/debug/idem`), it runs that
 //! command, which reaches this process through the store's admin socket, exactly as an operator
 //! would from another terminal. Without it, it calls [`idem::admin::decide`], the function
 //! behind `idem approve`, and prints the command an operator would type.

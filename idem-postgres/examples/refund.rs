@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
-//!     cargo run -p idem-postgres --example refund --features failpoints
+//!     cargo run -p idem-agent-postgres --example refund --features failpoints
 //! ```
 //!
 //! The example runs itself as a child process for each crash point, kills it with SIGKILL

@@ -246,12 +246,18 @@ impl Shared {
 
     /// `record` as the lifecycle must see it: an in-flight record of another instance carries
     /// what its owner's lock says as its lease (held for a while when the owner lives, lapsed
-    /// when it is gone); see `sqlite/owners.rs`.
+    /// when it is gone); see `sqlite/owners.rs`. A dead owner's lease lapsed when it last wrote
+    /// the record, not at the reading, so that a fenced write whose clock was read a moment
+    /// before this reading still finds it lapsed (a lease is held while `until > now`).
     fn present(&self, mut record: Record) -> Record {
         if record.status == Status::InFlight && !record.owner.is_of(&self.instance) {
             let now = now_ms();
             let alive = self.owners.alive(record.owner.instance());
-            record.lease_until = Some(if alive { now.saturating_add(PROBED_ALIVE) } else { now });
+            record.lease_until = Some(if alive {
+                now.saturating_add(PROBED_ALIVE)
+            } else {
+                record.updated_at.min(now)
+            });
         }
         record
     }
