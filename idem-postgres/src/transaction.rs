@@ -23,7 +23,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use idem_runtime::for_stores::{
-    as_current, count_call, deadline_after, new_call, transition, CallParts, Outcome, Waiting,
+    as_current, count_call, deadline_after, new_call, transition, CallParts, Outcome,
 };
 use idem_runtime::store::{assess, Assessment};
 use idem_runtime::{Call, Error, InDoubtPolicy, Kind, Record, Store, ToolInfo};
@@ -152,37 +152,12 @@ impl Transactional<'_> {
                         parts.wait.unwrap_or_else(|| self.store.default_wait()),
                     )
                 });
-                let waited = self.wait_for_owner(&parts, *record, deadline).await;
+                let waited = parts.wait_for_owner(self.store, *record, deadline).await;
                 waited.err().map(|e| {
                     count(Outcome::of_error(&e));
                     Err(E::from(e))
                 })
             }
-        }
-    }
-
-    /// Waits for a plain call that holds the key to finish, until `deadline`.
-    async fn wait_for_owner(
-        &self,
-        parts: &CallParts<'_>,
-        seen: Record,
-        deadline: Instant,
-    ) -> Result<(), Error> {
-        let store_error = |source| Error::Store {
-            key: Some(parts.key.to_string()),
-            tool: Some(parts.tool.to_owned()),
-            source,
-        };
-        let _waiting = Waiting::start(parts.key.as_str());
-        let now =
-            self.store.watch(parts.key.as_str(), &seen, deadline).await.map_err(store_error)?;
-        match now {
-            Some(now) if now.is_as(&seen) && Instant::now() >= deadline => Err(Error::InFlight {
-                key: parts.key.to_string(),
-                tool: parts.tool.to_owned(),
-                since_ms: seen.created_at,
-            }),
-            _ => Ok(()),
         }
     }
 }

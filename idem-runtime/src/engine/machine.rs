@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::reconciler::{ask, Reconciled};
-use super::waiting::Waiting;
 use super::{Call, Codec, InDoubtPolicy};
 use crate::error::{Error, StoreError};
 use crate::history::Answer;
@@ -309,7 +308,7 @@ impl Call {
                         let now = *waited_since.insert(Instant::now());
                         deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
-                    found = self.wait_for_owner(store, existing, deadline).await?;
+                    found = self.parts().wait_for_owner(store.as_ref(), existing, deadline).await?;
                     continue;
                 }
                 Assessment::InDoubt if reconcile.is_some() => {
@@ -349,30 +348,6 @@ impl Call {
                 Taken::Mine(owned) => return Ok(Acquired::Owned(owned)),
                 Taken::Moved(now) => found = now,
             }
-        }
-    }
-
-    /// Waits for the owner of `existing` until the record changes or `deadline` passes; the
-    /// record then (`None`: released). [`Error::InFlight`] when it never changed.
-    async fn wait_for_owner(
-        &self,
-        store: &Arc<dyn Store>,
-        existing: Record,
-        deadline: Instant,
-    ) -> Result<Option<Record>, Error> {
-        let key = self.key.as_str();
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
-        let _waiting = Waiting::start(key);
-        let now = store.watch(key, &existing, deadline).await.map_err(|e| self.store_error(e))?;
-        match now {
-            Some(now) if now.is_as(&existing) && Instant::now() >= deadline => {
-                Err(Error::InFlight {
-                    key: self.key.to_string(),
-                    tool: self.tool.clone(),
-                    since_ms: existing.created_at,
-                })
-            }
-            now => Ok(now),
         }
     }
 

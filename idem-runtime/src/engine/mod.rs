@@ -482,6 +482,34 @@ impl CallParts<'_> {
         }
     }
 
+    /// Waits on `store` until the record of the key is no longer `existing` (another call's
+    /// in flight), until `deadline`; the record as it then stands, or `Error::InFlight` when
+    /// the deadline passed with the owner still holding it.
+    pub async fn wait_for_owner(
+        &self,
+        store: &dyn Store,
+        existing: Record,
+        deadline: Instant,
+    ) -> Result<Option<Record>, Error> {
+        let key = self.key.as_str();
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
+        let _waiting = waiting::Waiting::start(key);
+        let now = store
+            .watch(key, &existing, deadline)
+            .await
+            .map_err(|e| Error::store(Some(key), Some(self.tool), e))?;
+        match now {
+            Some(now) if now.is_as(&existing) && Instant::now() >= deadline => {
+                Err(Error::InFlight {
+                    key: self.key.to_string(),
+                    tool: self.tool.to_owned(),
+                    since_ms: existing.created_at,
+                })
+            }
+            now => Ok(now),
+        }
+    }
+
     /// The result `record` holds, read back with `decode`; a result that no longer reads as
     /// the tool's type is `Error::Replay`.
     pub fn replay<T>(

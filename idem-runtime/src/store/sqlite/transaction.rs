@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{fault, reserve, schema, swap, Shared, SqliteStore};
-use crate::engine::{as_current_sync, Call, CallParts, InDoubtPolicy, Waiting};
+use crate::engine::{as_current_sync, Call, CallParts, InDoubtPolicy};
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::{assess, now_ms, transition, Assessment, Owner, Record};
@@ -133,7 +133,7 @@ impl SqliteTransactional<'_> {
                         let wait = parts.wait.unwrap_or(self.store.shared.options.default_wait);
                         deadline_after(Instant::now(), wait)
                     });
-                    if let Err(e) = self.wait_for_owner(&parts, *record, deadline).await {
+                    if let Err(e) = parts.wait_for_owner(self.store, *record, deadline).await {
                         count(Outcome::of_error(&e));
                         return Err(E::from(e));
                     }
@@ -168,28 +168,6 @@ impl SqliteTransactional<'_> {
         answered.await.unwrap_or_else(|_| {
             stopped(StoreError::new("the transaction's thread stopped before it answered"))
         })
-    }
-
-    /// Waits for the plain call that holds the key in flight to finish, until `deadline`.
-    async fn wait_for_owner(
-        &self,
-        parts: &CallParts<'_>,
-        seen: Record,
-        deadline: Instant,
-    ) -> Result<(), Error> {
-        let key = parts.key.as_str();
-        tracing::debug!(key, tool = parts.tool, "idem: transactional call waits for the owner");
-        let _waiting = Waiting::start(key);
-        let shared = &self.store.shared;
-        let now = shared.watch(key, &seen, deadline).await.map_err(|e| store_error(parts, e))?;
-        match now {
-            Some(now) if now.is_as(&seen) && Instant::now() >= deadline => Err(Error::InFlight {
-                key: key.to_owned(),
-                tool: parts.tool.to_owned(),
-                since_ms: seen.created_at,
-            }),
-            _ => Ok(()),
-        }
     }
 }
 
