@@ -159,21 +159,38 @@ fn the_in_doubt_mark_at_open_is_in_the_history_and_the_rerun_continues_it() {
     assert_eq!(history(&store).len(), 4);
 }
 
+/// A change that leaves no record (a release) writes the record's entries and its own to the
+/// history tree before it deletes the record: killed between the two, the entries it left are
+/// not shown, the record's own history goes on, and a later release writes over them.
 #[test]
-fn an_entry_whose_change_never_landed_is_not_shown_and_the_next_write_takes_its_place() {
+fn entries_of_a_release_that_never_landed_are_not_shown_and_a_later_one_replaces_them() {
     let dir = tempfile::tempdir().unwrap();
-    // Killed with the `done` entry on disk and the record still in flight.
-    child(dir.path(), "call", Some("after_entry_done"));
-    assert_eq!(entries_on_disk(&dir.path().join("store")), 2, "reserved, and the leftover");
+    // Killed with the entries in the tree and the record still in flight.
+    child(dir.path(), "release", Some("after_entry_released"));
+    assert_eq!(entries_on_disk(&dir.path().join("store")), 2, "reserved, and the release");
     let store = open(&dir.path().join("store"));
     let entries = history(&store);
     assert_eq!(
         steps(&entries),
         [(Event::Reserved, Some(Status::InFlight)), (Event::InDoubt, Some(Status::InDoubt))],
-        "the done that never landed is not in the history: {entries:?}"
+        "the release that never landed is not in the history: {entries:?}"
+    );
+    let got: Result<String, Declined> =
+        call().store(Arc::clone(&store)).in_doubt(InDoubtPolicy::Rerun).run(|| Err(Declined));
+    assert!(got.is_err(), "the body failed");
+    let entries = history(&store);
+    assert_eq!(
+        steps(&entries),
+        [
+            (Event::Reserved, Some(Status::InFlight)),
+            (Event::InDoubt, Some(Status::InDoubt)),
+            (Event::TookOver, Some(Status::InFlight)),
+            (Event::Released, None),
+        ],
+        "{entries:?}"
     );
     drop(store);
-    assert_eq!(entries_on_disk(&dir.path().join("store")), 2, "the open's mark replaced it");
+    assert_eq!(entries_on_disk(&dir.path().join("store")), 4, "the release wrote over them");
 }
 
 #[test]
@@ -191,7 +208,8 @@ fn a_first_reservation_that_never_landed_leaves_no_history() {
         [(Event::Reserved, Some(Status::InFlight)), (Event::Done, Some(Status::Done))]
     );
     drop(store);
-    assert_eq!(entries_on_disk(&dir.path().join("store")), 2, "the leftover was overwritten");
+    // The record holds its own entries: none is in the history tree.
+    assert_eq!(entries_on_disk(&dir.path().join("store")), 0, "a finished call's history");
 }
 
 #[test]

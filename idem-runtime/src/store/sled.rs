@@ -363,13 +363,13 @@ impl Store for SledStore {
                 let _key_lock = self.lock_key(key.as_bytes());
                 let bytes = self.read(key)?;
                 let record = match &bytes {
-                    Some(bytes) => Some(decode(key.as_bytes(), bytes)?.history),
+                    Some(bytes) => {
+                        let view = decode(key.as_bytes(), bytes)?;
+                        Some((view.history, view.inline))
+                    }
                     None => None,
                 };
-                let read_error = |e| io_error(&self.path, "cannot read", e);
-                let confirmed =
-                    self.history.confirmed(key.as_bytes(), record).map_err(read_error)?;
-                self.history.read(key.as_bytes(), confirmed)?
+                self.history.read_all(key.as_bytes(), record)?
             };
             self.durable().await?;
             Ok(entries)

@@ -8,7 +8,8 @@
 //! 1      status                0 in flight, 1 done, 2 in doubt, 4 awaiting approval,
 //!                              5 approved, 6 denied (3 is a history entry's absent)
 //! 2      which options follow  1 completed_at, 2 expires_at, 4 lease_until, 8 result,
-//!                              16 function, 32 result kept in chunks, 64 history
+//!                              16 function, 32 result kept in chunks, 64 history,
+//!                              128 the history's newest entries kept in the record
 //! 3..7   attempts              u32, little-endian, as every integer here
 //! 7..23  created_at, updated_at (u64 each), then each option present among completed_at,
 //!        expires_at, lease_until (u64 each)
@@ -18,9 +19,15 @@
 //! then   the result's JSON text, a u32 length and its bytes, when present (option 8)
 //! or     where its chunks are: a u64 chunk id and the u32 length of the text (option 32)
 //! then   the function that wrote the record, a u32 length and its bytes, when present
+//! then   the key's newest history entries, oldest first (option 128): a u32 count, then each
+//!        a u32 length and the entry's bytes (`history.rs` gives their layout)
 //! then   the sequence number of the key's last history entry, a u64 (option 64: always
 //!        written now, and last, so that a writer sets it once it holds the key's lock)
 //! ```
+//!
+//! The entries a record holds are numbered up to its last one: with `k` of them and a last
+//! number `n`, they are `n - k + 1 ..= n`, and the key's older entries are in the history tree
+//! (`history.rs`). Records written before option 128 hold none.
 //!
 //! A result too large to sit in the record is kept in chunks (see `chunks.rs`), so that no
 //! value handed to sled reaches the size at which sled writes it to a file of its own.
@@ -42,6 +49,7 @@ const RESULT: u8 = 8;
 const FUNCTION: u8 = 16;
 const CHUNKED: u8 = 32;
 const HISTORY: u8 = 64;
+const INLINE: u8 = 128;
 
 /// The byte a status is stored as, in a record and in a history entry.
 pub(crate) const fn status_byte(status: Status) -> u8 {
@@ -103,6 +111,38 @@ pub(crate) struct View<'a> {
     /// The sequence number of the key's last history entry this record confirms (`None` for a
     /// record written before histories were kept).
     pub(crate) history: Option<u64>,
+    /// The key's newest history entries, which the record holds (numbered up to `history`).
+    pub(crate) inline: Inline<'a>,
+}
+
+/// The history entries a record holds, oldest first, as their bytes (`history.rs`'s layout).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Inline<'a> {
+    count: u32,
+    bytes: &'a [u8],
+}
+
+impl<'a> Inline<'a> {
+    pub(crate) fn len(&self) -> u64 {
+        self.count.into()
+    }
+
+    /// Each entry's bytes, oldest first. The lengths were checked when the record was read.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &'a [u8]> {
+        let mut rest = self.bytes;
+        (0..self.count).map(move |_| {
+            let (len, tail) = rest.split_at(4);
+            let len = u32::from_le_bytes(len.try_into().expect("four bytes")) as usize;
+            let (entry, tail) = tail.split_at(len);
+            rest = tail;
+            entry
+        })
+    }
+}
+
+/// The bytes `entries` take in a record: a count, then each with its length.
+fn inline_len<'e>(entries: impl IntoIterator<Item = &'e [u8]>) -> usize {
+    4 + entries.into_iter().map(|entry| 4 + entry.len()).sum::<usize>()
 }
 
 impl View<'_> {
@@ -168,11 +208,19 @@ fn len_with(record: &Record, owner: usize, times: usize, result: usize) -> usize
 
 /// Writes `record` in the current format; with `spilled`, its result is replaced by a reference
 /// to the chunks that hold it.
+#[cfg(test)]
 pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
+    encode_with(record, spilled, &[])
+}
+
+/// Writes `record` as [`encode`] does, holding the history entries `inline` (oldest first; the
+/// writer numbers the last one with `set_history`).
+pub(crate) fn encode_with(record: &Record, spilled: Option<Spilled>, inline: &[&[u8]]) -> Vec<u8> {
     let strings = [record.tool.as_str(), record.scope.as_str(), record.owner.as_str(), ""];
     let result = if spilled.is_some() { None } else { record.result.as_deref() };
     let function = record.function.as_deref();
-    let len = encoded_len(record, spilled.is_some());
+    let inline_bytes = if inline.is_empty() { 0 } else { inline_len(inline.iter().copied()) };
+    let len = encoded_len(record, spilled.is_some()) + inline_bytes;
     let mut out = Vec::with_capacity(len);
     let mut options = 0;
     for (present, bit) in [
@@ -183,6 +231,7 @@ pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
         (function.is_some(), FUNCTION),
         (spilled.is_some(), CHUNKED),
         (true, HISTORY),
+        (!inline.is_empty(), INLINE),
     ] {
         if present {
             options |= bit;
@@ -214,8 +263,17 @@ pub(crate) fn encode(record: &Record, spilled: Option<Spilled>) -> Vec<u8> {
         out.extend_from_slice(&(text.len() as u32).to_le_bytes());
         out.extend_from_slice(text.as_bytes());
     }
+    if !inline.is_empty() {
+        // Bounded by the record's size (`chunks::MAX_VALUE`), as is each entry.
+        out.extend_from_slice(&(inline.len() as u32).to_le_bytes());
+        for entry in inline {
+            out.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+            out.extend_from_slice(entry);
+        }
+    }
     // Set by the writer under the key's lock (`set_history`).
     out.extend_from_slice(&0u64.to_le_bytes());
+    debug_assert_eq!(out.len(), len);
     out
 }
 
@@ -263,6 +321,7 @@ pub(crate) fn decode<'a>(key: &[u8], bytes: &'a [u8]) -> Result<View<'a>, StoreE
                 result: record.result.map(Cow::Owned),
                 spilled: None,
                 history: None,
+                inline: Inline::default(),
             })
         }
     }
@@ -306,6 +365,19 @@ impl<'a> Reader<'a> {
         let len = self.u32()? as usize;
         self.str(len).map(Cow::Borrowed)
     }
+
+    /// The history entries a record holds, each length checked, so that `Inline::entries`
+    /// cannot run past them.
+    fn inline(&mut self) -> Result<Inline<'a>, Truncated> {
+        let count = self.u32()?;
+        let start = self.bytes;
+        for _ in 0..count {
+            let len = self.u32()? as usize;
+            self.take(len)?;
+        }
+        let used = start.len() - self.bytes.len();
+        Ok(Inline { count, bytes: &start[..used] })
+    }
 }
 
 fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
@@ -327,7 +399,11 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
     let spilled =
         if options & CHUNKED != 0 { Some(Spilled { id: r.u64()?, len: r.u32()? }) } else { None };
     let function = if options & FUNCTION != 0 { Some(r.string()?) } else { None };
+    let inline = if options & INLINE != 0 { r.inline()? } else { Inline::default() };
     let history = if options & HISTORY != 0 { Some(r.u64()?) } else { None };
+    if history.unwrap_or(0) < inline.len() {
+        return Err(Truncated("more history entries than the history's number"));
+    }
     if !r.bytes.is_empty() {
         return Err(Truncated("bytes after the record"));
     }
@@ -346,6 +422,7 @@ fn decode_current(bytes: &[u8]) -> Result<View<'_>, Truncated> {
         result,
         spilled,
         history,
+        inline,
     })
 }
 
@@ -433,12 +510,28 @@ mod tests {
     }
 
     #[test]
+    fn a_record_holds_its_newest_history_entries() {
+        let entries: [&[u8]; 3] = [b"first", b"", b"third \xc3\xa9"];
+        let mut bytes = encode_with(&done(), None, &entries);
+        set_history(&mut bytes, 7);
+        let view = decode(b"k", &bytes).unwrap();
+        assert_eq!((view.history, view.inline.len()), (Some(7), 3));
+        assert_eq!(view.inline.entries().collect::<Vec<_>>(), entries);
+        assert_eq!(view.to_record("k"), done());
+        // Numbered up to the record's last: more entries than that number is damage.
+        set_history(&mut bytes, 2);
+        assert!(decode(b"k", &bytes).is_err(), "3 entries numbered up to 2 read as a record");
+    }
+
+    #[test]
     fn a_truncated_record_is_damaged_not_a_panic() {
-        let mut bytes = encode(&done(), None);
-        for len in 1..bytes.len() {
-            assert!(decode(b"k", &bytes[..len]).is_err(), "cut at {len} read as a record");
+        for mut bytes in [encode(&done(), None), encode_with(&done(), None, &[b"e1", b"e2"])] {
+            set_history(&mut bytes, 2);
+            for len in 1..bytes.len() {
+                assert!(decode(b"k", &bytes[..len]).is_err(), "cut at {len} read as a record");
+            }
+            bytes.push(0);
+            assert!(decode(b"k", &bytes).is_err(), "a byte too many read as a record");
         }
-        bytes.push(0);
-        assert!(decode(b"k", &bytes).is_err(), "a byte too many read as a record");
     }
 }

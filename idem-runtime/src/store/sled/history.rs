@@ -1,28 +1,42 @@
-//! The keys' histories on sled: a tree of their own, `idem.history`, one entry per change.
+//! The keys' histories on sled, one entry per change: the newest in the key's record, the rest
+//! in a tree of their own, `idem.history`.
 //!
-//! An entry's key is the record's key, a zero byte and a sequence number (u64, big-endian), so
-//! a key's entries are adjacent and in order. Without a sled transaction (which takes sled's
-//! global write lock) an entry and its record's change cannot be one write, so they are two,
-//! ordered and tied together:
+//! A record holds its key's newest entries (`encoding.rs`, option 128), as many as fit in what
+//! the record leaves of its 4 KiB, so a change and its entry are one write: a call's two
+//! changes write two records and nothing else, and no entry can outlive or precede its change.
+//! Entries are numbered from 1 per key; a record names its last entry's number `n`, and with
+//! `k` entries of its own holds `n - k + 1 ..= n`. The older ones, and those of a key with no
+//! record, are in the tree.
 //!
-//! - Under the key's lock, the writer writes the entry (seq `n`), then swaps the record, whose
-//!   bytes carry `n`: the record says which entries it confirms.
-//! - sled recovers a prefix of its writes in order, so after a crash at most the key's last
-//!   entry is one whose change never landed. Readers keep only confirmed entries: those up to
-//!   the record's `n` when there is a record, and when there is none (a release, a purge) those
-//!   up to the last entry that left the key absent (any entry after it led to a record that is
-//!   not there). The next write takes the first unconfirmed number, overwriting such a leftover.
+//! An entry's key in the tree is the record's key, a zero byte and its number (u64,
+//! big-endian), so a key's entries are adjacent and in order. An entry goes to the tree when the
+//! record has no room for it (the oldest first), and when its change leaves no record (a
+//! release, a purge): the record's own entries go with it. Without a sled transaction (which
+//! takes sled's global write lock) those writes and the record's change cannot be one write,
+//! so they are ordered and tied together:
+//!
+//! - Under the key's lock, the writer writes the tree's entries, then swaps the record, which
+//!   says which entries it confirms: with a record, the tree's entries through `n - k`; with
+//!   none, those up to the last entry that left the key absent (any entry after it belongs to a
+//!   change that did not land).
+//! - sled recovers a prefix of its writes in order, so a crash between the two leaves entries
+//!   that are not confirmed, and a later write of those numbers replaces them: a record's next
+//!   entries are numbered after its own.
+//! - Records written before records held entries hold none (`k` = 0): their history is the
+//!   tree's through `n`, and it goes on in the record.
 //! - A purge writes its entry (`purged`), deletes the record, then removes the entries through
 //!   its own (the first one last); readers show nothing up to a confirmed `purged` entry, so a
 //!   crash part-way shows no history, and the open (the key is in the in-flight index
 //!   meanwhile) removes the rest.
-//! - A history starts at 1, and entry 1 is the last to go, so a key without it has no history:
-//!   a fresh reservation learns its number from one read, not from an iterator (sled 0.34's
-//!   reverse iteration clones a tree node, and tripled the cost of a fresh call with
-//!   `Durability::None`).
+//! - A history in the tree starts at 1, and entry 1 is the last to go, so a key without it has
+//!   none there: a fresh reservation learns its number from one read, not from an iterator
+//!   (sled 0.34's reverse iteration clones a tree node, and tripled the cost of a fresh call
+//!   with `Durability::None`).
 //!
-//! No entry adds a durable point: it is written before the record's change, so the sync that
-//! makes the change durable covers it.
+//! No entry adds a durable point: it is written with or before the record's change, so the
+//! sync that makes the change durable covers it.
+//!
+//! Each entry, in the record or the tree:
 //!
 //! ```text
 //! 0      format (1)
@@ -36,7 +50,7 @@
 
 use sled::{IVec, Tree};
 
-use super::encoding::{status_byte, status_of};
+use super::encoding::{status_byte, status_of, Inline};
 use crate::error::StoreError;
 use crate::history::{Answer, Change, Entry, Event};
 use crate::lifecycle::Status;
@@ -288,8 +302,32 @@ impl History {
         }
     }
 
-    /// The confirmed history of `key` (`confirmed` from [`History::confirmed`]), oldest first,
-    /// less anything up to a purge.
+    /// The history of `key`, oldest first, given what its record says of it (`None`: no record;
+    /// else the record's last entry number, `None` for a record from before histories, and the
+    /// entries it holds): the entries in the tree before the record's own, less anything up to a
+    /// purge, then the record's own.
+    pub(crate) fn read_all(
+        &self,
+        key: &[u8],
+        record: Option<(Option<u64>, Inline<'_>)>,
+    ) -> Result<Vec<Entry>, StoreError> {
+        let read_error = |e| StoreError::with_source("cannot read a history", e);
+        let (through, inline) = match record {
+            // A record holds the newest entries; the tree, those before them.
+            Some((Some(last), inline)) => (last - inline.len(), inline),
+            Some((None, _)) | None => {
+                (self.last_absent(key).map_err(read_error)?, Inline::default())
+            }
+        };
+        let mut entries = if through == 0 { Vec::new() } else { self.read(key, through)? };
+        for bytes in inline.entries() {
+            entries.push(decode(key, bytes)?);
+        }
+        Ok(entries)
+    }
+
+    /// The confirmed history of `key` in the tree (`confirmed` from [`History::confirmed`]),
+    /// oldest first, less anything up to a purge.
     pub(crate) fn read(&self, key: &[u8], confirmed: u64) -> Result<Vec<Entry>, StoreError> {
         let mut entries = Vec::new();
         for entry in self.tree.range(prefix(key)..=entry_key(key, confirmed)) {

@@ -1,12 +1,14 @@
 //! How the sled store writes a record: every write of a key under the key's lock, its history
-//! entry before the swap that confirms it, the in-flight index around writes a crash could leave
-//! half done, a result's chunks before the record that points to them, then the
-//! compare-and-swap, and the settling after it. See `history.rs` for why the history needs no
-//! transaction, and the in-flight index in `sled.rs` for what the open does with what a crash
-//! leaves.
+//! entry in the record it writes (or, for entries the record has no room for and a change that
+//! leaves no record, in the history tree before the swap that confirms them), the in-flight
+//! index around writes a crash could leave half done, a result's chunks before the record that
+//! points to them, then the compare-and-swap, and the settling after it. See `history.rs` for
+//! why the history needs no transaction, and the in-flight index in `sled.rs` for what the open
+//! does with what a crash leaves.
 
 use super::chunks::{MAX_RESULT, MAX_VALUE};
-use super::encoding::{decode, encode, encoded_len, lifetime_len, set_history, Spilled};
+use super::encoding::Spilled;
+use super::encoding::{decode, encode_with, encoded_len, lifetime_len, set_history};
 use super::history;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
@@ -15,21 +17,29 @@ use crate::lifecycle::Status;
 use crate::lifecycle::{now_ms, Record};
 use crate::store::sync::Ticket;
 
-/// What a swap wrote that its settling must know: its history entry's number, whether it
-/// purged the history, and whether it entered the key in the in-flight index.
+/// What a swap wrote that its settling must know: its history entry's number, whether that
+/// entry is in the history tree, whether it purged the history, and whether it entered the key
+/// in the in-flight index.
 #[derive(Clone, Copy)]
 struct Settled {
     seq: u64,
+    in_tree: bool,
     purge: bool,
     indexed: bool,
 }
 
-/// A write laid out before the key's lock is taken: the record's bytes (its history number set
-/// under the lock), its history entry, and what the write leaves for its settling to do.
+/// A write laid out before the key's lock is taken: the record's bytes (holding the newest
+/// history entries, the last one numbered under the lock), the entries that go to the history
+/// tree instead, and what the write leaves for its settling to do.
 struct Planned {
     bytes: Option<Vec<u8>>,
     spilled: Option<Spilled>,
-    entry: Vec<u8>,
+    /// Entries for the history tree, oldest first: those of the old record and the new change
+    /// that the new record has no room for (all of them when the change leaves no record).
+    to_tree: Vec<Vec<u8>>,
+    /// How many entries the new record holds (the newest; the change's own among them when
+    /// this is not 0).
+    kept: u64,
     old_spilled: Option<Spilled>,
     old_history: Option<Option<u64>>,
     in_flight: bool,
@@ -116,26 +126,43 @@ impl SledStore {
         let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
         let old_history = old_view.as_ref().map(|view| view.history);
         let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        let (bytes, spilled) = match new {
-            Some(record) => {
-                let (bytes, spilled) = self.lay_out(record)?;
-                (Some(bytes), spilled)
-            }
-            None => (None, None),
-        };
         let entry = history::encode(change, new.map(|record| record.status), now_ms());
+        // The key's entries that a record holds: the old record's, then this change's.
+        let mut entries: Vec<&[u8]> = match &old_view {
+            Some(view) => view.inline.entries().collect(),
+            None => Vec::new(),
+        };
+        entries.push(&entry);
+        let (bytes, spilled, kept) = match new {
+            Some(record) => {
+                let (bytes, spilled, kept) = self.lay_out(record, &entries)?;
+                (Some(bytes), spilled, kept)
+            }
+            None => (None, None, 0),
+        };
+        let to_tree = entries[..entries.len() - kept].iter().map(|entry| entry.to_vec()).collect();
         let purge = change.event().ends_history();
         // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
         // a history, is indexed: a crash part-way leaves the key in the index for the next open
         // to settle.
         let indexed =
             was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
-        Ok(Planned { bytes, spilled, entry, old_spilled, old_history, in_flight, purge, indexed })
+        Ok(Planned {
+            bytes,
+            spilled,
+            to_tree,
+            kept: kept as u64,
+            old_spilled,
+            old_history,
+            in_flight,
+            purge,
+            indexed,
+        })
     }
 
-    /// The steps under the key's lock, up to the swap: the index entry, the history entry, the
-    /// result's chunks, then sled's compare-and-swap of `old` for the planned bytes. `reached`
-    /// says how far they got, for `finish` to settle.
+    /// The steps under the key's lock, up to the swap: the index entry, the history entries
+    /// that go to the tree, the result's chunks, then sled's compare-and-swap of `old` for the
+    /// planned bytes. `reached` says how far they got, for `finish` to settle.
     fn swap_locked(
         &self,
         key: &[u8],
@@ -156,7 +183,13 @@ impl SledStore {
             self.index.insert(key, &[][..])?;
         }
         let seq = self.history.confirmed(key, planned.old_history)? + 1;
-        self.history.write(key, seq, std::mem::take(&mut planned.entry))?;
+        // The entries for the tree come just before those the record holds. The old record's
+        // own are numbered up to `seq - 1`, and its number is at least their count (`decode`),
+        // so the first is at least 1.
+        let first = seq + 1 - planned.kept - planned.to_tree.len() as u64;
+        for (n, entry) in std::mem::take(&mut planned.to_tree).into_iter().enumerate() {
+            self.history.write(key, first + n as u64, entry)?;
+        }
         reached.written = Some(seq);
         #[cfg(feature = "failpoints")]
         {
@@ -219,7 +252,12 @@ impl SledStore {
                 outcome,
                 if won { planned.old_spilled } else { planned.spilled },
                 planned.in_flight,
-                Settled { seq, purge: planned.purge, indexed: planned.indexed },
+                Settled {
+                    seq,
+                    in_tree: planned.kept == 0,
+                    purge: planned.purge,
+                    indexed: planned.indexed,
+                },
             );
         }
         match swapped {
@@ -261,8 +299,10 @@ impl SledStore {
         let settled = (|| {
             match outcome {
                 // Only a write made without the key's lock can change the record under it; the
-                // entry of a change that did not happen goes.
-                Err(_) => self.history.remove(key, written.seq)?,
+                // entry of a change that did not happen goes. (Entries of the old record that
+                // went to the tree with it stay: each is one the key had.)
+                Err(_) if written.in_tree => self.history.remove(key, written.seq)?,
+                Err(_) => {}
                 Ok(()) if written.purge => {
                     #[cfg(feature = "failpoints")]
                     if crate::failpoint::armed("after_purge_swap") {
@@ -296,10 +336,33 @@ impl SledStore {
         }
     }
 
-    /// How `record` is written: its bytes, and where its result's chunks go when it does not
-    /// fit in the record. Refuses what the store cannot keep, before anything is written, and
-    /// an in-flight record whose call could not keep its later records.
-    fn lay_out(&self, record: &Record) -> Result<(Vec<u8>, Option<Spilled>), StoreError> {
+    /// How `record` is written: its bytes, where its result's chunks go when it does not fit in
+    /// the record, and how many of the newest of the key's history `entries` (oldest first) it
+    /// holds: as many as fit in what the record leaves of [`MAX_VALUE`]. Refuses what the store
+    /// cannot keep, before anything is written, and an in-flight record whose call could not
+    /// keep its later records.
+    fn lay_out(
+        &self,
+        record: &Record,
+        entries: &[&[u8]],
+    ) -> Result<(Vec<u8>, Option<Spilled>, usize), StoreError> {
+        let encode = |spilled: Option<Spilled>| {
+            // The newest entries that fit in what the record leaves (a count, then each with
+            // its length); the older ones go to the tree.
+            let mut room = MAX_VALUE.saturating_sub(encoded_len(record, spilled.is_some()) + 4);
+            let kept = entries
+                .iter()
+                .rev()
+                .take_while(|entry| match room.checked_sub(4 + entry.len()) {
+                    Some(left) => {
+                        room = left;
+                        true
+                    }
+                    None => false,
+                })
+                .count();
+            (encode_with(record, spilled, &entries[entries.len() - kept..]), spilled, kept)
+        };
         let result_len = record.result.as_ref().map_or(0, String::len);
         if result_len > MAX_RESULT {
             return Err(StoreError::new(format!(
@@ -328,14 +391,14 @@ impl SledStore {
             )));
         }
         if encoded_len(record, false) <= MAX_VALUE {
-            return Ok((encode(record, None), None));
+            return Ok(encode(None));
         }
         if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
             let id =
                 self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
             // Bounded by MAX_RESULT above.
             let spilled = Spilled { id, len: result_len as u32 };
-            return Ok((encode(record, Some(spilled)), Some(spilled)));
+            return Ok(encode(Some(spilled)));
         }
         Err(StoreError::new(format!(
             "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
@@ -344,5 +407,107 @@ impl SledStore {
             record.tool,
             encoded_len(record, true)
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::encoding::encode;
+    use super::*;
+    use crate::exec::block_on;
+    use crate::history::{Answer, Event};
+    use crate::store::{Durability, Store};
+
+    const KEY: &str = "k1";
+
+    fn store(dir: &std::path::Path) -> SledStore {
+        SledStore::builder(dir).durability(Durability::None).admin_socket(false).open().unwrap()
+    }
+
+    fn record() -> Record {
+        Record::reserve(KEY, "charge_card", "order-17", &"sled:1:2:3#4".into(), 7)
+    }
+
+    fn stored(store: &SledStore) -> sled::IVec {
+        store.tree.get(KEY).unwrap().expect("a record")
+    }
+
+    fn in_tree(store: &SledStore) -> usize {
+        store.history.tree.scan_prefix(format!("{KEY}\0")).count()
+    }
+
+    fn note(store: &SledStore, text: &str) {
+        let change = Change::new(Event::Reconciled { answer: Answer::CannotTell }, "op@host");
+        block_on(store.append_history(KEY, change.with_note(text.to_owned()))).unwrap();
+    }
+
+    fn notes(store: &SledStore) -> Vec<String> {
+        let entries = block_on(Store::history(store, KEY)).unwrap();
+        entries
+            .into_iter()
+            .map(|entry| entry.note.unwrap_or_else(|| entry.event.to_string()))
+            .collect()
+    }
+
+    /// A record keeps its history's newest entries, as many as it has room for; the older ones
+    /// go to the tree, and the history reads whole and in order, also after a release, which
+    /// leaves no record to hold them.
+    #[test]
+    fn a_long_history_moves_its_oldest_entries_to_the_tree_and_reads_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let reserved = Change::new(Event::Reserved, "sled:1:2:3#4");
+        assert!(store.cas(KEY.as_bytes(), None, Some(&record()), reserved).unwrap().is_ok());
+        assert_eq!(in_tree(&store), 0, "a short history is the record's alone");
+        let mut expected = vec![Event::Reserved.to_string()];
+        for n in 0..40 {
+            let text = format!("{n:03} {}", "x".repeat(300));
+            note(&store, &text);
+            expected.push(text);
+            let bytes = stored(&store);
+            assert!(bytes.len() <= MAX_VALUE, "{} bytes after {n} notes", bytes.len());
+            let view = decode(KEY.as_bytes(), &bytes).unwrap();
+            assert_eq!(view.history, Some(n + 2));
+            assert!(view.inline.len() >= 1, "the newest entry is in the record");
+            assert_eq!(in_tree(&store) as u64 + view.inline.len(), n + 2);
+        }
+        assert!(in_tree(&store) > 20, "the oldest entries went to the tree");
+        assert_eq!(notes(&store), expected);
+
+        let released = Change::new(Event::Released, "sled:1:2:3#4");
+        let old = stored(&store);
+        assert!(store.cas(KEY.as_bytes(), Some(&old), None, released).unwrap().is_ok());
+        expected.push(Event::Released.to_string());
+        assert_eq!(notes(&store), expected, "the release moved the record's entries");
+        assert_eq!(in_tree(&store), expected.len());
+    }
+
+    /// A record written before records held their history (its entries all in the tree, the
+    /// record naming the last) goes on: its next entries are its own, after the tree's.
+    #[test]
+    fn a_history_kept_in_the_tree_by_an_earlier_version_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store(dir.path());
+        let by = "sled:1:2:3#4";
+        let done = record().done(serde_json::json!("ch_1"), 9, None);
+        for (seq, (event, status)) in
+            [(Event::Reserved, Status::InFlight), (Event::Done, Status::Done)]
+                .into_iter()
+                .enumerate()
+        {
+            let entry = history::encode(&Change::new(event, by), Some(status), 1);
+            store.history.write(KEY.as_bytes(), seq as u64 + 1, entry).unwrap();
+        }
+        let mut bytes = encode(&done, None);
+        set_history(&mut bytes, 2);
+        store.tree.insert(KEY, bytes).unwrap();
+        assert_eq!(notes(&store), ["reserved", "done"]);
+
+        note(&store, "asked the vendor");
+        let view_bytes = stored(&store);
+        let view = decode(KEY.as_bytes(), &view_bytes).unwrap();
+        assert_eq!((view.history, view.inline.len()), (Some(3), 1));
+        assert_eq!(notes(&store), ["reserved", "done", "asked the vendor"]);
+        assert_eq!(in_tree(&store), 2, "the tree's entries stay where they are");
     }
 }
