@@ -167,6 +167,15 @@ impl SledStore {
         }
         let _key_lock = self.lock_key(key.as_bytes());
         let bytes = self.read(key)?;
+        self.load_read(key, bytes)
+    }
+
+    /// [`SledStore::load`] of the `bytes` read under the key's lock, which the caller holds.
+    fn load_read(
+        &self,
+        key: &str,
+        bytes: Option<sled::IVec>,
+    ) -> Result<Option<Record>, StoreError> {
         self.recent.set(key.as_bytes(), bytes.as_ref());
         let Some(bytes) = bytes else { return Ok(None) };
         let view = decode(key.as_bytes(), &bytes)?;
@@ -200,15 +209,16 @@ impl SledStore {
         change: Change<'_>,
     ) -> Result<Option<Swapped>, StoreError> {
         let key = expected.key.as_bytes();
+        // Read, fenced and swapped under the key's lock, so that the bytes fenced are those
+        // swapped.
+        let key_lock = self.lock_key(key);
         let Some(bytes) = self.read(&expected.key)? else { return Ok(None) };
         let stored = decode(key, &bytes)?;
         let (fence, lease) = (stored.fence(), stored.lease_until);
         if !admits_stored(expected.fence(), fence, lease, change.by(), now_ms(), &self.owner) {
             return Ok(None);
         }
-        // The bytes read are those swapped: a write between the read and the swap (which would
-        // have to be fenced again) makes the swap fail.
-        Ok(self.cas(key, Some(&bytes), new, change)?.ok())
+        Ok(self.cas_held(key, Some(&bytes), new, change, &key_lock)?.ok())
     }
 
     /// The record under `key`, once it is durable.
@@ -217,6 +227,14 @@ impl SledStore {
         self.durable().await?;
         Ok(record)
     }
+}
+
+/// A record that was there when a reservation looked and was gone when it read it.
+fn gone_while_reserved(key: &str) -> StoreError {
+    StoreError::new(format!(
+        "key {key}: the record appeared and was removed while this call reserved it; retry the \
+         call"
+    ))
 }
 
 impl Store for SledStore {
@@ -232,12 +250,29 @@ impl Store for SledStore {
         Box::pin(async move {
             let key = record.key.as_bytes();
             // Most calls that find their key are replays: a read answers them without encoding
-            // the record or attempting a swap. The insert below stays atomic either way.
-            if let Some(existing) = self.load(&record.key)? {
-                self.durable().await?;
-                return Ok(Inserted::Existing(existing));
-            }
-            match self.cas(key, None, Some(record), change)? {
+            // the record or attempting a swap. The insert is made under the same lock as the
+            // read that found no record, so nothing can come between.
+            let swapped = match self.recent.get(&record.key) {
+                Some(existing) => Err(Some(existing)),
+                None => {
+                    let key_lock = self.lock_key(key);
+                    match self.read(&record.key)? {
+                        Some(bytes) => Err(self.load_read(&record.key, Some(bytes))?),
+                        None => Ok(self.cas_held(key, None, Some(record), change, &key_lock)?),
+                    }
+                }
+            };
+            let swapped = match swapped {
+                Ok(swapped) => swapped,
+                Err(existing) => {
+                    self.durable().await?;
+                    return match existing {
+                        Some(existing) => Ok(Inserted::Existing(existing)),
+                        None => Err(gone_while_reserved(&record.key)),
+                    };
+                }
+            };
+            match swapped {
                 Ok(Swapped { ticket, token }) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -254,11 +289,7 @@ impl Store for SledStore {
                     match existing {
                         Some(existing) => Ok(Inserted::Existing(existing)),
                         // Purged again since the swap saw it: the caller tries again.
-                        None => Err(StoreError::new(format!(
-                            "key {}: the record appeared and was removed while this call \
-                             reserved it; retry the call",
-                            record.key
-                        ))),
+                        None => Err(gone_while_reserved(&record.key)),
                     }
                 }
                 // A swap expecting no value fails only when there is one.

@@ -48,6 +48,9 @@
 //! then   the note      a u32 length and its bytes, when option bit 1 of byte 11 is set
 //! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use sled::{IVec, Tree};
 
 use super::encoding::{status_byte, status_of, Inline};
@@ -62,6 +65,11 @@ const NOTE: u8 = 1;
 #[derive(Clone)]
 pub(crate) struct History {
     pub(crate) tree: Tree,
+    /// True while the tree is known to hold no entry: it held none at the open, and none was
+    /// written since. Then a key with no record has no history, and a fresh reservation reads
+    /// nothing to number its entry. Set false before any entry is written, under that key's
+    /// lock, so a reader holding a key's lock sees every earlier write of that key.
+    empty: Arc<AtomicBool>,
 }
 
 fn prefix(key: &[u8]) -> Vec<u8> {
@@ -186,6 +194,11 @@ fn decode(key: &[u8], bytes: &[u8]) -> Result<Entry, StoreError> {
 }
 
 impl History {
+    pub(crate) fn new(tree: Tree) -> History {
+        let empty = Arc::new(AtomicBool::new(tree.is_empty()));
+        History { tree, empty }
+    }
+
     /// The last entry of `key` the stored state confirms, for a key with no record, or for a
     /// record written before histories were kept (which confirms none of its own): the last
     /// entry that left the key absent. A crash leaves at most one entry after it, so at most
@@ -195,7 +208,7 @@ impl History {
         // A history starts at 1 and loses its first entry last (`remove_through`), so a key
         // without entry 1 has none. One read answers a fresh key, the common case: sled 0.34's
         // reverse iterator clones a node and costs tens of microseconds.
-        if self.tree.get(entry_key(key, 1))?.is_none() {
+        if self.empty.load(Ordering::Acquire) || self.tree.get(entry_key(key, 1))?.is_none() {
             return Ok(0);
         }
         for entry in self.tree.scan_prefix(prefix(key)).rev().take(2) {
@@ -219,6 +232,7 @@ impl History {
 
     /// Writes `bytes` as entry `seq` of `key`, replacing a leftover there.
     pub(crate) fn write(&self, key: &[u8], seq: u64, bytes: Vec<u8>) -> sled::Result<()> {
+        self.empty.store(false, Ordering::Release);
         self.tree.insert(entry_key(key, seq), bytes).map(drop)
     }
 
@@ -377,7 +391,7 @@ mod tests {
     #[test]
     fn a_purge_cut_short_anywhere_shows_nothing() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let history = History { tree: db.open_tree("h").unwrap() };
+        let history = History::new(db.open_tree("h").unwrap());
         let by = "o#1";
         let steps = [
             (Event::Reserved, Some(Status::InFlight)),
@@ -422,7 +436,7 @@ mod tests {
     #[test]
     fn every_key_with_entries_is_listed_once() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let history = History { tree: db.open_tree("h").unwrap() };
+        let history = History::new(db.open_tree("h").unwrap());
         let entry = encode(&Change::new(Event::Reserved, "o#1"), Some(Status::InFlight), 1);
         for (key, seq) in [(&b"ab"[..], 1), (b"ab", 2), (b"ab\0x", 1), (b"b", 300)] {
             history.write(key, seq, entry.clone()).unwrap();

@@ -364,7 +364,7 @@ impl Trees {
         Ok(Trees {
             records: open(TREE, "records")?,
             chunks: Chunks { tree: open(CHUNKS, "result chunks")? },
-            history: History { tree: open(HISTORY, "histories")? },
+            history: History::new(open(HISTORY, "histories")?),
             index: open(IN_FLIGHT, "the in-flight index")?,
         })
     }

@@ -47,6 +47,13 @@ struct Planned {
     indexed: bool,
 }
 
+/// Whether a write's caller read the record under the key's lock (and so knows it is `old`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Read {
+    NotYet,
+    UnderTheLock,
+}
+
 /// A swap that happened: the ticket that completes once it is durable (`None`: nothing to wait
 /// for), and the fencing token of the new record's owner when it is in flight (0 otherwise).
 pub(super) struct Swapped {
@@ -75,16 +82,55 @@ impl SledStore {
         new: Option<&Record>,
         change: Change<'_>,
     ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
-        let mut planned = self.plan(key, old, new, &change)?;
+        let planned = self.plan(key, old, new, &change)?;
+        // Every write of a key holds its lock: the entry and the swap are one step to every
+        // other writer and reader of the key.
+        let key_lock = self.lock_key(key);
+        self.write(key, old, new, &change, planned, Read::NotYet, &key_lock)
+    }
+
+    /// [`SledStore::cas`] for a caller that holds the key's lock (`key_lock`, from
+    /// [`SledStore::lock_key`]) and read `old` under it: nothing can have replaced it since, so
+    /// the swap does not read the record again.
+    pub(super) fn cas_held(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&Record>,
+        change: Change<'_>,
+        key_lock: &std::sync::MutexGuard<'_, ()>,
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
+        let planned = self.plan(key, old, new, &change)?;
+        self.write(key, old, new, &change, planned, Read::UnderTheLock, key_lock)
+    }
+
+    /// The write of a planned swap, under the key's lock (`_key_lock`, held by the caller).
+    #[allow(clippy::too_many_arguments)] // the steps' shared state, passed once
+    fn write(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&Record>,
+        change: &Change<'_>,
+        mut planned: Planned,
+        read: Read,
+        _key_lock: &std::sync::MutexGuard<'_, ()>,
+    ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
+        if read == Read::NotYet {
+            // Under the lock no other write of the key can come between this read and the
+            // swap, so a write that would be refused writes nothing, not even its entry.
+            let current = self.tree.get(key).map_err(|e| io_error(&self.path, "cannot read", e))?;
+            if current.as_deref() != old {
+                self.recent.set(key, current.as_ref());
+                return Ok(Err(current));
+            }
+        }
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
         }
-        // Every write of a key holds its lock: the entry and the swap are one step to every
-        // other writer and reader of the key.
-        let _key_lock = self.lock_key(key);
         let mut reached = Reached::default();
         let result = new.and_then(|record| record.result.as_deref());
-        let swapped = self.swap_locked(key, old, result, &change, &mut planned, &mut reached);
+        let swapped = self.swap_locked(key, old, result, change, &mut planned, &mut reached);
         self.finish(key, swapped, &planned, reached)
     }
 
@@ -160,9 +206,10 @@ impl SledStore {
         })
     }
 
-    /// The steps under the key's lock, up to the swap: the index entry, the history entries
-    /// that go to the tree, the result's chunks, then sled's compare-and-swap of `old` for the
-    /// planned bytes. `reached` says how far they got, for `finish` to settle.
+    /// The steps under the key's lock, once the record is known to be `old`, up to the swap: the
+    /// index entry, the history entries that go to the tree, the result's chunks, then sled's
+    /// compare-and-swap of `old` for the planned bytes. `reached` says how far they got, for
+    /// `finish` to settle.
     fn swap_locked(
         &self,
         key: &[u8],
@@ -173,12 +220,6 @@ impl SledStore {
         planned: &mut Planned,
         reached: &mut Reached,
     ) -> sled::Result<Result<(), Option<sled::IVec>>> {
-        // Under the lock no other write of the key can come between this read and the swap,
-        // so a write that would be refused writes nothing, not even its entry.
-        let current = self.tree.get(key)?;
-        if current.as_deref() != old {
-            return Ok(Err(current));
-        }
         if planned.indexed {
             self.index.insert(key, &[][..])?;
         }
