@@ -7,7 +7,9 @@
 //! `-- [calls|raw] N` prints the table for N calls (default 300, after 50 not counted); `--
 //! child calls|raw N` is the traced child; `-- time N` times N untraced fresh calls. With
 //! `IDEM_PER_CALL_CHILD=PATH` the traced child is another build's `per_call` binary (an A/B in
-//! one run).
+//! one run). `-- none N` times N fresh `Durability::None` calls (no sync: idem's and sled's own
+//! work), for a profiler: `valgrind --tool=callgrind <per_call> none 3000` counts their
+//! instructions, which no other load on the machine changes.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -230,9 +232,9 @@ fn table(what: &str, n: usize) {
     }
 }
 
-/// `n` untraced fresh calls: the median call in µs, and the process's CPU time per call in µs.
-fn time(n: usize) -> (f64, f64) {
-    let (_dir, store) = temp_store(Durability::Fsync);
+/// `n` untraced fresh calls with `durability`: the median call in µs, and the process's CPU time per call in µs.
+fn time(n: usize, durability: Durability) -> (f64, f64) {
+    let (_dir, store) = temp_store(durability);
     (0..WARM_UP).for_each(|_| fresh_call(&store));
     let cpu = common::process_cpu();
     let mut took: Vec<f64> = (0..n)
@@ -277,8 +279,12 @@ fn main() {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["child", what, n] => child(what, n.parse().expect("a call count")),
         ["time", n] => {
-            let (median, cpu) = time(n.parse().expect("a call count"));
+            let (median, cpu) = time(n.parse().expect("a call count"), Durability::Fsync);
             println!("{median:.1} {cpu:.1}");
+        }
+        ["none", n] => {
+            let (median, cpu) = time(n.parse().expect("a call count"), Durability::None);
+            println!("fresh Durability::None call: median {median:.1} µs, {cpu:.1} µs of CPU");
         }
         ["ab", n, rounds] => ab(n, rounds.parse().expect("a round count")),
         [what @ ("calls" | "raw"), rest @ ..] => table(what, count(rest.first())),
