@@ -11,7 +11,8 @@
 //! `idem_fleet`, emptied before each run); without it those rows are skipped. The store sizes
 //! and the fleet's processes run as child processes of this binary (`grow N`, `fleet …`), so
 //! that each one's memory is its own and the fleet's processes are real ones. `-- callers N`
-//! runs one point of the group-commit curve alone, for a profiler.
+//! runs one point of the group-commit curve alone, for a profiler; `-- fleet-only` runs the
+//! PostgreSQL fleet's section alone.
 //!
 //! The modules are the sections of the run: `growth` (how the cost grows with the store),
 //! `group_commit` (sled against its limit), `fleet` (PostgreSQL with real processes), with
@@ -69,6 +70,11 @@ fn main() {
             mode,
             prefix,
         ),
+        // The PostgreSQL fleet's section alone.
+        ["fleet-only"] => match std::env::var("DATABASE_URL") {
+            Ok(url) => drop(fleet::report(&url)),
+            Err(_) => eprintln!("DATABASE_URL is not set: there is no fleet to run"),
+        },
         rest => run(rest.contains(&"million")),
     }
 }

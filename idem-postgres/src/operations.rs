@@ -93,6 +93,14 @@ impl Table {
         row.as_ref().map(rows::decode).transpose().map_err(Fault::Store)
     }
 
+    /// Reads key `key`'s record for a caller that waits for it to change, marking it so that
+    /// the write that changes it announces the change (`Statements::watch`).
+    async fn try_read_waited(&self, key: &str) -> Result<Option<Record>, Fault> {
+        let client = self.connection().await?;
+        let row = self.statements.watch.query_opt(&client, &[&key]).await?;
+        row.as_ref().map(rows::decode).transpose().map_err(Fault::Store)
+    }
+
     pub(crate) async fn reserve(
         &self,
         record: &Record,
@@ -248,20 +256,6 @@ impl Table {
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
         let now = self.db_now_param();
         let fence: [Param; 5] = [&current.key, &status, &owner, &attempts, &own];
-        // The announcement is pipelined behind the write on the same connection: the server
-        // runs it once the write has committed, in a transaction of its own, and it costs no
-        // round trip of its own. A waiter subscribes before it reads, so it cannot miss it; one
-        // lost with a crash between the two is made up by the waiter's re-read at the lease's
-        // end. A write the fence refused announces nothing that changed, which costs a waiter
-        // one needless read.
-        let announced: [Param; 2] = [&self.statements.channel, &current.key];
-        let write = match (new, change.ends_history) {
-            (Some(_), _) => &self.statements.update,
-            (None, true) => &self.statements.purge,
-            (None, false) => &self.statements.delete,
-        };
-        client.ready(&[write, &self.statements.notify]).await?;
-        let announce = self.statements.notify.execute(&client, &announced);
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);
@@ -272,7 +266,7 @@ impl Table {
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(self.statements.update.query_opt(&client, &params), announce)?.0
+                self.statements.update.query_opt(&client, &params).await?
             }
             None if change.ends_history => {
                 let mut params = fence.to_vec();
@@ -286,10 +280,21 @@ impl Table {
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&change.params());
                 params.push(&now);
-                tokio::try_join!(self.statements.delete.query_opt(&client, &params), announce)?.0
+                self.statements.delete.query_opt(&client, &params).await?
             }
         };
-        changed.map(|row| seq_of(&row)).transpose()
+        let Some(row) = changed else { return Ok(None) };
+        // A caller in some process waits for this record to change (it marked the record
+        // before it read it, `watch`): tell every process, once the write has committed. A
+        // write that finds no mark announces nothing: no caller waits, and each announcement
+        // wakes the listening connection of every process of the fleet. One lost with a crash
+        // between the two is made up by the waiter's re-read at the lease's end.
+        let waited: bool = row.try_get(1)?;
+        if waited {
+            let announced: [Param; 2] = [&self.statements.channel, &current.key];
+            self.statements.notify.execute(&client, &announced).await?;
+        }
+        seq_of(&row).map(Some)
     }
 
     /// Renews the leases in `holding`, trying until `deadline`; returns those renewed.
@@ -349,11 +354,16 @@ impl Table {
         deadline: Instant,
     ) -> Result<Option<Record>, StoreError> {
         loop {
-            // Watch before reading, so that a change between the read and the wait is seen.
+            // Watch before reading, so that a change between the read and the wait is seen; the
+            // read marks the record, so that the write that changes it announces it to every
+            // process. A read that hits a broken connection keeps trying for the whole wait
+            // (and at least a lease): a restarting server must not end a wait early.
             let watch = Notifier::watch(&self.listener.notifier, key);
-            // A read that hits a broken connection keeps trying for the whole wait (and at
-            // least a lease): a restarting server must not end a wait early.
-            let current = self.get(key, deadline.max(self.deadline())).await?;
+            let current = retrying!(
+                deadline.max(self.deadline()),
+                format!("cannot read key {key}"),
+                self.try_read_waited(key)
+            )?;
             let record = match current {
                 Some(record) if record.is_as(seen) => record,
                 other => return Ok(other),

@@ -100,7 +100,10 @@ CREATE TABLE IF NOT EXISTS {t} (
     lease_until      bigint,
     args_fingerprint text NOT NULL,
     result           text,
-    function         text
+    function         text,
+    -- Set by a caller that waits for the record to change: a write that finds it set announces
+    -- its change (`Statements::notify`), and one that does not announces nothing.
+    waiters          boolean NOT NULL DEFAULT false
 );
 -- One row per change of a record, written by the statement that makes the change. `seq` orders
 -- a key's rows; a purge deletes them with the record, a release keeps them.
@@ -124,6 +127,11 @@ BEGIN
                    WHERE attrelid = '{t}'::regclass AND attname = 'function' AND NOT attisdropped)
     THEN
         ALTER TABLE {t} ADD COLUMN function text;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = '{t}'::regclass AND attname = 'waiters' AND NOT attisdropped)
+    THEN
+        ALTER TABLE {t} ADD COLUMN waiters boolean NOT NULL DEFAULT false;
     END IF;
     FOR old_check IN
         SELECT conname FROM pg_constraint
@@ -171,6 +179,9 @@ pub(crate) struct Statements {
     pub(crate) exists: Sql,
     pub(crate) insert: Sql,
     pub(crate) get: Sql,
+    /// Key $1's record, read by a caller that waits for it to change, which marks it so that
+    /// the write that changes it announces the change.
+    pub(crate) watch: Sql,
     pub(crate) scan: Sql,
     pub(crate) update: Sql,
     pub(crate) delete: Sql,
@@ -186,8 +197,9 @@ pub(crate) struct Statements {
     pub(crate) append: Sql,
     pub(crate) renew: Sql,
     pub(crate) size: Sql,
-    /// Announces a change of key $2 on channel $1, to the waiters of every process. Sent after
-    /// the write, in a transaction of its own, which writes nothing and so commits without
+    /// Announces a change of key $2 on channel $1, to the waiters of every process, when the
+    /// write found the record marked as waited for. Sent after the write, in a transaction of
+    /// its own, which writes nothing and so commits without
     /// waiting for a WAL flush: the database-wide lock a notifying commit takes is held for
     /// moments, not for the write's flush.
     pub(crate) notify: Sql,
@@ -269,22 +281,26 @@ impl Writes {
             ),
             // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
             // $19..$22 the change, $23 now.
+            // The history row's `seq`, then whether a caller waits for the record to change.
             update: Sql::new(
                 format!(
                     "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
                      attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
                      expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
                      lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
-                     WHERE {} RETURNING key, status) {}",
+                     WHERE {} RETURNING key, status, waiters), e AS ({}) \
+                     SELECT e.seq, r.waiters FROM e, r",
                     fence(in_flight, 23),
                     entry(h, 19, "status", 23)
                 ),
                 &types(&[&FENCE, &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
             ),
-            // $6..$9 the change, $10 now; the record is gone, so the row's state is absent.
+            // $6..$9 the change, $10 now; the record is gone, so the row's state is absent. As
+            // `update`, the row's `seq`, then whether a caller waited.
             delete: Sql::new(
                 format!(
-                    "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key) {}",
+                    "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key, waiters), e AS ({}) \
+                     SELECT e.seq, r.waiters FROM e, r",
                     fence(in_flight, 10),
                     entry(h, 6, "NULL", 10)
                 ),
@@ -320,6 +336,14 @@ impl Statements {
             ),
             insert,
             get: of_key(format!("SELECT {COLUMNS} FROM {t} WHERE key = $1")),
+            // One statement: marks the record as waited for (once: a mark already there is not
+            // written again), and reads it as the mark left it, or as it is.
+            watch: of_key(format!(
+                "WITH u AS (UPDATE {t} SET waiters = true WHERE key = $1 AND NOT waiters \
+                 RETURNING {COLUMNS}) \
+                 SELECT {COLUMNS} FROM u UNION ALL \
+                 SELECT {COLUMNS} FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM u)"
+            )),
             scan: bare(format!("SELECT {COLUMNS} FROM {t}")),
             update,
             delete,

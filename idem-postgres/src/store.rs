@@ -37,9 +37,11 @@ use crate::schema::{self, Names, Statements};
 ///   every caller then treats the record as in doubt.
 /// - **Fencing**: every write names the state it replaces (status, owner, attempts) and a lapsed
 ///   lease is never renewed, so an owner whose record was taken over cannot write to it.
-/// - **Waiting without polling**: every settling write is announced with `NOTIFY` once it has
-///   committed (not from a trigger, whose notifying commits would go one at a time across the
-///   fleet); one listening connection per store wakes the waiters of this process. It is
+/// - **Waiting without polling**: a caller that waits marks the record (its `waiters` column),
+///   and a settling write that finds the mark is announced with `NOTIFY` once it has committed
+///   (not from a trigger, whose notifying commits would go one at a time across the fleet; and
+///   not for writes no one waits for, which would wake every process of the fleet for
+///   nothing); one listening connection per store wakes the waiters of this process. It is
 ///   trusted while a notification it sends itself comes back; otherwise waiters re-read every
 ///   50 ms. Another program that writes the table must announce its changes likewise:
 ///   `SELECT pg_notify(channel, key)`.

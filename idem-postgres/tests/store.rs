@@ -173,6 +173,8 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     ];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(statuses, expected, "every old row reads, with its status");
+    let unmarked = format!("SELECT count(*) FROM \"{schema}\".records WHERE NOT waiters");
+    assert_eq!(common::query_i64(&url, &unmarked), 3, "the waiters mark is added, unset");
     let again: Result<u32, Error> =
         Call::new("charge_card", "s", &args).unwrap().store(Arc::clone(&store)).run(|| Ok(1));
     assert!(matches!(again, Err(Error::InDoubt { .. })), "still in doubt: {again:?}");
