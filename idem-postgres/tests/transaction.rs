@@ -427,7 +427,11 @@ async fn through_sqlx_the_writes_and_the_record_commit_together() {
                 .transactional(call)
                 .run_sqlx(&pool, async |tx| {
                     runs.fetch_add(1, Ordering::SeqCst);
-                    let id: i64 = sqlx::query_scalar(&sql).bind(order).fetch_one(&mut *tx).await?;
+                    // Unnamed, as the README asks of a body's statements: the suite also runs
+                    // through a pooler in transaction mode, where a statement sqlx prepared in an
+                    // earlier transaction may not be on this one's server connection.
+                    let query = sqlx::query_scalar(&sql).persistent(false);
+                    let id: i64 = query.bind(order).fetch_one(&mut *tx).await?;
                     if fail {
                         return Err::<i64, BoxError>("refused".into());
                     }
