@@ -259,3 +259,30 @@ fn a_damaged_record_fails_its_own_key_and_no_other() {
     });
     assert_eq!(runs.load(Ordering::SeqCst), 15, "every other key ran once");
 }
+
+/// Stores opened on one new file at once, over and over: each either creates the layout or finds
+/// it whole. The marks and the tables are read from one state of the file, so an open never sees
+/// another's creation half done (its tables and not yet its mark), which it would refuse as
+/// "another program's database".
+#[test]
+fn stores_opened_at_once_on_a_new_file_all_open() {
+    for round in 0..40 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Arc::new(dir.path().join("idem.sqlite"));
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, start) = (Arc::clone(&path), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    SqliteStore::open(&*path).map(drop)
+                })
+            })
+            .collect();
+        for open in opens {
+            if let Err(e) = open.join().unwrap() {
+                panic!("round {round}: an open of a store being created failed: {e}");
+            }
+        }
+    }
+}

@@ -58,6 +58,15 @@ pub(super) enum Found {
 /// Reads the marks of the file `conn` opened and says what it is; `what` names the file in
 /// messages.
 pub(super) fn inspect(conn: &Connection, what: &str) -> Result<Found, StoreError> {
+    // The marks and the tables are read in one read transaction, from one state of the file:
+    // another process's creation (one transaction) lands before all three reads or after
+    // them. Read one by one, an open could see that creation's tables and not yet its mark,
+    // and refuse the store as another program's. (Under `create`'s own transaction there is
+    // one already.) Dropped, it ends without writing.
+    let _snapshot = match conn.is_autocommit() {
+        true => Some(conn.unchecked_transaction().map_err(|e| super::fault::open_error(what, e))?),
+        false => None,
+    };
     let read = |pragma: &str| -> Result<i32, StoreError> {
         conn.query_row(&format!("PRAGMA {pragma}"), [], |row| row.get(0))
             .map_err(|e| super::fault::open_error(what, e))
