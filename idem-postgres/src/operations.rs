@@ -84,20 +84,18 @@ impl Table {
         key: &str,
         deadline: Instant,
     ) -> Result<Option<Record>, StoreError> {
-        retrying!(deadline, format!("cannot read key {key}"), self.try_get(key))
+        retrying!(
+            deadline,
+            format!("cannot read key {key}"),
+            self.try_read(&self.statements.get, key)
+        )
     }
 
-    async fn try_get(&self, key: &str) -> Result<Option<Record>, Fault> {
+    /// Key `key`'s record, read by `statement` (`get`, or `watch`, which also marks it as
+    /// waited for).
+    async fn try_read(&self, statement: &Sql, key: &str) -> Result<Option<Record>, Fault> {
         let client = self.connection().await?;
-        let row = self.statements.get.query_opt(&client, &[&key]).await?;
-        row.as_ref().map(rows::decode).transpose().map_err(Fault::Store)
-    }
-
-    /// Reads key `key`'s record for a caller that waits for it to change, marking it so that
-    /// the write that changes it announces the change (`Statements::watch`).
-    async fn try_read_waited(&self, key: &str) -> Result<Option<Record>, Fault> {
-        let client = self.connection().await?;
-        let row = self.statements.watch.query_opt(&client, &[&key]).await?;
+        let row = statement.query_opt(&client, &[&key]).await?;
         row.as_ref().map(rows::decode).transpose().map_err(Fault::Store)
     }
 
@@ -362,7 +360,7 @@ impl Table {
             let current = retrying!(
                 deadline.max(self.deadline()),
                 format!("cannot read key {key}"),
-                self.try_read_waited(key)
+                self.try_read(&self.statements.watch, key)
             )?;
             let record = match current {
                 Some(record) if record.is_as(seen) => record,

@@ -199,9 +199,9 @@ pub(crate) struct Statements {
     pub(crate) size: Sql,
     /// Announces a change of key $2 on channel $1, to the waiters of every process, when the
     /// write found the record marked as waited for. Sent after the write, in a transaction of
-    /// its own, which writes nothing and so commits without
-    /// waiting for a WAL flush: the database-wide lock a notifying commit takes is held for
-    /// moments, not for the write's flush.
+    /// its own, which writes nothing and so commits without waiting for a WAL flush: the
+    /// database-wide lock a notifying commit takes is held for moments, not for the write's
+    /// flush.
     pub(crate) notify: Sql,
     /// The table's channel ([`Names::channel`]), the first parameter of `notify`.
     pub(crate) channel: String,
@@ -280,8 +280,8 @@ impl Writes {
                 &types(&[&[TEXT], &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
             ),
             // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
-            // $19..$22 the change, $23 now.
-            // The history row's `seq`, then whether a caller waits for the record to change.
+            // $19..$22 the change, $23 now. Returns the history row's `seq`, then whether a
+            // caller waits for the record to change.
             update: Sql::new(
                 format!(
                     "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \

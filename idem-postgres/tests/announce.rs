@@ -9,7 +9,7 @@ mod common;
 
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_postgres::PgStore;
 use idem_runtime::{Call, Error, Store};
@@ -27,7 +27,7 @@ fn channel(schema: &str) -> String {
 struct Observer {
     runtime: tokio::runtime::Runtime,
     client: tokio_postgres::Client,
-    heard: mpsc::Receiver<String>,
+    heard: tokio::sync::mpsc::UnboundedReceiver<String>,
     channel: String,
     markers: usize,
 }
@@ -35,7 +35,7 @@ struct Observer {
 impl Observer {
     fn listen(url: &str, channel: &str) -> Observer {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let (heard_tx, heard) = mpsc::channel();
+        let (heard_tx, heard) = tokio::sync::mpsc::unbounded_channel();
         let client = runtime.block_on(async {
             let (client, mut connection) = tokio_postgres::connect(url, NoTls).await.unwrap();
             tokio::spawn(async move {
@@ -60,24 +60,16 @@ impl Observer {
         let sql = format!("SELECT pg_notify('{}', '{marker}')", self.channel);
         self.runtime.block_on(self.client.batch_execute(&sql)).unwrap();
         let mut payloads = Vec::new();
-        let until = Instant::now() + Duration::from_secs(30);
+        let until = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             // The connection's task runs while the runtime is driven.
-            let payload = self.runtime.block_on(async {
-                loop {
-                    if let Ok(payload) = self.heard.try_recv() {
-                        return Some(payload);
-                    }
-                    if Instant::now() >= until {
-                        return None;
-                    }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            });
-            match payload {
-                Some(payload) if payload == marker => return payloads,
-                Some(payload) => payloads.push(payload),
-                None => panic!("the observer's own marker never came back; heard {payloads:?}"),
+            let heard = self
+                .runtime
+                .block_on(async { tokio::time::timeout_at(until, self.heard.recv()).await });
+            match heard {
+                Ok(Some(payload)) if payload == marker => return payloads,
+                Ok(Some(payload)) => payloads.push(payload),
+                _ => panic!("the observer's own marker never came back; heard {payloads:?}"),
             }
         }
     }

@@ -120,9 +120,9 @@ pub trait Store: Send + Sync + 'static {
     /// Up to `limit` keys that have a history and sort after `after` (from the first when
     /// `None`), in key order, each with the time of its last entry when the key has no record
     /// (a released key) and `None` when it has one (a store may leave such keys out): what a
-    /// retention pass walks histories with, a page at a time. Fewer than `limit` means there are no more. The default pages
-    /// through [`Store::histories_without_record`], listing released keys only; a store that
-    /// can seek by key overrides it.
+    /// retention pass walks histories with, a page at a time. Fewer than `limit` means there
+    /// are no more. The default pages through [`Store::histories_without_record`], listing
+    /// released keys only; a store that can seek by key overrides it.
     fn histories_page<'a>(
         &'a self,
         after: Option<&'a str>,

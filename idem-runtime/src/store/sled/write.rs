@@ -47,13 +47,6 @@ struct Planned {
     indexed: bool,
 }
 
-/// Whether a write's caller read the record under the key's lock (and so knows it is `old`).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Read {
-    NotYet,
-    UnderTheLock,
-}
-
 /// A swap that happened: the ticket that completes once it is durable (`None`: nothing to wait
 /// for), and the fencing token of the new record's owner when it is in flight (0 otherwise).
 pub(super) struct Swapped {
@@ -86,7 +79,14 @@ impl SledStore {
         // Every write of a key holds its lock: the entry and the swap are one step to every
         // other writer and reader of the key.
         let key_lock = self.lock_key(key);
-        self.write(key, old, new, &change, planned, Read::NotYet, &key_lock)
+        // Under the lock no other write of the key can come between this read and the swap, so
+        // a write that would be refused writes nothing, not even its entry.
+        let current = self.tree.get(key).map_err(|e| io_error(&self.path, "cannot read", e))?;
+        if current.as_deref() != old {
+            self.recent.set(key, current.as_ref());
+            return Ok(Err(current));
+        }
+        self.write(key, old, new, &change, planned, &key_lock)
     }
 
     /// [`SledStore::cas`] for a caller that holds the key's lock (`key_lock`, from
@@ -101,11 +101,11 @@ impl SledStore {
         key_lock: &std::sync::MutexGuard<'_, ()>,
     ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
         let planned = self.plan(key, old, new, &change)?;
-        self.write(key, old, new, &change, planned, Read::UnderTheLock, key_lock)
+        self.write(key, old, new, &change, planned, key_lock)
     }
 
-    /// The write of a planned swap, under the key's lock (`_key_lock`, held by the caller).
-    #[allow(clippy::too_many_arguments)] // the steps' shared state, passed once
+    /// The write of a planned swap of `old`, which the caller read under the key's lock
+    /// (`_key_lock`, held by the caller).
     fn write(
         &self,
         key: &[u8],
@@ -113,18 +113,8 @@ impl SledStore {
         new: Option<&Record>,
         change: &Change<'_>,
         mut planned: Planned,
-        read: Read,
         _key_lock: &std::sync::MutexGuard<'_, ()>,
     ) -> Result<Result<Swapped, Option<sled::IVec>>, StoreError> {
-        if read == Read::NotYet {
-            // Under the lock no other write of the key can come between this read and the
-            // swap, so a write that would be refused writes nothing, not even its entry.
-            let current = self.tree.get(key).map_err(|e| io_error(&self.path, "cannot read", e))?;
-            if current.as_deref() != old {
-                self.recent.set(key, current.as_ref());
-                return Ok(Err(current));
-            }
-        }
         if let Some(syncer) = &self.syncer {
             syncer.begin_write()?;
         }
