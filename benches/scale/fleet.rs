@@ -47,9 +47,16 @@ fn fresh_and_replay_table(url: &str, raw_pg: f64) -> (Curve, Option<f64>) {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let mut curve = Vec::new();
     let mut one_caller = None;
+    let mut raw = Vec::new();
     for (processes, callers) in FLEET {
         let fresh = fleet(url, processes, callers, "fresh", false);
         let replay = fleet(url, processes, callers, "replay", false);
+        raw.push((
+            processes,
+            callers,
+            fleet(url, processes, callers, "raw", false),
+            fresh.as_ref().map(|f| (f.rate, f.cpu)),
+        ));
         match (fresh, replay) {
             (Some(fresh), Some(replay)) => {
                 let one = *one_caller.get_or_insert(fresh.rate);
@@ -72,7 +79,42 @@ fn fresh_and_replay_table(url: &str, raw_pg: f64) -> (Curve, Option<f64>) {
             _ => println!("| {processes} × {callers} | a fleet process failed | | | | | | | | |"),
         }
     }
+    raw_table(&raw);
     (curve, one_caller)
+}
+
+/// A fleet's size, its raw run, and idem's fresh calls/s and CPU per call beside it.
+type RawRow = (usize, usize, Option<Fleet>, Option<(f64, f64)>);
+
+/// The same fleets with nothing of idem's, each run right after idem's: what two commits a
+/// call cost this machine, beside what idem's fresh calls took.
+fn raw_table(rows: &[RawRow]) {
+    println!(
+        "\nThe same fleets with nothing of idem's, each run right after idem's fresh calls: \
+         each caller a connection of its own making the least a fresh call needs, two \
+         autocommitted statements that each wait for their WAL flush (INSERT a row of 330 \
+         bytes, then UPDATE it to 430), prepared once.\n"
+    );
+    println!(
+        "| processes × callers | raw calls/s | ÷ one raw caller | CPU per raw call (machine) \
+         | cores busy | idem's fresh calls/s ÷ raw | idem's CPU ÷ raw |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let one = rows.iter().find_map(|(_, _, raw, _)| raw.as_ref().map(|r| r.rate));
+    for (processes, callers, raw, idem) in rows {
+        match (raw, idem, one) {
+            (Some(raw), Some((rate, cpu)), Some(one)) => println!(
+                "| {processes} × {callers} | {:.0} | {:.2} | {} | {:.0} % | {:.2} | {:.2} |",
+                raw.rate,
+                raw.rate / one,
+                us(raw.cpu),
+                100.0 * raw.busy,
+                rate / raw.rate,
+                cpu / raw.cpu
+            ),
+            _ => println!("| {processes} × {callers} | a fleet process failed | | | | | |"),
+        }
+    }
 }
 
 /// The largest fleet's rate `all` against one caller's `one`, and against what the server itself
@@ -177,6 +219,7 @@ fn fleet(
     drop(idem_postgres::PgStore::builder(url).schema("idem_fleet").connect().ok()?);
     pg_server::runtime().block_on(async {
         let client = pg_server::client(url).await;
+        pg_server::scratch_table(&client, RAW_TABLE).await;
         // Each run on an empty table: the same store size for every row of the table.
         let _ = client.batch_execute("TRUNCATE idem_fleet.records").await;
         if triggered {
@@ -241,6 +284,9 @@ fn fleet(
 /// for `go` on its input, runs for `run_for`, then prints the calls made, the seconds taken and
 /// every call's latency.
 pub(crate) fn child(url: &str, callers: usize, run_for: Duration, mode: &str, prefix: &str) {
+    if mode == "raw" {
+        return raw_child(url, callers, run_for, prefix);
+    }
     let store: Arc<dyn Store> = Arc::new(
         idem_postgres::PgStore::builder(url)
             .schema("idem_fleet")
@@ -284,6 +330,66 @@ pub(crate) fn child(url: &str, callers: usize, run_for: Duration, mode: &str, pr
             })
         })
         .collect();
+    report_to_parent(threads);
+}
+
+/// The scratch table of the raw fleet, in the schema `idem_fleet`.
+const RAW_TABLE: &str = "raw_calls";
+
+/// One process of the raw fleet: as [`child`], each caller with a connection of its own making
+/// two autocommitted statements a call, an INSERT and an UPDATE of the row it inserted.
+fn raw_child(url: &str, callers: usize, run_for: Duration, prefix: &str) {
+    // Each caller connects and prepares on its own thread; all are ready at the first barrier,
+    // and start together at the second, once the parent says go.
+    let (ready, start) = (Arc::new(Barrier::new(callers + 1)), Arc::new(Barrier::new(callers + 1)));
+    let threads: Vec<_> = (0..callers)
+        .map(|caller| {
+            let (ready, start, prefix, url) =
+                (ready.clone(), start.clone(), prefix.to_owned(), url.to_owned());
+            std::thread::spawn(move || {
+                pg_server::runtime().block_on(async {
+                    let client = pg_server::client(&url).await;
+                    let table = format!("idem_fleet.{RAW_TABLE}");
+                    let insert = client
+                        .prepare(&format!("INSERT INTO {table} VALUES ($1, $2)"))
+                        .await
+                        .expect("prepare");
+                    let update = client
+                        .prepare(&format!("UPDATE {table} SET value = $2 WHERE key = $1"))
+                        .await
+                        .expect("prepare");
+                    let (value, done) = ("i".repeat(330), "d".repeat(430));
+                    ready.wait();
+                    start.wait();
+                    let began = Instant::now();
+                    let mut latencies = Vec::new();
+                    let mut n = 0usize;
+                    while began.elapsed() < run_for {
+                        let key = format!("{prefix}-{caller}-{n}");
+                        let call = Instant::now();
+                        client.execute(&insert, &[&key, &value]).await.expect("an insert");
+                        let updated =
+                            client.execute(&update, &[&key, &done]).await.expect("an update");
+                        assert_eq!(updated, 1, "the raw row of {key} was not updated");
+                        latencies.push(call.elapsed().as_secs_f64());
+                        n += 1;
+                    }
+                    (latencies, began.elapsed().as_secs_f64())
+                })
+            })
+        })
+        .collect();
+    ready.wait();
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).expect("the parent says go");
+    start.wait();
+    report_to_parent(threads);
+}
+
+/// Joins the callers and prints the calls they made, the seconds the slowest took and every
+/// call's latency, on one line for the parent.
+fn report_to_parent(threads: Vec<std::thread::JoinHandle<(Vec<f64>, f64)>>) {
     let mut line = String::new();
     let (mut calls, mut took) = (0usize, 0f64);
     let mut all = Vec::new();

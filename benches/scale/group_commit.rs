@@ -1,6 +1,7 @@
 //! Group commit against its limit on sled: fresh-call throughput with concurrent callers, with
 //! and without the store's wait for the writes it expects, beside the disk's own durable point.
 
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use idem::Durability;
@@ -26,6 +27,14 @@ pub(crate) fn report() -> Curve {
          process: {:.0} calls/s would take both cores).\n",
         us(cpu_none),
         2.0 / cpu_none
+    );
+    let (work_one, work_eight) = (raw_sled_work(1), raw_sled_work(8));
+    println!(
+        "sled's own work of a fresh call, nothing of idem's and no sync (three reads, the \
+         in-flight index's insert and remove, two record swaps), CPU per call: {} with one \
+         thread, {} with 8.\n",
+        us(work_one),
+        us(work_eight)
     );
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -85,6 +94,59 @@ fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
 /// The disk's own limit on sled: one compare-and-swap, sled's flush and a data sync of its file,
 /// what each of a call's two durable points is at the least.
 fn raw_sled_durable_point() -> f64 {
+    raw_sled_durable_point_and_cpu().0
+}
+
+/// The CPU time, all threads of the process, of the sled work a fresh call does with nothing of
+/// idem's and no sync, each of `threads` threads on keys of its own for [`THROUGHPUT_FOR`]: the
+/// peek, the reservation's look under the key's lock, the in-flight index's entry, the
+/// reservation's swap, the `Done`'s look, its swap and the index entry's removal (the store's
+/// three reads and four writes of a fresh call, DESIGN.md).
+pub(crate) fn raw_sled_work(threads: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = sled::Config::new().path(dir.path().join("raw.sled")).open().expect("sled opens");
+    let tree = db.open_tree("idem.records").expect("a tree");
+    let index = db.open_tree("idem.in_flight").expect("a tree");
+    // About the sizes of a record in flight and of one done with its history.
+    let (in_flight, done) = (vec![b'i'; 330], vec![b'd'; 430]);
+    let start = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|t| {
+            let (tree, index, start) = (tree.clone(), index.clone(), Arc::clone(&start));
+            let (in_flight, done) = (in_flight.clone(), done.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let began = Instant::now();
+                let mut n = 0u64;
+                while began.elapsed() < THROUGHPUT_FOR {
+                    let key = format!("{t:02x}{n:062x}");
+                    let key = key.as_bytes();
+                    let none = None as Option<&[u8]>;
+                    assert!(tree.get(key).expect("sled reads").is_none());
+                    assert!(tree.get(key).expect("sled reads").is_none());
+                    index.insert(key, &[][..]).expect("sled writes");
+                    tree.compare_and_swap(key, none, Some(&in_flight[..]))
+                        .expect("sled writes")
+                        .expect("a new key");
+                    let held = tree.get(key).expect("sled reads");
+                    tree.compare_and_swap(key, held, Some(&done[..]))
+                        .expect("sled writes")
+                        .expect("the record read");
+                    index.remove(key).expect("sled writes");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let before = process_cpu();
+    start.wait();
+    let calls: u64 = workers.into_iter().map(|w| w.join().expect("a worker")).sum();
+    (process_cpu() - before).as_secs_f64() / calls.max(1) as f64
+}
+
+/// [`raw_sled_durable_point`]'s median, and the CPU time of the process per point.
+pub(crate) fn raw_sled_durable_point_and_cpu() -> (f64, f64) {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = sled::Config::new().path(dir.path().join("raw.sled")).open().expect("sled opens");
     let tree = db.open_tree("idem.records").expect("a tree");
@@ -92,7 +154,11 @@ fn raw_sled_durable_point() -> f64 {
     // About the size of a finished record.
     let value = vec![b'x'; 330];
     let mut times = Vec::with_capacity(RAW_SAMPLES);
+    let mut cpu_from = process_cpu();
     for n in 0..RAW_SAMPLES + RAW_SAMPLES / 10 {
+        if n == RAW_SAMPLES / 10 {
+            cpu_from = process_cpu();
+        }
         let key = format!("{n:032x}");
         let began = Instant::now();
         tree.compare_and_swap(key.as_bytes(), None as Option<&[u8]>, Some(&value[..]))
@@ -104,5 +170,6 @@ fn raw_sled_durable_point() -> f64 {
             times.push(began.elapsed().as_secs_f64());
         }
     }
-    percentile(&sorted(times), 0.5)
+    let cpu = (process_cpu() - cpu_from).as_secs_f64() / RAW_SAMPLES as f64;
+    (percentile(&sorted(times), 0.5), cpu)
 }

@@ -62,6 +62,20 @@ fn main() {
                 t.writes_per_sync,
                 us(t.sync)
             );
+            // The same work with nothing of idem's, in the same run: what bounds the CPU a
+            // synced call can take from below.
+            let work = group_commit::raw_sled_work(callers);
+            let (point, point_cpu) = group_commit::raw_sled_durable_point_and_cpu();
+            println!(
+                "with nothing of idem's: sled's work of a call on {callers} threads, {} of CPU; \
+                 a raw durable point of {} takes {} of CPU; so at {:.1} writes a durable point \
+                 a synced call takes at least {} of CPU",
+                us(work),
+                us(point),
+                us(point_cpu),
+                t.writes_per_sync,
+                us(work + 2.0 * point_cpu / t.writes_per_sync)
+            );
         }
         ["fleet", url, callers, seconds, mode, prefix] => fleet::child(
             url,

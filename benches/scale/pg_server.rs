@@ -23,7 +23,7 @@ pub(crate) async fn client(url: &str) -> tokio_postgres::Client {
 
 /// Creates the empty scratch table `idem_fleet.<name>`, a key and a value, for the server's own
 /// figures.
-async fn scratch_table(client: &tokio_postgres::Client, name: &str) {
+pub(crate) async fn scratch_table(client: &tokio_postgres::Client, name: &str) {
     client
         .batch_execute(&format!(
             "CREATE SCHEMA IF NOT EXISTS idem_fleet; DROP TABLE IF EXISTS idem_fleet.{name}; \
