@@ -79,7 +79,7 @@ fn row(callers: usize, raw: f64, cores: usize) -> (usize, f64, f64) {
 }
 
 /// The CPU time a fresh call takes with one caller under `durability`.
-fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
+pub(crate) fn cpu_per_call(durability: Durability, calls: usize) -> f64 {
     let (_dir, store) = temp_store(durability);
     for n in 0..calls / 10 {
         charge(&store, &format!("w{n}"));

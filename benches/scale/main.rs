@@ -11,8 +11,9 @@
 //! `idem_fleet`, emptied before each run); without it those rows are skipped. The store sizes
 //! and the fleet's processes run as child processes of this binary (`grow N`, `fleet …`), so
 //! that each one's memory is its own and the fleet's processes are real ones. `-- callers N`
-//! runs one point of the group-commit curve alone, for a profiler; `-- fleet-only` runs the
-//! PostgreSQL fleet's section alone.
+//! runs one point of the group-commit curve alone, for a profiler, with the floor that sled's own
+//! work and its raw durable points set; `-- none` one caller's `Durability::None` call beside
+//! sled's own work of it; `-- fleet-only` the PostgreSQL fleet's section alone.
 //!
 //! The modules are the sections of the run: `growth` (how the cost grows with the store),
 //! `group_commit` (sled against its limit), `fleet` (PostgreSQL with real processes), with
@@ -22,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::{Call, Error, Store};
+use idem::{Call, Durability, Error, Store};
 
 use self::common::throughput;
 
@@ -69,12 +70,28 @@ fn main() {
             println!(
                 "with nothing of idem's: sled's work of a call on {callers} threads, {} of CPU; \
                  a raw durable point of {} takes {} of CPU; so at {:.1} writes a durable point \
-                 a synced call takes at least {} of CPU",
+                 a synced call takes at least {}, and at least {} were every point to answer \
+                 all {callers} callers' writes",
                 us(work),
                 us(point),
                 us(point_cpu),
                 t.writes_per_sync,
-                us(work + 2.0 * point_cpu / t.writes_per_sync)
+                us(work + 2.0 * point_cpu / t.writes_per_sync),
+                us(work + 2.0 * point_cpu / callers as f64)
+            );
+        }
+        // One caller's `Durability::None` fresh call beside sled's own work of it, in one run.
+        ["none"] => {
+            let (call, work) = (
+                group_commit::cpu_per_call(Durability::None, 20_000),
+                group_commit::raw_sled_work(1),
+            );
+            println!(
+                "a fresh `Durability::None` call takes {} of CPU; sled's own work of it, with \
+                 nothing of idem's, {} ({:.0} %)",
+                us(call),
+                us(work),
+                100.0 * work / call
             );
         }
         ["fleet", url, callers, seconds, mode, prefix] => fleet::child(
