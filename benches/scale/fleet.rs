@@ -51,12 +51,13 @@ fn fresh_and_replay_table(url: &str, raw_pg: f64) -> (Curve, Option<f64>) {
     for (processes, callers) in FLEET {
         let fresh = fleet(url, processes, callers, "fresh", false);
         let replay = fleet(url, processes, callers, "replay", false);
-        raw.push((
+        raw.push(RawRow {
             processes,
             callers,
-            fleet(url, processes, callers, "raw", false),
-            fresh.as_ref().map(|f| (f.rate, f.cpu)),
-        ));
+            raw: fleet(url, processes, callers, "raw", false),
+            shaped: fleet(url, processes, callers, "raw-shaped", false),
+            idem: fresh.as_ref().map(|f| (f.rate, f.cpu)),
+        });
         match (fresh, replay) {
             (Some(fresh), Some(replay)) => {
                 let one = *one_caller.get_or_insert(fresh.rate);
@@ -83,36 +84,51 @@ fn fresh_and_replay_table(url: &str, raw_pg: f64) -> (Curve, Option<f64>) {
     (curve, one_caller)
 }
 
-/// A fleet's size, its raw run, and idem's fresh calls/s and CPU per call beside it.
-type RawRow = (usize, usize, Option<Fleet>, Option<(f64, f64)>);
+/// A fleet's size, its raw runs, and idem's fresh calls/s and CPU per call beside them.
+struct RawRow {
+    processes: usize,
+    callers: usize,
+    raw: Option<Fleet>,
+    shaped: Option<Fleet>,
+    idem: Option<(f64, f64)>,
+}
 
 /// The same fleets with nothing of idem's, each run right after idem's: what two commits a
-/// call cost this machine, beside what idem's fresh calls took.
+/// call cost this machine, and the same shaped as idem's statements, beside what idem's fresh
+/// calls took.
 fn raw_table(rows: &[RawRow]) {
     println!(
-        "\nThe same fleets with nothing of idem's, each run right after idem's fresh calls: \
-         each caller a connection of its own making the least a fresh call needs, two \
-         autocommitted statements that each wait for their WAL flush (INSERT a row of 330 \
-         bytes, then UPDATE it to 430), prepared once.\n"
+        "\nThe same fleets with nothing of idem's, each run right after idem's fresh calls, each \
+         caller a connection of its own, its statements prepared once. Raw: the least a fresh \
+         call needs, two autocommitted statements that each wait for their WAL flush (INSERT a \
+         row of 330 bytes, then UPDATE it to 430). Shaped: the same as idem's statements are \
+         shaped, each write inserting a history row in the same statement, and the read of the \
+         key pipelined behind the insert.\n"
     );
     println!(
         "| processes × callers | raw calls/s | ÷ one raw caller | CPU per raw call (machine) \
-         | cores busy | idem's fresh calls/s ÷ raw | idem's CPU ÷ raw |"
+         | cores busy | shaped calls/s | CPU per shaped call | idem's fresh calls/s ÷ raw | \
+         idem's CPU ÷ raw | idem's CPU ÷ shaped |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
-    let one = rows.iter().find_map(|(_, _, raw, _)| raw.as_ref().map(|r| r.rate));
-    for (processes, callers, raw, idem) in rows {
-        match (raw, idem, one) {
-            (Some(raw), Some((rate, cpu)), Some(one)) => println!(
-                "| {processes} × {callers} | {:.0} | {:.2} | {} | {:.0} % | {:.2} | {:.2} |",
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+    let one = rows.iter().find_map(|row| row.raw.as_ref().map(|r| r.rate));
+    for row in rows {
+        let (processes, callers) = (row.processes, row.callers);
+        match (&row.raw, &row.shaped, row.idem, one) {
+            (Some(raw), Some(shaped), Some((rate, cpu)), Some(one)) => println!(
+                "| {processes} × {callers} | {:.0} | {:.2} | {} | {:.0} % | {:.0} | {} | {:.2} | \
+                 {:.2} | {:.2} |",
                 raw.rate,
                 raw.rate / one,
                 us(raw.cpu),
                 100.0 * raw.busy,
+                shaped.rate,
+                us(shaped.cpu),
                 rate / raw.rate,
-                cpu / raw.cpu
+                cpu / raw.cpu,
+                cpu / shaped.cpu
             ),
-            _ => println!("| {processes} × {callers} | a fleet process failed | | | | | |"),
+            _ => println!("| {processes} × {callers} | a fleet process failed | | | | | | | | |"),
         }
     }
 }
@@ -220,6 +236,14 @@ fn fleet(
     pg_server::runtime().block_on(async {
         let client = pg_server::client(url).await;
         pg_server::scratch_table(&client, RAW_TABLE).await;
+        client
+            .batch_execute(&format!(
+                "DROP TABLE IF EXISTS idem_fleet.{RAW_HISTORY}; CREATE TABLE \
+                 idem_fleet.{RAW_HISTORY} (key text, seq bigint GENERATED ALWAYS AS IDENTITY, \
+                 at bigint, event text, PRIMARY KEY (key, seq))"
+            ))
+            .await
+            .expect("the scratch history table");
         // Each run on an empty table: the same store size for every row of the table.
         let _ = client.batch_execute("TRUNCATE idem_fleet.records").await;
         if triggered {
@@ -284,8 +308,12 @@ fn fleet(
 /// for `go` on its input, runs for `run_for`, then prints the calls made, the seconds taken and
 /// every call's latency.
 pub(crate) fn child(url: &str, callers: usize, run_for: Duration, mode: &str, prefix: &str) {
-    if mode == "raw" {
-        return raw_child(url, callers, run_for, prefix);
+    if let Some(shaped) = match mode {
+        "raw" => Some(false),
+        "raw-shaped" => Some(true),
+        _ => None,
+    } {
+        return raw_child(url, callers, run_for, prefix, shaped);
     }
     let store: Arc<dyn Store> = Arc::new(
         idem_postgres::PgStore::builder(url)
@@ -333,12 +361,84 @@ pub(crate) fn child(url: &str, callers: usize, run_for: Duration, mode: &str, pr
     report_to_parent(threads);
 }
 
-/// The scratch table of the raw fleet, in the schema `idem_fleet`.
+/// The scratch table of the raw fleet, in the schema `idem_fleet`, and its history table.
 const RAW_TABLE: &str = "raw_calls";
+const RAW_HISTORY: &str = "raw_calls_history";
+
+/// The raw fleet's statements: as the least a fresh call needs, or `shaped` as idem's are.
+struct RawStatements {
+    insert: tokio_postgres::Statement,
+    /// The read pipelined behind the insert (shaped only).
+    get: Option<tokio_postgres::Statement>,
+    update: tokio_postgres::Statement,
+}
+
+impl RawStatements {
+    async fn prepare(client: &tokio_postgres::Client, shaped: bool) -> RawStatements {
+        let (t, h) = (format!("idem_fleet.{RAW_TABLE}"), format!("idem_fleet.{RAW_HISTORY}"));
+        let (insert, get, update) = if shaped {
+            (
+                format!(
+                    "WITH r AS (INSERT INTO {t} VALUES ($1, $2) ON CONFLICT (key) DO NOTHING \
+                     RETURNING key) INSERT INTO {h} (key, at, event) \
+                     SELECT key, $3, 'reserved' FROM r RETURNING seq"
+                ),
+                Some(format!("SELECT key, value FROM {t} WHERE key = $1")),
+                format!(
+                    "WITH r AS (UPDATE {t} SET value = $2 WHERE key = $1 RETURNING key), \
+                     e AS (INSERT INTO {h} (key, at, event) SELECT key, $3, 'done' FROM r \
+                     RETURNING seq) SELECT e.seq FROM e, r"
+                ),
+            )
+        } else {
+            (
+                format!("INSERT INTO {t} VALUES ($1, $2)"),
+                None,
+                format!("UPDATE {t} SET value = $2 WHERE key = $1"),
+            )
+        };
+        let prepare = |sql: String| async move { client.prepare(&sql).await.expect("prepare") };
+        RawStatements {
+            insert: prepare(insert).await,
+            get: match get {
+                Some(get) => Some(prepare(get).await),
+                None => None,
+            },
+            update: prepare(update).await,
+        }
+    }
+
+    /// One call of key `key`: the insert (with the read behind it), then the update.
+    async fn call(&self, client: &tokio_postgres::Client, key: &str, value: &str, done: &str) {
+        let at = 0i64;
+        match &self.get {
+            Some(get) => {
+                let insert: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &value, &at];
+                let read: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+                let (inserted, found) = tokio::try_join!(
+                    client.query_opt(&self.insert, &insert),
+                    client.query_opt(get, &read)
+                )
+                .expect("an insert and a read");
+                assert!(inserted.is_some() && found.is_some(), "the raw row of {key} is missing");
+                let updated =
+                    client.query_opt(&self.update, &[&key, &done, &at]).await.expect("an update");
+                assert!(updated.is_some(), "the raw row of {key} was not updated");
+            }
+            None => {
+                client.execute(&self.insert, &[&key, &value]).await.expect("an insert");
+                let updated =
+                    client.execute(&self.update, &[&key, &done]).await.expect("an update");
+                assert_eq!(updated, 1, "the raw row of {key} was not updated");
+            }
+        }
+    }
+}
 
 /// One process of the raw fleet: as [`child`], each caller with a connection of its own making
-/// two autocommitted statements a call, an INSERT and an UPDATE of the row it inserted.
-fn raw_child(url: &str, callers: usize, run_for: Duration, prefix: &str) {
+/// two autocommitted writes a call, an insert and an update of the row it inserted (`shaped`:
+/// as idem's statements are shaped).
+fn raw_child(url: &str, callers: usize, run_for: Duration, prefix: &str, shaped: bool) {
     // Each caller connects and prepares on its own thread; all are ready at the first barrier,
     // and start together at the second, once the parent says go.
     let (ready, start) = (Arc::new(Barrier::new(callers + 1)), Arc::new(Barrier::new(callers + 1)));
@@ -349,15 +449,7 @@ fn raw_child(url: &str, callers: usize, run_for: Duration, prefix: &str) {
             std::thread::spawn(move || {
                 pg_server::runtime().block_on(async {
                     let client = pg_server::client(&url).await;
-                    let table = format!("idem_fleet.{RAW_TABLE}");
-                    let insert = client
-                        .prepare(&format!("INSERT INTO {table} VALUES ($1, $2)"))
-                        .await
-                        .expect("prepare");
-                    let update = client
-                        .prepare(&format!("UPDATE {table} SET value = $2 WHERE key = $1"))
-                        .await
-                        .expect("prepare");
+                    let statements = RawStatements::prepare(&client, shaped).await;
                     let (value, done) = ("i".repeat(330), "d".repeat(430));
                     ready.wait();
                     start.wait();
@@ -367,10 +459,7 @@ fn raw_child(url: &str, callers: usize, run_for: Duration, prefix: &str) {
                     while began.elapsed() < run_for {
                         let key = format!("{prefix}-{caller}-{n}");
                         let call = Instant::now();
-                        client.execute(&insert, &[&key, &value]).await.expect("an insert");
-                        let updated =
-                            client.execute(&update, &[&key, &done]).await.expect("an update");
-                        assert_eq!(updated, 1, "the raw row of {key} was not updated");
+                        statements.call(&client, &key, &value, &done).await;
                         latencies.push(call.elapsed().as_secs_f64());
                         n += 1;
                     }
