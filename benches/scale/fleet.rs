@@ -235,15 +235,18 @@ fn fleet(
     drop(idem_postgres::PgStore::builder(url).schema("idem_fleet").connect().ok()?);
     pg_server::runtime().block_on(async {
         let client = pg_server::client(url).await;
-        pg_server::scratch_table(&client, RAW_TABLE).await;
-        client
-            .batch_execute(&format!(
-                "DROP TABLE IF EXISTS idem_fleet.{RAW_HISTORY}; CREATE TABLE \
-                 idem_fleet.{RAW_HISTORY} (key text, seq bigint GENERATED ALWAYS AS IDENTITY, \
-                 at bigint, event text, PRIMARY KEY (key, seq))"
-            ))
-            .await
-            .expect("the scratch history table");
+        if mode.starts_with("raw") {
+            // The raw fleet's own tables, empty for each run as the store's table is.
+            pg_server::scratch_table(&client, RAW_TABLE).await;
+            client
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS idem_fleet.{RAW_HISTORY}; CREATE TABLE \
+                     idem_fleet.{RAW_HISTORY} (key text, seq bigint GENERATED ALWAYS AS \
+                     IDENTITY, at bigint, event text, PRIMARY KEY (key, seq))"
+                ))
+                .await
+                .expect("the scratch history table");
+        }
         // Each run on an empty table: the same store size for every row of the table.
         let _ = client.batch_execute("TRUNCATE idem_fleet.records").await;
         if triggered {
