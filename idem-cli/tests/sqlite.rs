@@ -118,3 +118,30 @@ fn a_sqlite_name_that_is_wrong_says_what_to_do() {
     assert!(line.contains(&format!("sqlite:{}", path.display())), "names the fix: {line}");
     assert!(!Path::new(&path).is_dir());
 }
+
+#[test]
+fn the_command_leaves_a_store_that_an_agent_opened_twice_shared() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agents.sqlite");
+    let name = format!("sqlite:{}", path.display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    // A second open in the agent's process: a tool with a store of its own, say.
+    let _again = SqliteStore::open(&path).unwrap();
+    idem_in(dir.path(), &["--store", &name, "ls"]).ok();
+    let (wal, shm) = (dir.path().join("agents.sqlite-wal"), dir.path().join("agents.sqlite-shm"));
+    assert!(
+        wal.exists() && shm.exists(),
+        "the command took itself for the store's last user and removed the live -wal and -shm"
+    );
+    let runs = AtomicUsize::new(0);
+    let refund = call(&store, "order-1");
+    let got = refund.clone().run(|| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, Error>("refunded".to_owned())
+    });
+    assert_eq!(got.unwrap(), "refunded");
+    // The command, a new process, reads what the agent wrote: one log and one lock for both.
+    let listed = json_lines(idem_in(dir.path(), &["--store", &name, "ls", "--json"]).ok());
+    assert_eq!(status_of(&listed, refund.key().as_str()).as_deref(), Some("done"), "{listed:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

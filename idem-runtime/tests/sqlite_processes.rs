@@ -108,11 +108,24 @@ fn call_child(dir: &Path) {
     }
 }
 
+/// Child mode `peek`: opens the store, reads every record, and closes it, as a short-lived
+/// process does (`idem ls`, an MCP server of one session).
+fn peek_child(dir: &Path) {
+    let store = store(dir);
+    let records = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(store.scan())
+        .unwrap();
+    println!("RECORDS {}", records.len());
+}
+
 #[test]
 fn sqlite_child() {
     let Some((mode, dir)) = children::role() else { return };
     match mode.as_str() {
         "race" => race_child(&dir),
+        "peek" => peek_child(&dir),
         _ => call_child(&dir),
     }
 }
@@ -280,4 +293,30 @@ fn a_waiter_in_another_process_gets_the_owner_s_result() {
     assert_eq!(waited, owned, "the waiter gets the owner's result");
     assert!(owner.process.wait().unwrap().success() && waiter.process.wait().unwrap().success());
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
+}
+
+#[test]
+fn a_second_open_in_one_process_keeps_the_store_shared_with_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = store(dir.path());
+    // A tool with a store of its own, or a store per MCP session: a second open of one file.
+    let _second = store(dir.path());
+    let peek = child(dir.path(), "peek").stdin(Stdio::null()).output().unwrap();
+    assert!(peek.status.success(), "the short-lived process read the store");
+    assert!(
+        dir.path().join("idem.sqlite-wal").exists() && dir.path().join("idem.sqlite-shm").exists(),
+        "a process that closed the store took itself for its last user, while this one holds it \
+         open, and removed the live -wal and -shm"
+    );
+    let ran: String = Call::new("charge_card", "order-7", &serde_json::json!({ "amount": 4200 }))
+        .unwrap()
+        .store(first)
+        .run(|| Ok::<_, Error>(charge(dir.path(), "order-7")))
+        .unwrap();
+    assert_eq!(
+        call_once(dir.path(), "fail"),
+        format!("ok {ran}"),
+        "another process replays this process's result"
+    );
+    assert_eq!(ledger(dir.path()), [ran], "the body ran once");
 }

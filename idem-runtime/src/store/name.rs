@@ -175,12 +175,17 @@ fn open_named(name: &StoreName) -> Result<Arc<dyn Store>, Error> {
     }
 }
 
-/// Whether `path` is a file that begins as an SQLite database does.
+/// Whether `path` is a file that begins as an SQLite database does, as SQLite reads it (never
+/// through a descriptor of this crate's own: see `begins_as_database`).
+#[cfg(feature = "sqlite")]
 fn is_sqlite_file(path: &Path) -> bool {
-    let mut head = [0u8; 16];
-    std::fs::File::open(path)
-        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head))
-        .is_ok_and(|()| &head == b"SQLite format 3\0")
+    crate::store::sqlite::begins_as_database(path).unwrap_or(false)
+}
+
+/// Without the `sqlite` feature nothing here can tell, and nothing opens the file to guess.
+#[cfg(not(feature = "sqlite"))]
+fn is_sqlite_file(_path: &Path) -> bool {
+    false
 }
 
 #[cfg(feature = "sqlite")]

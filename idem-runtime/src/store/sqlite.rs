@@ -23,6 +23,7 @@ mod transaction;
 mod wake;
 mod writer;
 
+pub(crate) use self::open::begins_as_database;
 pub use self::open::SqliteStoreBuilder;
 pub use self::transaction::SqliteTransactional;
 

@@ -183,7 +183,7 @@ fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, Store
     }
 }
 
-/// Refuses, before SQLite touches it, a path that is a directory (a sled store, say) or a
+/// Refuses, before the store writes to it, a path that is a directory (a sled store, say) or a
 /// file that is not an SQLite database, and a missing file under `create(false)`.
 fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
     let path = &options.path;
@@ -194,20 +194,15 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError
              name it without `sqlite:`)"
         ))
         .lasting()),
-        Ok(meta) if meta.len() > 0 => {
-            let mut head = [0u8; 16];
-            let read = std::fs::File::open(path)
-                .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut head));
-            match read {
-                Ok(()) if &head == b"SQLite format 3\0" => Ok(()),
-                Ok(()) => Err(StoreError::new(format!(
-                    "{what} is not an SQLite database (it does not begin as one): name another \
-                     file for the store; idem never writes to this one"
-                ))
-                .lasting()),
-                Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
-            }
-        }
+        Ok(meta) if meta.len() > 0 => match begins_as_database(path) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(StoreError::new(format!(
+                "{what} is not an SQLite database (it does not begin as one): name another \
+                 file for the store; idem never writes to this one"
+            ))
+            .lasting()),
+            Err(e) => Err(fault::open_error(what, e)),
+        },
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.create => {
             Err(StoreError::new(format!(
@@ -217,6 +212,22 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
+    }
+}
+
+/// Whether the file at `path` begins as an SQLite database does, as SQLite itself reads it
+/// (`SQLITE_NOTADB` means no). The file is never opened any other way: closing a descriptor of
+/// a file drops every POSIX lock this process holds on it, SQLite's own included, and another
+/// process closing the store would then take itself for the last one and delete the live
+/// `-wal` and `-shm`. SQLite's own connections share their locks per file, so opening and
+/// closing one here leaves the locks of the process's other connections as they were.
+pub(crate) fn begins_as_database(path: &Path) -> Result<bool, rusqlite::Error> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags)?;
+    match conn.query_row("PRAGMA schema_version", [], |row| row.get::<_, i64>(0)) {
+        Ok(_) => Ok(true),
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
