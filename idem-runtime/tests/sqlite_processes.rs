@@ -214,6 +214,7 @@ fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
         format!("IDEM_FAILPOINT_REACHED {point}")
     };
     until_line(&mut owner.stdout, &reached);
+    let owner_pid = owner.process.id();
     owner.process.kill().unwrap(); // SIGKILL
     owner.process.wait().unwrap();
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "the ledger at the crash");
@@ -224,11 +225,24 @@ fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
             "a kill at {point} leaves the key in doubt"
         );
     }
+    let owner_lock = || {
+        lock_files(dir.path()).into_iter().find(|path| {
+            path.file_name().unwrap().to_string_lossy().contains(&format!("_{owner_pid}_"))
+        })
+    };
+    assert!(
+        owner_lock().is_some(),
+        "the dead owner's free lock file, the evidence its record needs, is kept by every open"
+    );
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "`fail` never runs the body again");
     let rerun = call_once(dir.path(), "rerun");
     assert!(rerun.starts_with("ok order-7:"), "`rerun` runs the body: {rerun}");
     assert_eq!(ledger(dir.path()).len(), lines_at_crash + 1);
     assert_eq!(call_once(dir.path(), "fail"), rerun, "the rerun's result replays");
+    assert!(
+        owner_lock().is_none(),
+        "once no record needs it, an open removes the dead owner's lock file"
+    );
 }
 
 #[test]
@@ -295,6 +309,15 @@ fn a_waiter_in_another_process_gets_the_owner_s_result() {
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }
 
+/// The lock files beside the store, as an operator or a tmp cleaner would find them.
+fn lock_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir.join("idem.sqlite-idem"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "lock"))
+        .collect()
+}
+
 #[test]
 fn a_second_open_in_one_process_keeps_the_store_shared_with_the_others() {
     let dir = tempfile::tempdir().unwrap();
@@ -319,4 +342,45 @@ fn a_second_open_in_one_process_keeps_the_store_shared_with_the_others() {
         "another process replays this process's result"
     );
     assert_eq!(ledger(dir.path()), [ran], "the body ran once");
+}
+
+#[test]
+fn an_owner_whose_lock_file_was_removed_is_waited_for_not_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "stdin"));
+    until_line(&mut owner.stdout, "IN_BODY");
+    let removed = lock_files(dir.path());
+    assert!(!removed.is_empty(), "the owner holds a lock file");
+    for path in &removed {
+        std::fs::remove_file(path).unwrap(); // a tmp cleaner, or an operator tidying up
+    }
+    // Under `rerun`, an owner taken for dead would have its body run again at once.
+    let mut waiter = start(child(dir.path(), "call").env("IDEM_POLICY", "rerun"));
+    until_line(&mut waiter.stdout, "WAITING");
+    writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
+    let owned = outcome_of(&until_line(&mut owner.stdout, "OUTCOME"));
+    let waited = outcome_of(&until_line(&mut waiter.stdout, "OUTCOME"));
+    assert!(owned.starts_with("ok order-7:"), "{owned}");
+    assert_eq!(waited, owned, "the waiter gets the owner's result");
+    assert!(owner.process.wait().unwrap().success() && waiter.process.wait().unwrap().success());
+    assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
+}
+
+#[test]
+fn an_owner_whose_lock_file_was_removed_is_in_doubt_once_its_process_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "park"));
+    until_line(&mut owner.stdout, "IN_BODY");
+    for path in lock_files(dir.path()) {
+        std::fs::remove_file(path).unwrap();
+    }
+    let mut waiter = start(&mut child(dir.path(), "call"));
+    until_line(&mut waiter.stdout, "WAITING");
+    owner.process.kill().unwrap(); // SIGKILL
+    owner.process.wait().unwrap();
+    // The waiter has no lock to block on: it learns of the end from the process table.
+    assert_eq!(outcome_of(&until_line(&mut waiter.stdout, "OUTCOME")), "in_doubt");
+    assert!(waiter.process.wait().unwrap().success());
+    assert_eq!(call_once(dir.path(), "fail"), "in_doubt", "a later process finds it in doubt");
+    assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }

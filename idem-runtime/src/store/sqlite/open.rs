@@ -134,7 +134,8 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     check_file(&options, &what)?;
     let writer = prepare(&options, &what)?;
     let instance = crate::lifecycle::owner::new_instance("sqlite");
-    let owners = Owners::open(&owners::dir_of(&options.path), &instance)?;
+    let in_flight = schema::in_flight_instances(&writer, &what)?;
+    let owners = Owners::open(&owners::dir_of(&options.path), &instance, &in_flight)?;
     let notifier = crate::loom::Arc::new(Notifier::default());
     let shared = Arc::new(Shared {
         wake: Wake::new(
@@ -172,6 +173,7 @@ fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, Store
             if let Found::Empty = schema::inspect(&writer, what)? {
                 schema::create(&mut writer, what)?;
             }
+            schema::index_in_flight(&writer, what)?;
             Ok(writer)
         });
         match attempt {

@@ -1,13 +1,20 @@
 //! Whether the store instance behind an in-flight record still lives, as the operating system
 //! tells it: every instance holds an exclusive lock on a file of its own (`flock`) for as long
 //! as it is open, and the kernel lets go of it when the process ends, however it ends. Another
-//! process asks by trying to take the same lock: refused, the owner lives; granted, or no file,
-//! it is gone. No lease has to run out first, and a waiter learns of a death at once by
-//! blocking on that lock in a thread of its own.
+//! process asks by trying to take the same lock: refused, the owner lives; granted, it is gone.
+//! No lease has to run out first, and a waiter learns of a death at once by blocking on that
+//! lock in a thread of its own.
+//!
+//! An owner is taken for gone only on positive evidence: its lock free, or (when its lock file
+//! is missing: a tmp cleaner, an operator tidying `*.lock`) its process gone from this host. A
+//! missing file alone tells nothing, so such an owner whose process may still run is kept as
+//! running: its records wait for it rather than turn in doubt under it.
 //!
 //! The files live in `<store>-idem/`, one per instance (`<instance>.lock`, with characters a
-//! file name should not hold replaced). An instance removes its own at close; one left by a
-//! process that died is removed by the next instance that opens the store.
+//! file name should not hold replaced). An instance lets go of its lock at close and leaves the
+//! file, free, as the evidence of its end. An instance that opens the store removes the free
+//! files of instances that own no record in flight: the others are kept for as long as they
+//! are the evidence a record in flight needs.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -15,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::StoreError;
+use crate::lifecycle::{Liveness, Owner};
 use crate::store::notify::Notifier;
 
 /// The locks of a store's instances, seen from one of them.
@@ -51,8 +59,13 @@ fn file_of(dir: &Path, instance: &str) -> PathBuf {
 
 impl Owners {
     /// Takes the lock of `instance` in `dir` (created if missing), and removes the lock files of
-    /// instances that are gone.
-    pub(super) fn open(dir: &Path, instance: &str) -> Result<Owners, StoreError> {
+    /// instances that are gone, except those of the instances in `in_flight` (which own records
+    /// in flight: their free lock is the evidence of their end).
+    pub(super) fn open(
+        dir: &Path,
+        instance: &str,
+        in_flight: &HashSet<String>,
+    ) -> Result<Owners, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::with_source(
                 format!(
@@ -67,7 +80,8 @@ impl Owners {
         let own = Some(imp::hold(&file_of(dir, instance)).map_err(|e| {
             StoreError::with_source(format!("cannot lock {}", dir.display()), e).lasting()
         })?);
-        imp::remove_gone(dir);
+        let needed: HashSet<PathBuf> = in_flight.iter().map(|i| file_of(dir, i)).collect();
+        imp::remove_gone(dir, &needed);
         Ok(Owners {
             dir: dir.to_owned(),
             instance: instance.to_owned(),
@@ -79,7 +93,8 @@ impl Owners {
 
     /// Whether the process that opened `instance` still has it open. This instance lives; an
     /// instance whose lock cannot be asked about (an error other than "held") is taken to live,
-    /// the cautious answer: its records wait for it rather than turn in doubt.
+    /// the cautious answer: its records wait for it rather than turn in doubt. So is one whose
+    /// lock file is missing while its process may still run on this host.
     pub(super) fn alive(&self, instance: &str) -> bool {
         if instance == self.instance {
             return true;
@@ -87,7 +102,10 @@ impl Owners {
         if lock(&self.gone).contains(instance) {
             return false;
         }
-        let alive = imp::held(&file_of(&self.dir, instance));
+        let alive = match imp::held(&file_of(&self.dir, instance)) {
+            Some(held) => held,
+            None => !process_gone(instance),
+        };
         if !alive {
             lock(&self.gone).insert(instance.to_owned());
         }
@@ -105,7 +123,7 @@ impl Owners {
         let (watched, instance) = (Arc::clone(&self.watched), instance.to_owned());
         let spawned =
             std::thread::Builder::new().name("idem-sqlite-owner".into()).spawn(move || {
-                imp::wait_until_free(&path);
+                imp::wait_until_free(&path, || process_gone(&instance));
                 lock(&watched).remove(&instance);
                 notifier.notify_all();
             });
@@ -115,10 +133,18 @@ impl Owners {
     }
 }
 
+/// Whether the process behind `instance` is gone from this host: the evidence left when its
+/// lock file is missing. An instance of another host, or one that names no process, cannot be
+/// told gone.
+fn process_gone(instance: &str) -> bool {
+    matches!(Owner::from(instance).liveness(), Liveness::Gone { .. })
+}
+
 impl Drop for Owners {
     fn drop(&mut self) {
-        // Removed before the lock goes, so that no one takes a lock on a file about to vanish.
-        let _ = std::fs::remove_file(file_of(&self.dir, &self.instance));
+        // The file stays, free: a record this instance leaves in flight (a result that could
+        // not be written) is then seen to have lost its owner. The next instance to open the
+        // store removes the file once no record in flight needs it.
         drop(self.own.take());
     }
 }
@@ -165,34 +191,51 @@ mod imp {
         }
     }
 
-    /// Whether someone holds the lock of `path`. No file: no one.
-    pub(super) fn held(path: &Path) -> bool {
+    /// Whether someone holds the lock of `path`; `None` when there is no such file, which
+    /// tells nothing either way.
+    pub(super) fn held(path: &Path) -> Option<bool> {
         let file = match File::open(path) {
             Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return false,
-            Err(_) => return true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(_) => return Some(true),
         };
         match flock(&file, libc::LOCK_SH | libc::LOCK_NB) {
-            Ok(()) => false,
+            Ok(()) => Some(false),
             // Held (EWOULDBLOCK), or the lock cannot be asked about: taken to live.
-            Err(_) => true,
+            Err(_) => Some(true),
         }
     }
 
-    /// Blocks until no one holds the lock of `path`.
-    pub(super) fn wait_until_free(path: &Path) {
-        if let Ok(file) = File::open(path) {
-            let _ = flock(&file, libc::LOCK_SH);
+    /// How often a watcher looks at the process table for an instance whose lock file is
+    /// missing: there is no lock to block on.
+    const PROCESS_LOOK: std::time::Duration = std::time::Duration::from_millis(250);
+
+    /// Blocks until no one holds the lock of `path`, or, while it has no file, until `gone`
+    /// says the instance's process has ended.
+    pub(super) fn wait_until_free(path: &Path, gone: impl Fn() -> bool) {
+        loop {
+            match File::open(path) {
+                Ok(file) => {
+                    let _ = flock(&file, libc::LOCK_SH);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(_) => return,
+            }
+            if gone() {
+                return;
+            }
+            std::thread::sleep(PROCESS_LOOK);
         }
     }
 
-    /// Removes every lock file in `dir` that no one holds (its instance is gone), taking the
-    /// lock first so that a live instance's file is never removed.
-    pub(super) fn remove_gone(dir: &Path) {
+    /// Removes every lock file in `dir` that no one holds (its instance is gone) and that is
+    /// not in `needed`, taking the lock first so that a live instance's file is never removed.
+    pub(super) fn remove_gone(dir: &Path, needed: &std::collections::HashSet<std::path::PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_none_or(|ext| ext != "lock") {
+            if path.extension().is_none_or(|ext| ext != "lock") || needed.contains(&path) {
                 continue;
             }
             let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else { continue };
@@ -216,11 +259,15 @@ mod imp {
         OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
     }
 
-    pub(super) fn held(_path: &Path) -> bool {
-        true
+    pub(super) fn held(_path: &Path) -> Option<bool> {
+        Some(true)
     }
 
-    pub(super) fn wait_until_free(_path: &Path) {}
+    pub(super) fn wait_until_free(_path: &Path, _gone: impl Fn() -> bool) {}
 
-    pub(super) fn remove_gone(_dir: &Path) {}
+    pub(super) fn remove_gone(
+        _dir: &Path,
+        _needed: &std::collections::HashSet<std::path::PathBuf>,
+    ) {
+    }
 }

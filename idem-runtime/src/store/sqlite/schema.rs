@@ -44,6 +44,13 @@ CREATE TABLE idem_history (
 CREATE INDEX idem_history_by_key ON idem_history (key, seq);
 ";
 
+/// The records in flight by owner, and nothing else (a partial index): what an opening process
+/// reads to tell which gone instances' lock files are still the evidence a record needs (see
+/// `owners.rs`). A store written before it existed gets it at its next open; an idem that does
+/// not know it keeps it up to date all the same, since SQLite maintains every index.
+const IN_FLIGHT_INDEX: &str = "CREATE INDEX IF NOT EXISTS idem_records_in_flight \
+                               ON idem_records (owner) WHERE status = 'in-flight'";
+
 const COLUMNS: &str = "key, status, tool, function, scope, owner, attempts, created_at, \
                        updated_at, completed_at, expires_at, result";
 
@@ -108,6 +115,41 @@ pub(super) fn create(conn: &mut Connection, what: &str) -> Result<(), StoreError
     ))
     .map_err(fail)?;
     tx.commit().map_err(fail)
+}
+
+/// Adds the index of records in flight to a store written before it existed; a look, with no
+/// write, when it is there.
+pub(super) fn index_in_flight(conn: &Connection, what: &str) -> Result<(), StoreError> {
+    let fail = |e| super::fault::open_error(what, e);
+    let there: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master \
+             WHERE type = 'index' AND name = 'idem_records_in_flight'",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(fail)?;
+    if !there {
+        conn.execute_batch(IN_FLIGHT_INDEX).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// The store instances that own a record in flight (through the partial index).
+pub(super) fn in_flight_instances(
+    conn: &Connection,
+    what: &str,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let fail = |e| super::fault::open_error(what, e);
+    let mut statement = conn
+        .prepare("SELECT DISTINCT owner FROM idem_records WHERE status = 'in-flight'")
+        .map_err(fail)?;
+    let owners = statement.query_map([], |row| row.get::<_, String>(0)).map_err(fail)?;
+    let mut instances = std::collections::HashSet::new();
+    for owner in owners {
+        instances.insert(crate::lifecycle::owner::instance_of(&owner.map_err(fail)?).to_owned());
+    }
+    Ok(instances)
 }
 
 /// The record under `key`, as stored.
