@@ -46,8 +46,13 @@ impl AttemptLog {
         self.landings.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
-    fn record(&self, outcome: &Outcome<'_>) {
-        let landing = crate::request::classified(self.classify.as_ref(), outcome);
+    /// Records an attempt's `outcome`; `redirected` when the vendor redirected that attempt.
+    fn record(&self, outcome: &Outcome<'_>, redirected: bool) {
+        let mut landing = crate::request::classified(self.classify.as_ref(), outcome);
+        if redirected {
+            let is_redirect = outcome.status().is_some_and(|status| status.is_redirection());
+            landing = crate::classify::after_redirect(landing, is_redirect);
+        }
         self.landings.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(landing);
     }
 }
@@ -60,14 +65,18 @@ impl Middleware for Attempts {
         extensions: &mut Extensions,
         next: Next<'_>,
     ) -> reqwest_middleware::Result<Response> {
+        let sent = request.url().clone();
         let result = next.run(request, extensions).await;
         if let Some(log) = extensions.get::<AttemptLog>() {
             match &result {
-                Ok(response) => log.record(&Outcome::status_code(response.status())),
+                Ok(response) => log.record(
+                    &Outcome::status_code(response.status()),
+                    crate::redirect::was_redirected(response, &sent),
+                ),
                 Err(reqwest_middleware::Error::Reqwest(error)) => {
-                    log.record(&Outcome::failed(error))
+                    log.record(&Outcome::failed(error), false)
                 }
-                Err(error) => log.record(&Outcome::failed(error)),
+                Err(error) => log.record(&Outcome::failed(error), false),
             }
         }
         result

@@ -122,6 +122,19 @@ pub(crate) fn over_attempts(last: Landing, attempts: &AttemptsKnown) -> Landing 
     }
 }
 
+/// The landing of a request the vendor redirected, from the landing of what came after (a later
+/// hop's answer or error, or the redirect itself when it was not followed). The redirect was the
+/// vendor's answer to the request, so the vendor received it: nothing after can prove it did not
+/// act. A redirect that comes back unfollowed (`is_redirect_answer`) is not its answer either,
+/// whatever a classifier says.
+pub(crate) fn after_redirect(landing: Landing, is_redirect_answer: bool) -> Landing {
+    match landing {
+        Landing::NotLanded => Landing::MayHaveLanded,
+        Landing::Answered if is_redirect_answer => Landing::MayHaveLanded,
+        other => other,
+    }
+}
+
 /// The default for an answer.
 fn status_landing(status: StatusCode) -> Landing {
     match status.as_u16() {
@@ -188,6 +201,16 @@ mod tests {
         assert_eq!(over_attempts(NotLanded, &AttemptsKnown::Unseen), MayHaveLanded);
         assert_eq!(over_attempts(Answered, &recorded(&[MayHaveLanded, Answered])), Answered);
         assert_eq!(over_attempts(OtherIntent, &AttemptsKnown::Unseen), OtherIntent);
+    }
+
+    #[test]
+    fn a_redirect_is_never_not_landed_nor_an_answer_when_unfollowed() {
+        use Landing::*;
+        assert_eq!(after_redirect(NotLanded, false), MayHaveLanded);
+        assert_eq!(after_redirect(NotLanded, true), MayHaveLanded);
+        assert_eq!(after_redirect(Answered, false), Answered, "a followed hop's 2xx");
+        assert_eq!(after_redirect(Answered, true), MayHaveLanded, "a classifier's 3xx");
+        assert_eq!(after_redirect(OtherIntent, false), OtherIntent);
     }
 
     #[test]

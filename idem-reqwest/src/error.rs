@@ -88,6 +88,16 @@ pub struct Failure {
     pub(crate) status: Option<StatusCode>,
     pub(crate) body: String,
     pub(crate) source: Option<BoxError>,
+    pub(crate) redirect: Option<Redirect>,
+}
+
+/// Where the vendor redirected a request, and what the client did with it.
+#[derive(Debug)]
+pub(crate) enum Redirect {
+    /// The client followed it, within the request's origin: what came back came from this URL.
+    Followed(String),
+    /// It came back unfollowed: the URL it pointed to, and whether that is another origin.
+    Returned { to: String, other_origin: bool },
 }
 
 impl Failure {
@@ -114,6 +124,16 @@ impl Failure {
     /// The beginning of the body the vendor answered with (empty when it did not answer).
     pub fn body(&self) -> &str {
         &self.body
+    }
+
+    /// Where the vendor redirected the request, if it did: the URL that answered (or failed) after
+    /// the redirects the client followed, or the one a redirect that came back unfollowed points
+    /// to. A request the vendor redirected is never [`Error::NotLanded`]: the redirect was its
+    /// answer to the request.
+    pub fn redirected_to(&self) -> Option<&str> {
+        match self.redirect.as_ref()? {
+            Redirect::Followed(to) | Redirect::Returned { to, .. } => Some(to),
+        }
     }
 
     /// The error that stopped the request (reqwest's, or a middleware's), if one did: downcast
@@ -144,7 +164,23 @@ impl Failure {
                 next = cause.source();
             }
         }
-        Ok(())
+        match &self.redirect {
+            None => Ok(()),
+            Some(Redirect::Followed(to)) => write!(
+                f,
+                ", at {to}, where the vendor had redirected it (so it had received the request)"
+            ),
+            Some(Redirect::Returned { to, other_origin: false }) => write!(
+                f,
+                ", a redirect to {to} that the client did not follow (so the vendor had received \
+                 the request)"
+            ),
+            Some(Redirect::Returned { to, other_origin: true }) => write!(
+                f,
+                ", a redirect to {to}, another origin, that the client did not follow (so the \
+                 vendor had received the request; if it has moved, send the request to {to})"
+            ),
+        }
     }
 
     fn request(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -67,6 +67,7 @@ mod attempts;
 mod classify;
 mod error;
 mod lookup;
+mod redirect;
 mod request;
 
 #[cfg(feature = "middleware")]

@@ -46,6 +46,7 @@ pub async fn lookup<T: DeserializeOwned>(
         status: None,
         body: String::new(),
         source: None,
+        redirect: None,
     };
     let request = match request {
         Ok(request) => request,

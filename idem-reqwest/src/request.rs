@@ -9,8 +9,9 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Request, Response};
 use serde::de::DeserializeOwned;
 
-use crate::classify::{over_attempts, AttemptsKnown, Landing, Outcome};
+use crate::classify::{after_redirect, over_attempts, AttemptsKnown, Landing, Outcome};
 use crate::error::{BoxError, Error, Failure};
+use crate::redirect;
 
 /// The header a keyed request carries its key in unless told otherwise: the IETF draft's name,
 /// which Stripe and Adyen read.
@@ -177,7 +178,10 @@ impl Keyed {
     }
 
     /// Overrides the classification for this request: `classify` sees each outcome and answers a
-    /// [`Landing`], or `None` to keep the default ([`Outcome::default_landing`]).
+    /// [`Landing`], or `None` to keep the default ([`Outcome::default_landing`]). A request the
+    /// vendor redirected stays in doubt all the same when the override answers
+    /// [`Landing::NotLanded`] (the redirect shows the vendor received it), and a 3xx is never
+    /// [`Landing::Answered`].
     ///
     /// ```
     /// use idem_reqwest::{IdempotentRequest, Landing};
@@ -273,11 +277,17 @@ impl Keyed {
                 }
             }
         }
+        let sent = request.url().clone();
         let (result, attempts) = client.execute(request, classify.as_ref()).await;
         match result {
             Ok(response) => {
-                let last = classified(classify.as_ref(), &Outcome::status_code(response.status()));
-                let landing = over_attempts(last, &attempts);
+                let status = response.status();
+                let last = classified(classify.as_ref(), &Outcome::status_code(status));
+                let mut landing = over_attempts(last, &attempts);
+                if redirect::was_redirected(&response, &sent) {
+                    landing = after_redirect(landing, status.is_redirection());
+                }
+                failure.redirect = redirect::redirect_of(&response, &sent);
                 if landing == Landing::Answered {
                     return Ok((response, failure));
                 }
@@ -307,7 +317,7 @@ fn failure(
     url: String,
     source: Option<BoxError>,
 ) -> Failure {
-    Failure { key, method, url, status: None, body: String::new(), source }
+    Failure { key, method, url, status: None, body: String::new(), source, redirect: None }
 }
 
 /// Tells the call what `landing` means for it, and names the error.
