@@ -15,7 +15,8 @@ use crate::request::Classifier;
 ///
 /// ```
 /// # let retry_policy = reqwest_retry::policies::ExponentialBackoff::builder().build_with_max_retries(3);
-/// let http = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+/// # let client = reqwest::Client::builder().redirect(idem_reqwest::redirect_policy()).build().unwrap();
+/// let http = reqwest_middleware::ClientBuilder::new(client) // built with `redirect_policy()`
 ///     .with(reqwest_retry::RetryTransientMiddleware::new_with_policy(retry_policy))
 ///     .with(idem_reqwest::Attempts)
 ///     .build();

@@ -147,8 +147,8 @@ fn status_landing(status: StatusCode) -> Landing {
         422 => Landing::OtherIntent,
         // Every other 4xx refuses the request before acting on it (400, 401, 403, 404, 429…).
         400..=499 => Landing::NotLanded,
-        // 5xx: the vendor failed somewhere, perhaps after it committed. 1xx and 3xx that reach
-        // here (a redirect not followed) say nothing either way.
+        // 5xx: the vendor failed somewhere, perhaps after it committed. A 3xx that reaches here
+        // is a redirect not followed, so the vendor had the request; a 1xx says nothing.
         _ => Landing::MayHaveLanded,
     }
 }

@@ -98,6 +98,8 @@ pub(crate) enum Redirect {
     Followed(String),
     /// It came back unfollowed: the URL it pointed to, and whether that is another origin.
     Returned { to: String, other_origin: bool },
+    /// The client followed it to another origin, whose answer came back from this URL.
+    Elsewhere(String),
 }
 
 impl Failure {
@@ -129,10 +131,13 @@ impl Failure {
     /// Where the vendor redirected the request, if it did: the URL that answered (or failed) after
     /// the redirects the client followed, or the one a redirect that came back unfollowed points
     /// to. A request the vendor redirected is never [`Error::NotLanded`]: the redirect was its
-    /// answer to the request.
+    /// answer to the request. An answer from another origin than the request's is never taken
+    /// as the vendor's (see [`redirect_policy`](crate::redirect_policy)).
     pub fn redirected_to(&self) -> Option<&str> {
         match self.redirect.as_ref()? {
-            Redirect::Followed(to) | Redirect::Returned { to, .. } => Some(to),
+            Redirect::Followed(to) | Redirect::Returned { to, .. } | Redirect::Elsewhere(to) => {
+                Some(to)
+            }
         }
     }
 
@@ -177,8 +182,17 @@ impl Failure {
             ),
             Some(Redirect::Returned { to, other_origin: true }) => write!(
                 f,
-                ", a redirect to {to}, another origin, that the client did not follow (so the \
-                 vendor had received the request; if it has moved, send the request to {to})"
+                ", a redirect to {to}, another origin, that the client did not follow: the key and \
+                 the request's credentials would have gone along (the vendor had received the \
+                 request; if it has moved, send the request to {to})"
+            ),
+            Some(Redirect::Elsewhere(to)) => write!(
+                f,
+                ", from {to}, another origin than the request's, where the client followed a \
+                 redirect with the request's headers and key: that answer is not the vendor's, \
+                 so it is not taken as the result; build the client with \
+                 `.redirect(idem_reqwest::redirect_policy())`, which stops a keyed request at such \
+                 a redirect, and if the vendor has moved, send the request to {to}"
             ),
         }
     }

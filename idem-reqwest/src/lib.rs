@@ -30,6 +30,11 @@
 //!     }
 //! }
 //!
+//! /// The client the tool sends with: a keyed request does not follow a redirect to another origin.
+//! fn payments_client() -> reqwest::Client {
+//!     reqwest::Client::builder().redirect(idem_reqwest::redirect_policy()).build().expect("the client builds")
+//! }
+//!
 //! #[idem::idempotent(scope = "order", in_doubt = "rerun")]
 //! async fn charge_card(#[idem(skip)] http: &reqwest::Client, amount: u64, order: &str) -> Result<Charge, PayError> {
 //!     let body = serde_json::json!({ "amount": amount, "order": order });
@@ -47,6 +52,15 @@
 //! - [`Landing`] is the classification; [`Outcome::default_landing`] is the default table.
 //! - [`Error`] says what became of the key; convert it into the tool's error with `From`.
 //! - [`lookup`] is a reconciler's lookup by key: found, not found, or cannot tell.
+//! - [`redirect_policy`] is the redirect policy of the client that sends keyed requests: a
+//!   redirect to another origin is not followed, so the key and the request's credentials stay
+//!   with the vendor.
+//!
+//! A request the vendor redirected reached it: whatever came after (a 404 at the redirect's
+//! target, or, through a client with [`redirect_policy`], a refused connection there) leaves the
+//! key in doubt, never releases it, and a 3xx is never the answer. An answer from another origin than the request's (a client built without
+//! [`redirect_policy`] followed a redirect there) is never taken as the vendor's: the key is left
+//! in doubt and the error says what to do.
 //!
 //! A keyed request sent outside an idempotent call (no call, a `#[read]` tool, a `#[write]` one)
 //! is not sent: it fails with [`Error::OutsideCall`]. The README's "Calling HTTP APIs" has the
@@ -75,4 +89,5 @@ pub use attempts::Attempts;
 pub use classify::{Landing, Outcome};
 pub use error::{Error, Failure};
 pub use lookup::lookup;
+pub use redirect::redirect_policy;
 pub use request::{IdempotentRequest, Keyed, IDEMPOTENCY_KEY};

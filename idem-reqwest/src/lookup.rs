@@ -1,11 +1,14 @@
 //! The reconciler's half: asking a vendor that can look an operation up by its idempotency key
 //! whether the effect of a key in doubt landed.
 
+use std::sync::Arc;
+
 use idem_runtime::Reconciled;
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Failure};
+use crate::redirect::{self, Hops};
 use crate::request::{read_some, IdempotentRequest};
 
 /// Sends `request` (a request builder of reqwest or reqwest-middleware), a lookup of an operation by the key it was sent with (such as
@@ -15,7 +18,7 @@ use crate::request::{read_some, IdempotentRequest};
 /// | --- | --- |
 /// | 2xx | [`Reconciled::Landed`] with the body read as JSON |
 /// | 404 Not Found, 410 Gone | [`Reconciled::NotLanded`] |
-/// | anything else, or nothing | [`Error::CannotTell`], which leaves the key in doubt |
+/// | anything else, or nothing; any answer from another origin than the request's (a redirect) | [`Error::CannotTell`], which leaves the key in doubt |
 ///
 /// Use it only where "not found" means "never landed": a vendor whose lookups lag behind its
 /// writes should map `NotLanded` to `CannotTell` for a while.
@@ -24,7 +27,9 @@ use crate::request::{read_some, IdempotentRequest};
 /// # #[derive(serde::Deserialize)] struct Charge;
 /// # enum PayError { Http(idem_reqwest::Error) }
 /// # impl From<idem_reqwest::Error> for PayError { fn from(e: idem_reqwest::Error) -> Self { PayError::Http(e) } }
-/// # static HTTP: std::sync::LazyLock<reqwest::Client> = std::sync::LazyLock::new(reqwest::Client::new);
+/// # static HTTP: std::sync::LazyLock<reqwest::Client> = std::sync::LazyLock::new(|| {
+/// #     reqwest::Client::builder().redirect(idem_reqwest::redirect_policy()).build().unwrap()
+/// # });
 /// async fn find_charge(key: &idem::Key) -> Result<idem::Reconciled<Charge>, PayError> {
 ///     let url = format!("http://127.0.0.1:8080/v1/charges/by-key/{key}");
 ///     Ok(idem_reqwest::lookup(HTTP.get(url)).await?)
@@ -58,7 +63,11 @@ pub async fn lookup<T: DeserializeOwned>(
     };
     failure.method = Some(request.method().clone());
     failure.url = request.url().to_string();
-    let response = match client.execute(request, None).await.0 {
+    let sent = request.url().clone();
+    // Watched, so that `redirect_policy` keeps the lookup's credentials within the vendor's
+    // origin as it does a keyed request's.
+    let hops = Arc::new(Hops::default());
+    let response = match redirect::watched(&hops, client.execute(request, None)).await.0 {
         Ok(response) => response,
         Err(error) => {
             failure.source = Some(error);
@@ -67,6 +76,12 @@ pub async fn lookup<T: DeserializeOwned>(
     };
     let status = response.status();
     failure.status = Some(status);
+    failure.redirect = redirect::redirect_of(&response, &sent);
+    if redirect::from_elsewhere(&response, &sent) {
+        // Another origin's "not found" would release a key whose effect landed.
+        failure.body = read_some(response).await;
+        return Err(Error::CannotTell(failure));
+    }
     if status.is_success() {
         return match response.json::<T>().await {
             Ok(found) => Ok(Reconciled::Landed(found)),

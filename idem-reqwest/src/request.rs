@@ -10,7 +10,7 @@ use reqwest::{Method, Request, Response};
 use serde::de::DeserializeOwned;
 
 use crate::classify::{after_redirect, over_attempts, AttemptsKnown, Landing, Outcome};
-use crate::error::{BoxError, Error, Failure};
+use crate::error::{BoxError, Error, Failure, Redirect};
 use crate::redirect;
 
 /// The header a keyed request carries its key in unless told otherwise: the IETF draft's name,
@@ -278,20 +278,30 @@ impl Keyed {
             }
         }
         let sent = request.url().clone();
-        let (result, attempts) = client.execute(request, classify.as_ref()).await;
+        let hops = Arc::new(redirect::Hops::default());
+        let sending = client.execute(request, classify.as_ref());
+        let (result, attempts) = redirect::watched(&hops, sending).await;
         match result {
             Ok(response) => {
                 let status = response.status();
-                let last = classified(classify.as_ref(), &Outcome::status_code(status));
-                let mut landing = over_attempts(last, &attempts);
-                if redirect::was_redirected(&response, &sent) {
-                    landing = after_redirect(landing, status.is_redirection());
-                }
                 failure.redirect = redirect::redirect_of(&response, &sent);
+                let landing = if redirect::from_elsewhere(&response, &sent) {
+                    // A client without `redirect_policy` followed the vendor's redirect to another
+                    // origin: whatever that origin answered, the vendor had the request.
+                    Landing::MayHaveLanded
+                } else {
+                    let last = classified(classify.as_ref(), &Outcome::status_code(status));
+                    let landing = over_attempts(last, &attempts);
+                    if hops.last().is_some() || redirect::was_redirected(&response, &sent) {
+                        after_redirect(landing, status.is_redirection())
+                    } else {
+                        landing
+                    }
+                };
                 if landing == Landing::Answered {
                     return Ok((response, failure));
                 }
-                failure.status = Some(response.status());
+                failure.status = Some(status);
                 failure.body = read_some(response).await;
                 Err(settle(landing, failure))
             }
@@ -304,8 +314,15 @@ impl Keyed {
                 let last = last.unwrap_or_else(|| {
                     classified(classify.as_ref(), &Outcome::failed(error.as_ref()))
                 });
+                let mut landing = over_attempts(last, &attempts);
+                // reqwest reports a later hop's failure (its target refused the connection) as
+                // the request's own, with the URL it was sent to: only the policy saw the hop.
+                if let Some(to) = hops.last() {
+                    landing = after_redirect(landing, false);
+                    failure.redirect = Some(Redirect::Followed(to.to_string()));
+                }
                 failure.source = Some(error);
-                Err(settle(over_attempts(last, &attempts), failure))
+                Err(settle(landing, failure))
             }
         }
     }

@@ -1,9 +1,11 @@
 //! A vendor that redirects a keyed request. Its redirect proves it received the request, so no
-//! later hop may release the key.
+//! later hop may release the key; a hop to another origin must not take the key or the
+//! credentials along, and that origin's answer is never recorded as the vendor's.
 
 mod common;
 
 use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +20,10 @@ use idem_reqwest::{IdempotentRequest, Landing};
 use reqwest_middleware::ClientBuilder;
 use reqwest_retry::policies::ExponentialBackoff;
 use reqwest_retry::RetryTransientMiddleware;
+
+/// A credential the tool sends in a header of its own: reqwest strips only `Authorization` and
+/// cookies when it follows a redirect to another host.
+const API_KEY: &str = "sk_test_do_not_leak";
 
 /// What a site answers to one method and path.
 #[derive(Clone, Debug)]
@@ -36,6 +42,7 @@ struct Received {
     method: Method,
     path: String,
     idempotency_key: Option<String>,
+    api_key: Option<String>,
 }
 
 /// An HTTP site on loopback that answers from a script and records what it received.
@@ -85,6 +92,7 @@ async fn answer(
         method: method.clone(),
         path: uri.path().to_owned(),
         idempotency_key: header("idempotency-key"),
+        api_key: header("x-api-key"),
     });
     let reply = {
         let mut script = site.script.lock().unwrap();
@@ -113,6 +121,15 @@ fn json(status: StatusCode, body: &impl serde::Serialize) -> Response {
     (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// The client the README tells a tool to send its keyed requests with.
+fn keyed_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .redirect(idem_reqwest::redirect_policy())
+        .build()
+        .expect("a client without TLS builds")
+}
+
 /// A client as reqwest makes it, following every redirect (up to 10).
 fn plain_client() -> reqwest::Client {
     common::client(Duration::from_secs(30))
@@ -120,10 +137,10 @@ fn plain_client() -> reqwest::Client {
 
 /// The clients a tool may send its keyed requests with.
 fn clients() -> Vec<reqwest::Client> {
-    vec![plain_client()]
+    vec![plain_client(), keyed_client()]
 }
 
-/// `charge_card`'s body: the charge, with the call's key, sent to `url`.
+/// `charge_card`'s body: the charge, with the call's key and the API key, sent to `url`.
 async fn charge(
     http: &reqwest::Client,
     url: &str,
@@ -131,7 +148,7 @@ async fn charge(
     runs: &AtomicU32,
 ) -> Result<Charge, ToolError> {
     runs.fetch_add(1, Ordering::SeqCst);
-    let request = http.post(url).json(&charge_request(order, 4200));
+    let request = http.post(url).header("X-Api-Key", API_KEY).json(&charge_request(order, 4200));
     Ok(request.idempotent().send_json().await?)
 }
 
@@ -154,6 +171,14 @@ async fn charge_twice(http: &reqwest::Client, url: &str, order: &str) -> idem_re
     assert!(matches!(again, Err(ToolError::Idem(idem::Error::InDoubt { .. }))), "{again:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
     error
+}
+
+/// A URL on a port nobody listens on: bound, then closed.
+fn nowhere(path: &str) -> String {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}{path}", closed.local_addr().unwrap());
+    drop(closed);
+    url
 }
 
 #[tokio::test]
@@ -187,6 +212,102 @@ async fn a_302_to_a_401_leaves_the_key_in_doubt() {
         let expected = [(Method::POST, "/v1/charges".into()), (Method::GET, "/login".into())];
         assert_eq!(paths, expected, "the POST once, and the GET of its redirect");
     }
+}
+
+#[tokio::test]
+async fn a_303_to_a_port_nobody_listens_on_is_in_doubt() {
+    let vendor = Site::start().await;
+    let moved = nowhere("/v1/charges");
+    vendor.on("POST", "/v1/charges", &[Reply::Redirect(303, moved.clone())]);
+
+    // The policy stops at the other origin, so nothing tries the port. (A plain client would,
+    // and reqwest would report the refusal with the vendor's URL, as if the vendor refused: the
+    // README's "Redirects" says so.)
+    let error = charge_twice(&keyed_client(), &vendor.at("/v1/charges"), "o-3").await;
+    assert_eq!(error.status(), Some(reqwest::StatusCode::SEE_OTHER), "{error}");
+    let message = error.to_string();
+    assert!(message.contains(&moved), "names where the vendor sent it: {message}");
+    assert_eq!(vendor.received().len(), 1, "the vendor got the POST");
+}
+
+#[test]
+fn a_redirect_whose_target_then_refuses_the_connection_is_in_doubt() {
+    // A vendor that reads the request, stops listening, and only then answers it with a 303 to
+    // a path of its own and `Connection: close`: the redirect's GET needs a new connection, and
+    // it is refused.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1/charges", listener.local_addr().unwrap());
+    let vendor = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("the client connects");
+        let received = read_request(&mut stream);
+        drop(listener);
+        let answer = "HTTP/1.1 303 See Other\r\nLocation: /v1/charges/ch_1\r\n\
+                      Connection: close\r\nContent-Length: 0\r\n\r\n";
+        stream.write_all(answer.as_bytes()).expect("the client reads");
+        received
+    });
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let error = runtime.block_on(charge_twice(&keyed_client(), &url, "o-4"));
+    let cause = error.failure().and_then(|f| f.cause()?.downcast_ref::<reqwest::Error>());
+    assert!(cause.is_some_and(reqwest::Error::is_connect), "the later hop's refusal: {error}");
+    let received = vendor.join().unwrap();
+    assert!(received.starts_with("POST /v1/charges "), "{received}");
+    assert!(received.to_ascii_lowercase().contains("idempotency-key: "), "{received}");
+}
+
+/// One HTTP/1.1 request, its head and a body of `Content-Length` bytes.
+fn read_request(stream: &mut std::net::TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut buffer = [0; 4096];
+    loop {
+        let read = stream.read(&mut buffer).expect("the request arrives");
+        assert!(read > 0, "the client closed before the request ended");
+        received.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&received).into_owned();
+        let Some(end) = text.find("\r\n\r\n") else { continue };
+        let length = text[..end]
+            .lines()
+            .find_map(|line| {
+                line.to_ascii_lowercase().strip_prefix("content-length:")?.trim().parse().ok()
+            })
+            .unwrap_or(0usize);
+        if received.len() >= end + 4 + length {
+            return text;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_307_to_another_origin_gets_neither_the_key_nor_the_api_key() {
+    let vendor = Site::start().await;
+    let elsewhere = Site::start().await;
+    vendor.on("POST", "/v1/charges", &[Reply::Redirect(307, elsewhere.at("/v1/charges"))]);
+    elsewhere.on("POST", "/v1/charges", &[Reply::Charge]);
+
+    let error = charge_twice(&keyed_client(), &vendor.at("/v1/charges"), "o-5").await;
+    assert!(elsewhere.received().is_empty(), "the other origin got {:?}", elsewhere.received());
+    assert_eq!(vendor.received().len(), 1);
+    assert_eq!(vendor.received()[0].api_key.as_deref(), Some(API_KEY));
+    assert_eq!(error.status(), Some(reqwest::StatusCode::TEMPORARY_REDIRECT));
+    let message = error.to_string();
+    assert!(message.contains(&elsewhere.at("/v1/charges")), "names the target: {message}");
+}
+
+#[tokio::test]
+async fn with_a_plain_client_another_origins_answer_is_never_recorded() {
+    let vendor = Site::start().await;
+    let elsewhere = Site::start().await;
+    vendor.on("POST", "/v1/charges", &[Reply::Redirect(307, elsewhere.at("/v1/charges"))]);
+    elsewhere.on("POST", "/v1/charges", &[Reply::Charge]);
+
+    // The client follows the redirect (with the key), and the other origin answers 200: the
+    // answer is not the vendor's, so the call is not done.
+    let error = charge_twice(&plain_client(), &vendor.at("/v1/charges"), "o-6").await;
+    let message = error.to_string();
+    assert!(message.contains(&elsewhere.at("/v1/charges")), "names the other origin: {message}");
+    assert!(message.contains("idem_reqwest::redirect_policy()"), "says what to do: {message}");
+    assert_eq!(elsewhere.received().len(), 1, "the plain client followed it");
 }
 
 #[tokio::test]
@@ -244,4 +365,22 @@ async fn a_retry_after_a_redirected_attempt_does_not_release_the_key() {
     assert_eq!(status(&store, &key).await, Some(Status::InDoubt), "not released");
     let posts = vendor.received().iter().filter(|r| r.method == Method::POST).count();
     assert_eq!(posts, 2, "the first attempt and its retry");
+}
+
+#[tokio::test]
+async fn a_lookup_answered_by_another_origin_cannot_tell() {
+    // A lookup settles a key: a "not found" from another origin would release a key whose
+    // charge landed.
+    let vendor = Site::start().await;
+    let elsewhere = Site::start().await;
+    let key = idem::Key::derive_canonical("charge_card", "o-9", "{}");
+    let path = format!("/v1/charges/by-key/{key}");
+    vendor.on("GET", &path, &[Reply::Redirect(302, elsewhere.at(&path))]);
+
+    for http in [plain_client(), keyed_client()] {
+        let found = idem_reqwest::lookup::<Charge>(http.get(vendor.at(&path))).await;
+        let Err(error) = found else { panic!("settled by another origin: {found:?}") };
+        assert!(matches!(error, idem_reqwest::Error::CannotTell(_)), "{error}");
+        assert!(error.to_string().contains(&elsewhere.at(&path)), "{error}");
+    }
 }
