@@ -238,9 +238,10 @@ struct Payments {
 }
 
 impl Payments {
-    /// `timeout`: the client's own, when it has one (row 2b).
+    /// `timeout`: the client's own, when it has one (row 2b). Its keyed requests (rows 2c and 3)
+    /// do not follow a redirect to another origin, which would take the key along.
     fn new(base: String, timeout: Option<Duration>) -> Payments {
-        let mut builder = reqwest::Client::builder();
+        let mut builder = reqwest::Client::builder().redirect(idem_reqwest::redirect_policy());
         if let Some(timeout) = timeout {
             builder = builder.timeout(timeout);
         }

@@ -160,7 +160,12 @@ impl fmt::Display for PayError {
     }
 }
 
-static HTTP: LazyLock<reqwest::Client> = LazyLock::new(reqwest::Client::new);
+/// The client of the charges and of the lookups: a keyed request or a lookup does not follow a
+/// redirect to another origin, which would take the key along.
+static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
+    let client = reqwest::Client::builder().redirect(idem_reqwest::redirect_policy());
+    client.build().expect("an HTTP client without TLS builds")
+});
 
 fn vendor_url() -> String {
     std::env::var(VENDOR).expect("the parent names the vendor")
