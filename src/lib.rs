@@ -124,8 +124,8 @@
 /// | `in_doubt = "fail"` or `"rerun"` | what a call does when it finds its key in doubt | `"fail"` |
 /// | `destructive = false` | the write only adds (an order, a ticket): MCP's `destructiveHint` is false (also on `#[write]`) | `true` |
 /// | `reconcile = "path"` | a function asked, with the key alone, whether an effect left in doubt landed: sync or `async` as the tool is, answering [`Reconciled`]; on a tool taking `&self`, a name without `::` is a method of the same type (README.md, *Settling keys in doubt*) | none |
-/// | `approve` | every call needs a person's approval before the body runs (README.md, *A person approves a risky write*) | no approval |
-/// | `approve_if = "amount > 10_000"` | a call needs approval when this `bool` expression over the tool's arguments is true | no approval |
+/// | `approve` | every call needs a person's approval before the body runs (README.md, *A person approves a risky write*); the approval covers the key, so no input may be left out of it (`ignore`, `#[idem(skip)]`: a compile error) | no approval |
+/// | `approve_if = "amount > 10_000"` | a call needs approval when this `bool` expression over the tool's arguments is true; no input may be left out of the key, as with `approve` | no approval |
 /// | `approval_ttl = "1h"` | an approval not used within this time is asked for again (with `approve` or `approve_if`) | never expires |
 /// | `approve_wait = "5m"` | how long a call waits for the decision, woken by it, before it returns [`Error::AwaitingApproval`] (with `approve` or `approve_if`) | no wait |
 /// | `crate = "path"` | where this crate is, when it is renamed | `::idem` |

@@ -82,6 +82,9 @@ pub(crate) fn tool(
     };
 
     let approval = if keyed { approval::approval(&options, errors) } else { None };
+    if keyed {
+        approval::covers_every_input(&options, &params, scope.as_ref(), errors);
+    }
 
     let pinned = options.tool.is_some();
     let (named_by, function) = record_names(options.in_tools.map(|o| o.value), pinned, &name);

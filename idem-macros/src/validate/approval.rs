@@ -1,11 +1,16 @@
 //! The approval options: `approve` (every call needs a person's approval) or `approve_if = "…"`
 //! (when a condition over the arguments holds), with `approval_ttl` and `approve_wait`, which
-//! mean something only with one of them.
+//! mean something only with one of them; and that an approval covers everything the body
+//! receives.
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
 
 use crate::attr::Options;
-use crate::checked::Approval;
+use crate::checked::{Approval, Scope};
 
 use super::options;
+use super::params::{tidy, Param};
 
 /// What the approval options ask, if any, checked.
 pub(super) fn approval(options: &Options, errors: &mut Vec<syn::Error>) -> Option<Approval> {
@@ -43,6 +48,57 @@ pub(super) fn approval(options: &Options, errors: &mut Vec<syn::Error>) -> Optio
         ttl: ttl.and_then(|o| options::duration(&o.value, errors)),
         wait: wait.and_then(|o| options::duration(&o.value, errors)),
     })
+}
+
+/// Refuses an approval that would not cover everything the body receives. A person approves
+/// the key, which stands for the keyed arguments only: an input left out of it by `ignore` or
+/// `#[idem(skip)]` could differ between the call a person approved and the one that runs under
+/// that approval (another model turn, a concurrent call with the same key). One error per such
+/// input, on its tokens.
+pub(super) fn covers_every_input(
+    options: &Options,
+    params: &[Param],
+    scope: Option<&Scope>,
+    errors: &mut Vec<syn::Error>,
+) {
+    let option = match (options.approve, &options.approve_if) {
+        (Some(_), _) => "approve",
+        (None, Some(_)) => "approve_if",
+        (None, None) => return,
+    };
+    for lit in options.ignore.iter().flat_map(|ignore| &ignore.value.fields) {
+        let name = lit.value();
+        errors.push(syn::Error::new_spanned(
+            lit,
+            format!(
+                "an approval must cover everything the body receives, and `ignore` leaves \
+                 `{name}` out of the key: a person would approve one `{name}` \
+                 and another could run under that approval; key it (remove it from `ignore`), \
+                 or drop `{option}`"
+            ),
+        ));
+    }
+    let scope = scope.map(|scope| &scope.param);
+    for param in params {
+        // A skipped scope is keyed all the same, and refused as skipped on its own.
+        if param.options.skip.is_none() || (param.name.is_some() && param.name == scope) {
+            continue;
+        }
+        let name = tidy(param.typed.pat.to_token_stream());
+        let mut tokens = TokenStream::new();
+        param.typed.pat.to_tokens(&mut tokens);
+        param.typed.ty.to_tokens(&mut tokens);
+        errors.push(syn::Error::new_spanned(
+            tokens,
+            format!(
+                "an approval must cover everything the body receives, and `#[idem(skip)]` \
+                 leaves `{name}` out of the key: a person would approve one \
+                 `{name}` and another could run under that approval; key it (drop \
+                 `#[idem(skip)]`), take it from `self` or a static instead of a parameter, or \
+                 drop `{option}`"
+            ),
+        ));
+    }
 }
 
 /// The condition of `approve_if = "…"`: a Rust expression over the tool's parameters, whose
