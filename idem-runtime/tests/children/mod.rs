@@ -54,6 +54,15 @@ pub struct Running {
     pub stdout: BufReader<ChildStdout>,
 }
 
+/// A child still running when its test ends (a failed assertion, say) is killed, so that it
+/// does not hold the test's output open and hang the suite.
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
 pub fn start(command: &mut Command) -> Running {
     let mut process = command.spawn().unwrap();
     let stdout = BufReader::new(process.stdout.take().unwrap());
