@@ -58,9 +58,9 @@
 //!
 //! A request the vendor redirected reached it: whatever came after (a 404 at the redirect's
 //! target, or, through a client with [`redirect_policy`], a refused connection there) leaves the
-//! key in doubt, never releases it, and a 3xx is never the answer. An answer from another origin than the request's (a client built without
-//! [`redirect_policy`] followed a redirect there) is never taken as the vendor's: the key is left
-//! in doubt and the error says what to do.
+//! key in doubt, never releases it, and a 3xx is never the answer. An answer from another origin
+//! than the request's (a client built without [`redirect_policy`] followed a redirect there) is
+//! never taken as the vendor's: the key is left in doubt and the error says what to do.
 //!
 //! A keyed request sent outside an idempotent call (no call, a `#[read]` tool, a `#[write]` one)
 //! is not sent: it fails with [`Error::OutsideCall`]. The README's "Calling HTTP APIs" has the

@@ -176,10 +176,12 @@ fn open_named(name: &StoreName) -> Result<Arc<dyn Store>, Error> {
 }
 
 /// Whether `path` is a file that begins as an SQLite database does, as SQLite reads it (never
-/// through a descriptor of this crate's own: see `begins_as_database`).
+/// through a descriptor of this crate's own: see `begins_as_database`). An empty file is none:
+/// SQLite would read it as a new database, and the hint would send the user to adopt it.
 #[cfg(feature = "sqlite")]
 fn is_sqlite_file(path: &Path) -> bool {
-    crate::store::sqlite::begins_as_database(path).unwrap_or(false)
+    std::fs::metadata(path).is_ok_and(|meta| meta.len() > 0)
+        && crate::store::sqlite::begins_as_database(path).unwrap_or(false)
 }
 
 /// Without the `sqlite` feature nothing here can tell, and nothing opens the file to guess.
@@ -226,6 +228,20 @@ mod tests {
         assert_eq!(parse("postgresql://db/x"), StoreName::Postgres("postgresql://db/x".into()));
         assert!(StoreName::parse("sqlite:").is_err());
         assert!(StoreName::parse("").is_err());
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn only_a_sqlite_database_is_named_one_in_the_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, text, store) =
+            (dir.path().join("empty"), dir.path().join("notes"), dir.path().join("idem.sqlite"));
+        std::fs::write(&empty, "").unwrap();
+        std::fs::write(&text, "not a database").unwrap();
+        drop(crate::store::sqlite::SqliteStore::open(&store).unwrap());
+        assert!(!is_sqlite_file(&empty) && !is_sqlite_file(&text));
+        assert!(is_sqlite_file(&store));
+        assert_eq!(std::fs::read_to_string(&text).unwrap(), "not a database", "left as it was");
     }
 
     #[test]
