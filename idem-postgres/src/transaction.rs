@@ -23,10 +23,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use idem_runtime::for_stores::{
-    as_current, count_call, deadline_after, new_call, transition, CallParts, Outcome,
+    as_current, count_call, deadline_after, new_call, transition, CallParts, Next, Outcome,
 };
-use idem_runtime::store::{assess, Assessment};
-use idem_runtime::{Call, Error, InDoubtPolicy, Kind, Record, Store, ToolInfo};
+use idem_runtime::{Call, Error, Kind, Record, Store, ToolInfo};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -110,6 +109,16 @@ impl Transactional<'_> {
     pub fn attempts(mut self, attempts: u32) -> Self {
         self.attempts = attempts.max(1);
         self
+    }
+
+    /// The refusal of a call no run can serve (one that needs a person's approval), counted,
+    /// before anything is written.
+    fn refused<T, E: From<Error>>(&self) -> Option<Result<T, E>> {
+        let parts = self.call.parts();
+        parts.needs_approval().then(|| {
+            count_call(parts.tool, Outcome::Error, Duration::ZERO);
+            Err(E::from(parts.cannot_ask_in_a_transaction()))
+        })
     }
 
     /// What follows a run that ended as `ended`: the call's outcome, or `None` to run again
@@ -305,28 +314,30 @@ impl<'a> Run<'a> {
         let owner = new_call(self.store.instance());
         let mut found: Option<Record> = None;
         loop {
-            if let Some(record) = &found {
-                if let Err(refused) = self.parts.check_function(record) {
-                    return Ok(Claimed::Refused(refused));
-                }
-            }
             let now = self.store.clock();
-            let step = match assess(found.as_ref(), now, self.store.instance()) {
-                Assessment::Absent => {
+            let next = match self.parts.next(found.as_ref(), now, self.store.instance(), false) {
+                Ok(next) => next,
+                Err(refused) => return Ok(Claimed::Refused(refused)),
+            };
+            let step = match (next, &found) {
+                (Next::Claim, None) => {
                     let (key, tool, scope) =
                         (self.parts.key.as_str(), self.parts.tool, self.parts.scope);
                     transition::reserve(key, tool, scope, self.parts.function, &owner, now)
                 }
-                Assessment::Replay => {
-                    let record = found.expect("assessed a found record");
+                (Next::Claim, Some(record)) => {
+                    transition::take_over(record, &owner, self.parts.function, now)
+                }
+                (Next::Replay, _) => {
+                    let record = found.expect("a replay has a record");
                     let replayed = self.parts.replay(&record, |json| serde_json::from_str(json));
                     return Ok(replayed.map_or_else(Claimed::Refused, Claimed::Replay));
                 }
-                Assessment::Running => {
-                    return Ok(Claimed::Wait(Box::new(found.expect("assessed a found record"))));
+                (Next::Wait, _) => {
+                    return Ok(Claimed::Wait(Box::new(found.expect("a wait has a record"))));
                 }
-                Assessment::InDoubt if self.parts.in_doubt == InDoubtPolicy::Fail => {
-                    let record = found.expect("assessed a found record");
+                (Next::RefuseInDoubt, _) => {
+                    let record = found.expect("a key in doubt has a record");
                     return Ok(Claimed::Refused(Error::InDoubt {
                         key: self.parts.key.to_string(),
                         tool: self.parts.tool.to_owned(),
@@ -335,18 +346,16 @@ impl<'a> Run<'a> {
                     }));
                 }
                 // A person decides first: a transactional call does not ask, nor wait.
-                Assessment::AwaitingApproval => {
-                    let record = found.expect("assessed a found record");
+                (Next::AwaitDecision, _) => {
+                    let record = found.expect("a key awaiting approval has a record");
                     return Ok(Claimed::Refused(self.parts.awaiting_approval(&record)));
                 }
-                Assessment::Denied => {
+                (Next::AskApproval | Next::Reconcile, _) => {
+                    return Ok(Claimed::Refused(self.parts.cannot_ask_in_a_transaction()));
+                }
+                (Next::Denied, _) => {
                     let history = self.store.history(self.parts.key.as_str()).await.ok();
                     return Ok(Claimed::Refused(self.parts.denied(history.as_deref())));
-                }
-                // Expired, approved, or in doubt under `rerun`: take it over.
-                _ => {
-                    let record = found.as_ref().expect("assessed a found record");
-                    transition::take_over(record, &owner, self.parts.function, now)
                 }
             };
             let new = step.new.expect("a reservation or takeover leaves a record");

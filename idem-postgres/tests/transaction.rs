@@ -455,3 +455,41 @@ async fn through_sqlx_the_writes_and_the_record_commit_together() {
     let record = shop.record(&shop.call(17)).await.unwrap();
     assert_eq!((record.status, record.result), (Status::Done, Some(ids[0].to_string())));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_needs_approval_is_refused_before_it_writes_by_both_drivers() {
+    let Some(shop) = Shop::open("tx11").await else { return };
+    let runs = AtomicUsize::new(0);
+    let sql = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
+    let refused = shop
+        .store
+        .transactional(shop.call(17).approve(true))
+        .run(async |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tx.batch_execute(&sql).await?;
+            Ok::<i64, BoxError>(1)
+        })
+        .await;
+    let error = *refused.unwrap_err().downcast::<Error>().expect("an idem error");
+    assert!(!error.is_retryable(), "a retry cannot help: {error}");
+    let message = error.to_string();
+    assert!(message.contains(shop.call(17).key().as_str()), "names the key: {message}");
+    assert!(message.contains("approval"), "{message}");
+
+    let pool =
+        sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&shop.url).await.unwrap();
+    let refused = shop
+        .store
+        .transactional(shop.call(17).approve(true))
+        .run_sqlx(&pool, async |tx| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            sqlx::raw_sql(&sql).execute(&mut *tx).await?;
+            Ok::<i64, BoxError>(1)
+        })
+        .await;
+    let error = *refused.unwrap_err().downcast::<Error>().expect("an idem error");
+    assert!(error.to_string().contains("approval"), "{error}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran");
+    assert_eq!(shop.count("refunds").await, 0);
+    assert!(shop.record(&shop.call(17)).await.is_none(), "nothing was written");
+}

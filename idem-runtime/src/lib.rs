@@ -81,7 +81,7 @@ pub use time::utc_timestamp;
 /// [`Store`] interface. Not a public API: it may change in any release.
 #[doc(hidden)]
 pub mod for_stores {
-    pub use crate::engine::{waiting, CallParts, Waiting};
+    pub use crate::engine::{waiting, CallParts, Next, Waiting};
     pub use crate::exec::block_on;
     pub use crate::lifecycle::transition;
     /// Counts a call of a store's own run path in the metrics, as the engine counts its calls.

@@ -190,6 +190,46 @@ fn a_panic_in_the_body_rolls_back_and_reaches_the_caller() {
 }
 
 #[test]
+fn a_call_that_needs_approval_is_refused_before_it_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let body_ran = Arc::clone(&ran);
+    let refused = block_on(store.transactional(call(17).approve(true)).run(move |tx| {
+        body_ran.fetch_add(1, Ordering::SeqCst);
+        tx.execute("INSERT INTO refunds (order_id, cents) VALUES (17, 1250)", [])?;
+        Ok::<i64, BoxError>(1)
+    }));
+    let error = refused.expect_err("an unapproved call does not run");
+    let error = error.downcast::<Error>().expect("an idem error");
+    assert!(!error.is_retryable(), "a retry cannot help: {error}");
+    let message = error.to_string();
+    assert!(message.contains("refund") && message.contains("approval"), "{message}");
+    assert!(message.contains(call(17).key().as_str()), "the message names the key: {message}");
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the body did not run");
+    assert_free(&store, dir.path(), 17);
+}
+
+#[test]
+fn a_key_awaiting_a_person_s_decision_is_refused_not_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path()));
+    // A plain call of the same tool that needs approval asks for it first.
+    let asked: Result<i64, Error> =
+        call(17).approve(true).store(store.clone()).run(|| panic!("not approved yet"));
+    assert!(matches!(asked, Err(Error::AwaitingApproval { .. })), "{asked:?}");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let refused = block_on(refund(&store, 17, &runs)).unwrap_err();
+    let refused = refused.downcast::<Error>().expect("an idem error");
+    assert!(matches!(*refused, Error::AwaitingApproval { .. }), "{refused:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
+    assert_eq!(rows(dir.path(), 17), (0, 0));
+    let key = call(17).key().clone();
+    let record = block_on(store.get(key.as_str())).unwrap().expect("the request stays");
+    assert_eq!(record.status, Status::AwaitingApproval);
+}
+
+#[test]
 fn a_result_that_cannot_be_stored_commits_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());

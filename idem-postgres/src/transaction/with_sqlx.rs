@@ -84,6 +84,9 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
     {
+        if let Some(refused) = self.refused() {
+            return refused;
+        }
         let run = Run::new(self.store, &self.call);
         let mut driving = Driving::new();
         loop {

@@ -81,6 +81,9 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
     {
+        if let Some(refused) = self.refused() {
+            return refused;
+        }
         let run = Run::new(self.store, &self.call);
         let mut driving = Driving::new();
         loop {

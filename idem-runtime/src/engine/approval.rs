@@ -16,19 +16,6 @@ use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
 
 impl Call {
-    /// Whether this call must ask a person before it runs the body over `found` (absent, an
-    /// expired result, or an approval): it requires approval, or the approval it found has
-    /// outlived its `approval_ttl`.
-    pub(super) fn must_ask(&self, found: Option<&Record>, now: u64) -> bool {
-        match found {
-            Some(record) if record.status == Status::Approved => {
-                let ttl = self.approval.and_then(|approval| approval.ttl);
-                record.approval_expired(ttl, now)
-            }
-            _ => self.approval.is_some(),
-        }
-    }
-
     /// Records the key as awaiting approval over `found` (absent, an expired result, or an
     /// expired approval); the record as it stands afterwards: the request, or what another
     /// caller wrote first.

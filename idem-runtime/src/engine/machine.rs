@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::decide::Next;
 use super::reconciler::{ask, Reconciled};
-use super::{Call, Codec, InDoubtPolicy};
+use super::{Call, Codec};
 use crate::error::{Error, StoreError};
 use crate::history::Answer;
 use crate::key::Key;
 use crate::lifecycle::transition::{self, Step};
-use crate::lifecycle::{assess, Assessment, Owner, Record, Status};
+use crate::lifecycle::{Owner, Record, Status};
 use crate::meter::{self, Outcome};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
@@ -263,10 +264,6 @@ impl Drop for Reservation {
 }
 
 impl Call {
-    fn check_function(&self, found: &Record) -> Result<(), Error> {
-        self.parts().check_function(found)
-    }
-
     fn replay<T, E>(&self, record: &Record, codec: Codec<T, E>) -> Result<T, Error> {
         self.parts().replay(record, codec.decode)
     }
@@ -293,26 +290,25 @@ impl Call {
         // Taken when the first wait for a person's decision begins.
         let mut decision_deadline = None;
         let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
+        let parts = self.parts();
         loop {
-            if let Some(found) = &found {
-                self.check_function(found)?;
-            }
-            match assess(found.as_ref(), store.clock(), store.instance()) {
-                Assessment::Replay => {
-                    let existing = found.as_ref().expect("assessed a found record");
+            let (now, instance) = (store.clock(), store.instance());
+            match parts.next(found.as_ref(), now, instance, reconcile.is_some())? {
+                Next::Replay => {
+                    let existing = found.as_ref().expect("a replay has a record");
                     return self.replay(existing, codec).map(Acquired::Replay);
                 }
-                Assessment::Running => {
-                    let existing = found.take().expect("assessed a found record");
+                Next::Wait => {
+                    let existing = found.take().expect("a wait has a record");
                     let deadline = *deadline.get_or_insert_with(|| {
                         let now = *waited_since.insert(Instant::now());
                         deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
                     });
-                    found = self.parts().wait_for_owner(store.as_ref(), existing, deadline).await?;
+                    found = parts.wait_for_owner(store.as_ref(), existing, deadline).await?;
                     continue;
                 }
-                Assessment::InDoubt if reconcile.is_some() => {
-                    let existing = found.take().expect("assessed a found record");
+                Next::Reconcile => {
+                    let existing = found.take().expect("a key in doubt has a record");
                     let ask = reconcile.take().expect("a reconciler to ask");
                     match self.reconcile(codec, store, existing, ask).await? {
                         Reconciliation::Landed(value) => return Ok(Acquired::Reconciled(value)),
@@ -325,24 +321,21 @@ impl Call {
                     }
                     continue;
                 }
-                Assessment::InDoubt if self.in_doubt == InDoubtPolicy::Fail => {
-                    let existing = found.as_ref().expect("assessed a found record");
+                Next::RefuseInDoubt => {
+                    let existing = found.as_ref().expect("a key in doubt has a record");
                     return Err(self.in_doubt_error(existing, unsettled.take()));
                 }
-                Assessment::Denied => return Err(self.denied(store).await),
-                Assessment::AwaitingApproval => {
-                    let existing = found.take().expect("assessed a found record");
+                Next::Denied => return Err(self.denied(store).await),
+                Next::AwaitDecision => {
+                    let existing = found.take().expect("a key awaiting approval has a record");
                     found = self.await_decision(store, existing, &mut decision_deadline).await?;
                     continue;
                 }
-                Assessment::Absent | Assessment::Expired | Assessment::Approved
-                    if self.must_ask(found.as_ref(), store.clock()) =>
-                {
+                Next::AskApproval => {
                     found = self.request_approval(store, found.take()).await?;
                     continue;
                 }
-                // Absent, expired, approved, or in doubt under `in_doubt = "rerun"`: claim it.
-                _ => {}
+                Next::Claim => {}
             }
             match self.claim(store, found.take()).await.map_err(failed)? {
                 Taken::Mine(owned) => return Ok(Acquired::Owned(owned)),

@@ -31,6 +31,7 @@ use crate::store::Store;
 mod approval;
 mod args;
 mod context;
+mod decide;
 mod machine;
 mod reconciler;
 pub(crate) mod retention;
@@ -41,6 +42,7 @@ pub use self::args::Args;
 pub use self::context::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token,
 };
+pub use self::decide::Next;
 pub(crate) use self::reconciler::erred;
 pub use self::reconciler::Reconciled;
 pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
@@ -242,6 +244,7 @@ impl Call {
             wait: self.wait,
             ttl: self.ttl,
             in_doubt: self.in_doubt,
+            approval: self.approval,
         }
     }
 
@@ -440,6 +443,15 @@ pub struct CallParts<'a> {
     pub ttl: Option<Duration>,
     /// What to do with a key in doubt.
     pub in_doubt: InDoubtPolicy,
+    /// Whether the call needs a person's approval, and for how long one stays good.
+    approval: Option<Approval>,
+}
+
+impl CallParts<'_> {
+    /// Whether the call needs a person's approval before its body runs.
+    pub fn needs_approval(&self) -> bool {
+        self.approval.is_some()
+    }
 }
 
 impl CallParts<'_> {

@@ -28,10 +28,10 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{fault, reserve, schema, swap, Shared, SqliteStore};
-use crate::engine::{as_current_sync, Call, CallParts, InDoubtPolicy};
+use crate::engine::{as_current_sync, Call, CallParts, Next};
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
-use crate::lifecycle::{assess, now_ms, transition, Assessment, Owner, Record};
+use crate::lifecycle::{now_ms, transition, Owner, Record};
 use crate::meter::{self, Outcome};
 use crate::store::Inserted;
 use crate::time::deadline_after;
@@ -108,6 +108,10 @@ impl SqliteTransactional<'_> {
         let started = Instant::now();
         let parts = self.call.parts();
         let count = |outcome| meter::call(parts.tool, outcome, started.elapsed());
+        if parts.needs_approval() {
+            count(Outcome::Error);
+            return Err(E::from(parts.cannot_ask_in_a_transaction()));
+        }
         loop {
             let waited = deadline.is_some();
             match self.once(body).await {
@@ -306,29 +310,30 @@ impl Run<'_> {
             Ok(Inserted::Existing(found)) => found,
             Err(e) => return Err(("cannot reserve", e)),
         };
-        if let Err(refused) = parts.check_function(&found) {
-            return Ok(Claimed::Refused(refused));
-        }
         let (key, tool) = (key.to_owned(), parts.tool.to_owned());
-        Ok(match assess(Some(&found), now, &shared.instance) {
-            Assessment::Replay => Claimed::Replay(found),
-            Assessment::Running => Claimed::Wait(found),
-            Assessment::InDoubt if parts.in_doubt == InDoubtPolicy::Fail => {
-                Claimed::Refused(Error::InDoubt {
-                    key,
-                    tool,
-                    since_ms: found.updated_at,
-                    reason: None,
-                })
-            }
+        let next = match parts.next(Some(&found), now, &shared.instance, false) {
+            Ok(next) => next,
+            Err(refused) => return Ok(Claimed::Refused(refused)),
+        };
+        Ok(match next {
+            Next::Replay => Claimed::Replay(found),
+            Next::Wait => Claimed::Wait(found),
+            Next::RefuseInDoubt => Claimed::Refused(Error::InDoubt {
+                key,
+                tool,
+                since_ms: found.updated_at,
+                reason: None,
+            }),
             // A transactional call asks no one: a key that waits for a person is not its.
-            Assessment::AwaitingApproval => Claimed::Refused(parts.awaiting_approval(&found)),
-            Assessment::Denied => {
+            Next::AwaitDecision => Claimed::Refused(parts.awaiting_approval(&found)),
+            Next::AskApproval | Next::Reconcile => {
+                Claimed::Refused(parts.cannot_ask_in_a_transaction())
+            }
+            Next::Denied => {
                 let history = schema::history(tx, &key).map_err(|e| ("cannot read", e))?;
                 Claimed::Refused(parts.denied(Some(&history)))
             }
-            // Expired, approved, or in doubt under `rerun`: take it over.
-            _ => {
+            Next::Claim => {
                 let step = transition::take_over(&found, &owner, parts.function, now);
                 let new = step.new.expect("a takeover leaves a record");
                 match swap(tx, shared, &found, Some(&new), &step.change) {
