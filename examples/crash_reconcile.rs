@@ -211,7 +211,7 @@ async fn find_charge(key: &Key) -> Result<Reconciled<Charge>, PayError> {
         Reconciled::NotLanded => {
             say(format_args!("reconciler: the vendor has no charge under key {key}"));
         }
-        Reconciled::CannotTell => {}
+        _ => {}
     }
     Ok(found)
 }

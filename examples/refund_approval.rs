@@ -47,7 +47,7 @@ fn waiting_key(amount_cents: u64) -> Key {
     let key = Key::derive("refund", "o-2", &serde_json::json!({ "amount_cents": amount_cents }))
         .expect("a key");
     let deadline = Instant::now() + Duration::from_secs(30);
-    let awaiting = Filter { status: Some(Status::AwaitingApproval), tool: Some("refund".into()) };
+    let awaiting = Filter::new().status(Status::AwaitingApproval).tool("refund");
     loop {
         let listed = admin::list(store().as_ref(), &awaiting).expect("the store lists");
         if let Some(record) = listed.iter().find(|record| record.key == key.as_str()) {

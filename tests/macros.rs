@@ -396,15 +396,7 @@ fn each_attribute_classifies_its_tool_at_compile_time() {
     const KEYED: idem::ToolInfo = idem::tool_info!(seed::charge_card);
     const PINNED: idem::ToolInfo = idem::tool_info!(renamed::refund_v2);
     const UNKEYED: idem::ToolInfo = idem::tool_info!(fax::send_fax);
-    assert_eq!(
-        READ,
-        idem::ToolInfo {
-            name: "get_balance",
-            kind: Kind::Read,
-            destructive: false,
-            approval: false
-        }
-    );
+    assert_eq!(READ, idem::ToolInfo::new("get_balance", Kind::Read));
     assert_eq!(KEYED.kind, Kind::Idempotent { scope: "step_id" });
     assert_eq!(PINNED.name, "refund");
     assert_eq!(UNKEYED.kind, Kind::Write);

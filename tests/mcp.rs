@@ -148,7 +148,7 @@ mod mcp {
             .expect("idem runs");
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let printed = String::from_utf8(output.stdout).unwrap().trim().to_owned();
-        let filter = idem::admin::Filter { tool: Some("send_payment".into()), status: None };
+        let filter = idem::admin::Filter::new().tool("send_payment");
         let records = idem::admin::list(store.as_ref(), &filter).unwrap();
         let stored: Vec<(&str, &str)> =
             records.iter().map(|r| (r.scope.as_str(), r.key.as_str())).collect();
@@ -346,12 +346,8 @@ mod mcp {
 
     #[test]
     fn annotate_fills_only_the_hints_a_route_leaves_unset() {
-        let classified = idem::ToolInfo {
-            name: "add_note",
-            kind: idem::Kind::Idempotent { scope: "note_id" },
-            destructive: true,
-            approval: false,
-        };
+        let classified =
+            idem::ToolInfo::new("add_note", idem::Kind::Idempotent { scope: "note_id" });
         let router = idem::mcp::annotate(Notes::tool_router(), &[classified]);
         let listed = router.get("add_note").expect("the route").annotations.clone();
         assert_eq!(listed, Some(hints(false, true, false)), "the route's own hint is kept");

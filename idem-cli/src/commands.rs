@@ -26,7 +26,7 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             key(&tool, &scope, &args, flattened, json, out)
         }
         Command::Ls { status, tool, json } => {
-            ls(store::open(location)?.as_mut(), Filter { status, tool }, json, out)
+            ls(store::open(location)?.as_mut(), filter(status, tool), json, out)
         }
         Command::Show { key, json } => {
             let key = Key::parse(&key)?;
@@ -111,6 +111,14 @@ fn key(
 
 /// Lists what reads; a record that does not is reported after the rest, and the command then
 /// fails, so that a script notices.
+/// The filter of `idem ls --status … --tool …`.
+fn filter(status: Option<Status>, tool: Option<String>) -> Filter {
+    let mut filter = Filter::new();
+    filter.status = status;
+    filter.tool = tool;
+    filter
+}
+
 fn ls(admin: &mut dyn Admin, filter: Filter, json: bool, out: Out<'_>) -> Result<(), Failure> {
     let listing = admin.scan(&filter)?;
     let mut unreadable: Vec<String> = listing.unreadable.iter().map(Error::to_string).collect();
@@ -365,6 +373,8 @@ fn purge(admin: &mut dyn Admin, which: Purge, out: Out<'_>) -> Result<(), Failur
                  {age} ago)\n"
             )
         }
+        // A kind of purge this command does not know: say what was removed, plainly.
+        _ => format!("removed {records} done {noun}\n"),
     };
     out.write_all(text.as_bytes()).map_err(write_failed)
 }

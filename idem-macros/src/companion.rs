@@ -55,12 +55,9 @@ pub(crate) fn info(
         }
     };
     quote_spanned! {mixed=>
-        #krate::__private::ToolInfo {
-            name: #name,
-            kind: #kind,
-            destructive: #destructive,
-            approval: #approval,
-        }
+        #krate::__private::ToolInfo::new(#name, #kind)
+            .destructive(#destructive)
+            .approval(#approval)
     }
 }
 

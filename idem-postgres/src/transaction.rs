@@ -51,7 +51,7 @@ use self::statements::Param;
 /// assert!(REFUND.annotations().idempotent_hint);
 /// ```
 pub const fn tool_info(name: &'static str, scope: &'static str, destructive: bool) -> ToolInfo {
-    ToolInfo { name, kind: Kind::Idempotent { scope }, destructive, approval: false }
+    ToolInfo::new(name, Kind::Idempotent { scope }).destructive(destructive)
 }
 
 /// How many times a transactional call runs its transaction at most, by default: the first run

@@ -323,6 +323,6 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
                 (Status::Done, Some("\"ch_other\""))
             );
         }
-        Inserted::New { .. } => panic!("reserved a key another writer holds"),
+        other => panic!("reserved a key another writer holds: {other:?}"),
     }
 }

@@ -21,11 +21,33 @@ use crate::store::Store;
 
 /// Which records [`list`] returns.
 #[derive(Clone, Debug, Default)]
+#[non_exhaustive]
 pub struct Filter {
     /// Only records with this status.
     pub status: Option<Status>,
     /// Only records of this tool.
     pub tool: Option<String>,
+}
+
+impl Filter {
+    /// Every record: narrow it with [`Filter::status`] and [`Filter::tool`].
+    pub fn new() -> Filter {
+        Filter::default()
+    }
+
+    /// This filter, keeping only records with `status`.
+    #[must_use]
+    pub fn status(mut self, status: Status) -> Filter {
+        self.status = Some(status);
+        self
+    }
+
+    /// This filter, keeping only records of the tool `tool`.
+    #[must_use]
+    pub fn tool(mut self, tool: impl Into<String>) -> Filter {
+        self.tool = Some(tool.into());
+        self
+    }
 }
 
 pub use crate::lifecycle::owner::operator;
@@ -34,6 +56,7 @@ pub use crate::lifecycle::Resolution;
 
 /// Which finished records [`purge`] removes.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Purge {
     /// Those whose `ttl` has passed. No history of a key without a record goes: an entry has
     /// no `ttl`.
@@ -62,6 +85,7 @@ impl Purged {
 
 /// What [`scan`] found: the records that match, and every record that could not be read.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Listing {
     /// The records that match the filter, newest first.
     pub records: Vec<Record>,
@@ -71,6 +95,7 @@ pub struct Listing {
 
 /// Counts by status and tool, and the store's size on disk.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Records per status name (`in-flight`, `done`, `in-doubt`).
     pub by_status: BTreeMap<String, u64>,

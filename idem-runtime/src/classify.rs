@@ -3,6 +3,7 @@
 
 /// How a tool touches the world, as its attribute declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Kind {
     /// `#[idem::read]`: no effect; repeating it is harmless.
     Read,
@@ -32,6 +33,7 @@ pub enum Kind {
 /// assert!(INFO.annotations().read_only_hint);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ToolInfo {
     /// The tool's name: the one its framework gives it under `#[idem::tools]` (rig's
     /// `<T as Tool>::NAME`, rmcp's `#[tool(name = "…")]` or the method's name), else the
@@ -49,6 +51,35 @@ pub struct ToolInfo {
 }
 
 impl ToolInfo {
+    /// The classification of the tool `name` as `kind`: destructive unless it is a read (MCP's
+    /// cautious default; [`ToolInfo::destructive`] says otherwise), needing no approval.
+    ///
+    /// ```
+    /// use idem_runtime::{Kind, ToolInfo};
+    ///
+    /// const OPEN_TICKET: ToolInfo =
+    ///     ToolInfo::new("open_ticket", Kind::Idempotent { scope: "request_id" }).destructive(false);
+    /// assert!(OPEN_TICKET.annotations().idempotent_hint);
+    /// assert!(!OPEN_TICKET.annotations().destructive_hint);
+    /// ```
+    pub const fn new(name: &'static str, kind: Kind) -> ToolInfo {
+        ToolInfo { name, kind, destructive: !matches!(kind, Kind::Read), approval: false }
+    }
+
+    /// This classification, saying whether the tool may change or delete what is already there.
+    #[must_use]
+    pub const fn destructive(mut self, destructive: bool) -> ToolInfo {
+        self.destructive = destructive;
+        self
+    }
+
+    /// This classification, saying whether a person may have to approve a call first.
+    #[must_use]
+    pub const fn approval(mut self, approval: bool) -> ToolInfo {
+        self.approval = approval;
+        self
+    }
+
     /// Whether repeating the call is harmless: true for reads and idempotent writes.
     pub const fn retry_safe(&self) -> bool {
         matches!(self.kind, Kind::Read | Kind::Idempotent { .. })
@@ -80,6 +111,7 @@ impl ToolInfo {
 /// MCP tool annotation hints, as data: copy them into the tool's `annotations` when registering
 /// it with an MCP server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Annotations {
     /// `readOnlyHint`: the tool does not modify its environment.
     pub read_only_hint: bool,

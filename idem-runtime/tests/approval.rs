@@ -66,11 +66,9 @@ fn the_first_call_asks_and_every_retry_before_a_decision_runs_nothing() {
     let history = admin::history(store.as_ref(), &key).unwrap();
     assert_eq!(history.len(), 1, "one request, however many calls: {history:?}");
     assert_eq!(history[0].event, Event::ApprovalRequested);
-    let waiting = admin::list(
-        store.as_ref(),
-        &admin::Filter { status: Some(Status::AwaitingApproval), tool: None },
-    )
-    .unwrap();
+    let waiting =
+        admin::list(store.as_ref(), &admin::Filter::new().status(Status::AwaitingApproval))
+            .unwrap();
     assert_eq!(waiting.len(), 1);
     assert_eq!((waiting[0].tool.as_str(), waiting[0].scope.as_str()), ("refund", "order-17"));
 }
@@ -312,9 +310,7 @@ fn a_decision_through_the_admin_socket_wakes_the_waiting_call() {
             std::thread::yield_now();
         }
         let mut remote = Remote::connect(&path).unwrap().expect("the holder serves the socket");
-        let listed = remote
-            .list(&admin::Filter { status: Some(Status::AwaitingApproval), tool: None })
-            .unwrap();
+        let listed = remote.list(&admin::Filter::new().status(Status::AwaitingApproval)).unwrap();
         assert_eq!(listed.len(), 1);
         let approved = remote.decide(&key, Decision::Approve, "ann@ops", Some("ok")).unwrap();
         assert_eq!(approved.status, Status::Approved);

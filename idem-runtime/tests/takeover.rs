@@ -193,9 +193,7 @@ fn two_hundred_takeovers_under_random_timeouts_leave_no_key_in_flight() {
             let _ = task.await.unwrap();
         }
     });
-    let in_flight =
-        admin::list(store.as_ref(), &Filter { status: Some(Status::InFlight), tool: None })
-            .unwrap();
+    let in_flight = admin::list(store.as_ref(), &Filter::new().status(Status::InFlight)).unwrap();
     assert!(
         in_flight.is_empty(),
         "{} of 200 takeovers left their key in flight (seed {first_seed}): {:?}",

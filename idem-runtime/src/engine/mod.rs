@@ -50,6 +50,7 @@ pub use self::waiting::{waiting, Waiting};
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InDoubtPolicy {
     /// Return [`Error::InDoubt`] and run nothing: an operator decides (the default).
     #[default]

@@ -31,6 +31,7 @@ use crate::key::Key;
 /// }
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Reconciled<T> {
     /// The effect landed, with this result: the key is recorded `Done` with it, and every call
     /// replays it.

@@ -225,6 +225,7 @@ async fn sweep_one(
 
 /// What a [`Sweep`] did, key by key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SweepReport {
     /// Every key in doubt of a listed tool that the sweep found, with what became of it.
     pub keys: Vec<Swept>,
@@ -247,6 +248,7 @@ impl SweepReport {
 /// One key a [`Sweep`] found in doubt: the record's identity (no arguments: records keep none)
 /// and what became of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Swept {
     /// The key.
     pub key: String,

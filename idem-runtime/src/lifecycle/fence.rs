@@ -12,6 +12,7 @@ use super::status::Status;
 
 /// The state a write is fenced on: the status, owner and attempts the writer saw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Fence<'a> {
     /// The status seen.
     pub status: Status,

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// and in messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Status {
     /// Reserved by an owner that is running the body.
     InFlight,

@@ -233,6 +233,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 // allocation to the common path.
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Inserted {
     /// The record was inserted. `token` is its owner's fencing token: a number greater than
     /// the token of every owner the key had before (after a release, a takeover, a purge, and
