@@ -1,6 +1,6 @@
 //! The runtime of [idem](https://docs.rs/idem-agent): intent keys, canonical JSON, the [`Store`]
-//! interface with its sled implementation (and SQLite's, feature `sqlite`), and the engine that
-//! generated code calls.
+//! interface with its stores (sled; SQLite, feature `sqlite`; [`MemoryStore`], the reference in
+//! memory), and the engine that generated code calls.
 //!
 //! Users depend on the facade (the package `idem-agent`, whose library is `idem`); this crate
 //! is its engine room. How it is laid out (which module owns which rule, and which way calls
@@ -9,7 +9,7 @@
 //! - `lifecycle/`: what a record means and every rule that changes it (status, owner, fence,
 //!   lease, transitions, assessment);
 //! - `store/`: the storage interface a backend implements, the default store, store names, and
-//!   the sled and SQLite backends;
+//!   the backends: the reference store in memory ([`MemoryStore`]), sled and SQLite;
 //! - `engine/`: one run path for every call, over the lifecycle and a store;
 //! - `admin.rs` and `remote/`: the operator interface, locally and over the admin socket;
 //! - `for_macros.rs`: the contract with generated code.
@@ -70,6 +70,7 @@ pub use store::default::{
     default_store, default_store_name, default_store_path, open_default_store, set_default_store,
     set_default_store_named,
 };
+pub use store::memory::MemoryStore;
 pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]

@@ -1,5 +1,6 @@
 //! The storage interface a backend implements ([`Store`]), what an implementor needs with it,
-//! the process default store, and the stores this crate ships.
+//! the process default store, and the stores this crate ships (the reference store in memory,
+//! sled and SQLite).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::lifecycle::Record;
 
 pub(crate) mod default;
+pub(crate) mod memory;
 pub mod name;
 mod notify;
 pub(crate) mod sled;
