@@ -74,7 +74,8 @@
 //!   an operator settles a key with [`admin::resolve`] (or `idem resolve`), and every change of
 //!   a record is kept in its key's [`history`].
 //! - Stores: the [`Store`] trait, [`SledStore`] (embedded, one process; see
-//!   [`SledStoreBuilder`] and [`Durability`]), [`set_default_store`],
+//!   [`SledStoreBuilder`] and [`Durability`]), [`MemoryStore`] (the reference of the storage
+//!   contract, in memory and not durable: for examples and unit tests), [`set_default_store`],
 //!   [`open_default_store`] and [`default_store`]; `SqliteStore` (feature `sqlite`) shares one
 //!   file between the processes of one machine, and `idem-postgres`'s `PgStore` one database
 //!   between processes anywhere; [`open_store`] and [`set_default_store_named`] take a store by
@@ -309,8 +310,8 @@ pub use idem_runtime::{
     admin, canonical_json, current_key, default_store_name, default_store_path, fencing_token,
     history, may_have_landed, retention, set_default_store, store, try_current_key,
     try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
-    Kind, Reconciled, Record, Retention, SledStore, SledStoreBuilder, Status, Store, StoreError,
-    StoreFuture, StoreName, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    Kind, MemoryStore, Reconciled, Record, Retention, SledStore, SledStoreBuilder, Status, Store,
+    StoreError, StoreFuture, StoreName, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The SQLite store (feature `sqlite`): one file that several processes on one machine share.
