@@ -317,6 +317,9 @@ impl std::fmt::Debug for MemoryStore {
 
 #[cfg(test)]
 mod tests {
+    // A call takes std's `Arc`, also under loom, where `super::Arc` is loom's.
+    use std::sync::Arc;
+
     use super::*;
     use crate::exec::block_on;
     use crate::{Call, Error};
