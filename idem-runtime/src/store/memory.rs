@@ -97,7 +97,7 @@ impl Keys {
     }
 }
 
-/// `value` as a write's answer, on the poll after the one that asked: the write has landed by
+/// `value` as a write's answer, on the poll after the one that made it: the write has landed by
 /// then, and its answer comes back later, as from every store that syncs, queues its writes or
 /// sends them over a network. So a caller can go away between its write and the answer here as
 /// well, which the engine must survive (the suite's
@@ -185,18 +185,23 @@ impl Store for MemoryStore {
         record: &'a Record,
         change: Change<'a>,
     ) -> StoreFuture<'a, Inserted> {
-        let key = record.key.as_str();
-        let inserted = {
-            let mut keys = self.keys();
-            match keys.records.get(key) {
-                Some(existing) => return Box::pin(answered(Inserted::Existing(existing.clone()))),
-                None => {
-                    Inserted::New { token: keys.land(key, Some(record), &change, self.clock()) }
+        Box::pin(async move {
+            let key = record.key.as_str();
+            let inserted = {
+                let mut keys = self.keys();
+                match keys.records.get(key) {
+                    Some(existing) => Inserted::Existing(existing.clone()),
+                    None => {
+                        let token = keys.land(key, Some(record), &change, self.clock());
+                        Inserted::New { token }
+                    }
                 }
+            };
+            if let Inserted::New { .. } = inserted {
+                self.notifier.notify(key);
             }
-        };
-        self.notifier.notify(key);
-        Box::pin(answered(inserted))
+            answered(inserted).await
+        })
     }
 
     fn compare_and_swap<'a>(
@@ -205,7 +210,7 @@ impl Store for MemoryStore {
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>> {
-        Box::pin(answered(self.swap(expected, new, &change)))
+        Box::pin(async move { answered(self.swap(expected, new, &change)).await })
     }
 
     fn compare_and_swap_detached(
@@ -219,10 +224,14 @@ impl Store for MemoryStore {
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
-        let mut keys = self.keys();
-        let status = keys.records.get(key).map(|record| record.status);
-        keys.append(key, &change, status, self.clock());
-        Box::pin(answered(()))
+        Box::pin(async move {
+            {
+                let mut keys = self.keys();
+                let status = keys.records.get(key).map(|record| record.status);
+                keys.append(key, &change, status, self.clock());
+            }
+            answered(()).await
+        })
     }
 
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
@@ -244,9 +253,13 @@ impl Store for MemoryStore {
     fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         // Nothing of the purge is kept: the history goes whole, as with a purged record.
         let _ = change;
-        let mut keys = self.keys();
-        let removed = !keys.has_record(key) && keys.histories.remove(key).is_some();
-        Box::pin(answered(removed))
+        Box::pin(async move {
+            let removed = {
+                let mut keys = self.keys();
+                !keys.has_record(key) && keys.histories.remove(key).is_some()
+            };
+            answered(removed).await
+        })
     }
 
     fn histories_page<'a>(
