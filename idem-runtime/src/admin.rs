@@ -108,7 +108,7 @@ pub struct Stats {
     /// The retention the store runs in the background, and what it removed, when it runs one
     /// (seen from the process that answered: a holder through its socket, or this one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention: Option<crate::retention::RetentionStatus>,
+    pub retention: Option<crate::lifecycle::retention::RetentionStatus>,
 }
 
 /// The admin operations, wherever they run. Each gives the same values and errors as the
@@ -247,7 +247,7 @@ impl Admin for Local {
     }
 }
 
-fn store_error(key: Option<&str>, source: crate::StoreError) -> Error {
+fn store_error(key: Option<&str>, source: crate::error::StoreError) -> Error {
     Error::store(key, None, source)
 }
 
@@ -338,7 +338,7 @@ pub fn resolve(
         return Err(Error::store(
             Some(key.as_str()),
             Some(&current.tool),
-            crate::StoreError::new(
+            crate::error::StoreError::new(
                 "the record changed while it was being resolved; look at it again with `idem show`",
             ),
         ));

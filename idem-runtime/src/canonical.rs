@@ -13,7 +13,7 @@ use std::fmt::{self, Write as _};
 use serde::ser::{self, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The struct name serde_json gives a `Number` under `arbitrary_precision`; its one field holds
 /// the number's text.

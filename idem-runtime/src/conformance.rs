@@ -15,8 +15,12 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::engine::{Call, InDoubtPolicy};
+use crate::error::Error;
 use crate::exec::block_on;
-use crate::{Call, Error, InDoubtPolicy, Key, Status, Store};
+use crate::key::Key;
+use crate::lifecycle::Status;
+use crate::store::Store;
 
 mod around;
 mod history;
@@ -130,7 +134,7 @@ pub(crate) fn scope(name: &str) -> String {
     format!(
         "{name}-{}-{}-{}",
         std::process::id(),
-        crate::store::now_ms(),
+        crate::lifecycle::now_ms(),
         NONCE.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -542,6 +546,6 @@ pub fn distinct_keys_each_run_once(store: Arc<dyn Store>) {
 pub use crate::lifecycle::transition;
 
 /// A new call of the store instance `instance`, as the engine makes one for each call.
-pub fn new_call(instance: &str) -> crate::store::Owner {
-    crate::store::Owner::new_call(instance)
+pub fn new_call(instance: &str) -> crate::lifecycle::Owner {
+    crate::lifecycle::Owner::new_call(instance)
 }

@@ -425,7 +425,7 @@ where
 #[cfg(feature = "rmcp")]
 pub fn tool_router_answers<S: rmcp::service::MaybeSend + 'static>(
     router: rmcp::handler::server::router::tool::ToolRouter<S>,
-    tools: &[crate::ToolInfo],
+    tools: &[crate::classify::ToolInfo],
 ) -> rmcp::handler::server::router::tool::ToolRouter<S> {
     crate::mcp::annotate(router, tools)
 }
@@ -433,6 +433,6 @@ pub fn tool_router_answers<S: rmcp::service::MaybeSend + 'static>(
 /// Without idem's `rmcp` feature there is no rmcp router to change, and idem's errors reach an
 /// rmcp client as the tool's own errors (see the README's "With rmcp").
 #[cfg(not(feature = "rmcp"))]
-pub fn tool_router_answers<R>(router: R, _tools: &[crate::ToolInfo]) -> R {
+pub fn tool_router_answers<R>(router: R, _tools: &[crate::classify::ToolInfo]) -> R {
     router
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::canonical::{canonical_json_for, sha256_hex};
-use crate::Error;
+use crate::error::Error;
 
 /// How many hex digits a key keeps of the SHA-256.
 const KEY_LEN: usize = 32;

@@ -44,9 +44,9 @@ mod retry;
 /// past a bound (see [`Retention`]).
 pub mod retention {
     pub use crate::engine::retention::{
-        PassReport, Removed, Retainer, RetainerView, Retention, RetentionPass, RetentionStatus,
-        RETAIN_ENV,
+        Retainer, RetainerView, Retention, RetentionPass, RETAIN_ENV,
     };
+    pub use crate::lifecycle::retention::{PassReport, Removed, RetentionStatus};
 }
 pub mod store;
 mod time;
@@ -101,7 +101,7 @@ pub mod for_stores {
 
     /// The owner of a new call of the store instance `instance`: what a store's own run path
     /// (idem-postgres's transactional calls) writes into the record it reserves.
-    pub fn new_call(instance: &str) -> crate::store::Owner {
-        crate::store::Owner::new_call(instance)
+    pub fn new_call(instance: &str) -> crate::lifecycle::Owner {
+        crate::lifecycle::Owner::new_call(instance)
     }
 }

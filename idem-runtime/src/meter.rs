@@ -48,11 +48,11 @@ impl Outcome {
     }
 
     /// The outcome of a call that idem ended with `error` before the body ran.
-    pub fn of_error(error: &crate::Error) -> Outcome {
+    pub fn of_error(error: &crate::error::Error) -> Outcome {
         match error {
-            crate::Error::InDoubt { .. } => Outcome::InDoubt,
-            crate::Error::AwaitingApproval { .. } => Outcome::AwaitingApproval,
-            crate::Error::Denied { .. } => Outcome::Denied,
+            crate::error::Error::InDoubt { .. } => Outcome::InDoubt,
+            crate::error::Error::AwaitingApproval { .. } => Outcome::AwaitingApproval,
+            crate::error::Error::Denied { .. } => Outcome::Denied,
             _ => Outcome::Error,
         }
     }

@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{call, eventually_status, scope, status, ToolError};
-use crate::admin::{self, Filter, Purge, Resolution};
+use crate::admin::{self, Filter, Purge};
+use crate::engine::{Call, InDoubtPolicy};
+use crate::error::Error;
 use crate::exec::block_on;
-use crate::lifecycle::transition;
-use crate::{Call, Error, InDoubtPolicy, Status, Store};
+use crate::lifecycle::{transition, Resolution, Status};
+use crate::store::Store;
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
     let scope = scope("fence");
@@ -125,15 +127,16 @@ pub fn bad_arguments_are_refused_and_nothing_is_lost(store: Arc<dyn Store>) {
 pub fn current_key_is_the_derived_key(store: Arc<dyn Store>) {
     let scope = scope("current");
     let expected = call(&store, "charge_card", &scope).key().clone();
-    let seen =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::current_key())).unwrap();
+    let seen = call(&store, "charge_card", &scope)
+        .run(|| Ok::<_, Error>(crate::engine::current_key()))
+        .unwrap();
     assert_eq!(seen, expected);
-    assert_eq!(crate::try_current_key(), None, "no key outside a call");
+    assert_eq!(crate::engine::try_current_key(), None, "no key outside a call");
     let scope2 = format!("{scope}-async");
     let expected = call(&store, "charge_card", &scope2).key().clone();
     let seen = block_on(
         call(&store, "charge_card", &scope2)
-            .run_async(|| async { Ok::<_, Error>(crate::current_key()) }),
+            .run_async(|| async { Ok::<_, Error>(crate::engine::current_key()) }),
     )
     .unwrap();
     assert_eq!(seen, expected);
@@ -147,7 +150,7 @@ pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
     let mut tokens = Vec::new();
     let first = catch_unwind(AssertUnwindSafe(|| {
         let _: Result<(), Error> = call(&store, "charge_card", &scope).run(|| {
-            tokens.push(crate::fencing_token());
+            tokens.push(crate::engine::fencing_token());
             panic!("mid-effect")
         });
     }));
@@ -155,20 +158,21 @@ pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
     eventually_status(&store, &key, Status::InDoubt);
     let rerun: Result<(), Error> =
         call(&store, "charge_card", &scope).in_doubt(InDoubtPolicy::Rerun).run(|| {
-            tokens.push(crate::fencing_token());
+            tokens.push(crate::engine::fencing_token());
             Err(Error::Key { tool: "charge_card".into(), reason: "declined".into() })
         });
     assert!(rerun.is_err(), "the takeover's body failed");
     assert_eq!(status(&store, &key), None, "released: nothing landed");
-    let again =
-        call(&store, "charge_card", &scope).run(|| Ok::<_, Error>(crate::fencing_token())).unwrap();
+    let again = call(&store, "charge_card", &scope)
+        .run(|| Ok::<_, Error>(crate::engine::fencing_token()))
+        .unwrap();
     tokens.push(again);
     let done = block_on(store.get(key.as_str())).unwrap().expect("a result is recorded");
     let purge = transition::purge("ann@host");
     assert!(block_on(store.compare_and_swap(&done, None, purge.change)).unwrap().is_some());
     let after_purge = block_on(
         call(&store, "charge_card", &scope)
-            .run_async(|| async { Ok::<_, Error>(crate::fencing_token()) }),
+            .run_async(|| async { Ok::<_, Error>(crate::engine::fencing_token()) }),
     )
     .unwrap();
     tokens.push(after_purge);
@@ -177,7 +181,7 @@ pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
         "a first call, a takeover, a reservation after a release and one after a purge hold \
          growing tokens: {tokens:?}"
     );
-    assert_eq!(crate::try_fencing_token(), None, "no token outside a call");
+    assert_eq!(crate::engine::try_fencing_token(), None, "no token outside a call");
 }
 
 pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {
@@ -186,7 +190,7 @@ pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {
     let runs = AtomicUsize::new(0);
     let timed_out: Result<String, ToolError> = call(&store, "charge_card", &scope).run(|| {
         runs.fetch_add(1, Ordering::SeqCst);
-        assert!(crate::may_have_landed(), "inside a call");
+        assert!(crate::engine::may_have_landed(), "inside a call");
         Err(ToolError::Declined)
     });
     assert!(matches!(timed_out, Err(ToolError::Declined)), "the body's error comes back");
@@ -202,12 +206,12 @@ pub fn error_after_may_have_landed_leaves_in_doubt(store: Arc<dyn Store>) {
     let key = call(&store, "charge_card", &scope).key().clone();
     let timed_out: Result<String, ToolError> =
         block_on(call(&store, "charge_card", &scope).run_async(|| async {
-            crate::may_have_landed();
+            crate::engine::may_have_landed();
             Err(ToolError::Declined)
         }));
     assert!(timed_out.is_err());
     assert_eq!(status(&store, &key), Some(Status::InDoubt), "async: kept in doubt too");
-    assert!(!crate::may_have_landed(), "outside a call it does nothing");
+    assert!(!crate::engine::may_have_landed(), "outside a call it does nothing");
 }
 
 /// A takeover (a rerun of a key in doubt, a result past its `ttl` run again) dropped after its
@@ -238,12 +242,12 @@ fn undo_one_takeover(store: &Arc<dyn Store>, expired: bool) -> bool {
             call(store, "charge_card", &scope).ttl(Duration::from_millis(1)).run(|| Ok(1));
         assert_eq!(first.unwrap(), 1);
         let expires = block_on(store.get(key.as_str())).unwrap().unwrap().expires_at.unwrap();
-        while crate::store::now_ms() <= expires {
+        while crate::lifecycle::now_ms() <= expires {
             std::thread::yield_now();
         }
     } else {
         let landed: Result<u32, ToolError> = call(store, "charge_card", &scope).run(|| {
-            crate::may_have_landed();
+            crate::engine::may_have_landed();
             Err(ToolError::Declined)
         });
         assert!(landed.is_err());

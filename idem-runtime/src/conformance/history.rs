@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{call, eventually_status, scope, status, ToolError};
-use crate::admin::{self, Purge, Resolution};
+use crate::admin::{self, Purge};
+use crate::engine::InDoubtPolicy;
+use crate::error::Error;
 use crate::exec::block_on;
 use crate::history::{Answer, Entry, Event, MAX_NOTE};
-use crate::lifecycle::transition;
-use crate::store::Inserted;
-use crate::{Error, InDoubtPolicy, Key, Status, Store};
+use crate::key::Key;
+use crate::lifecycle::{transition, Resolution, Status};
+use crate::store::{Inserted, Store};
 
 fn history(store: &Arc<dyn Store>, key: &Key) -> Vec<Entry> {
     block_on(store.history(key.as_str())).expect("the store answers history")
@@ -192,11 +194,11 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
 /// reconciler finds the effect did not land and whose body then runs: each answer is an entry,
 /// with the reconciling call as its author, and the replay adds none.
 pub fn history_follows_a_key_through_a_reconcile(store: Arc<dyn Store>) {
-    use crate::Reconciled;
+    use crate::engine::Reconciled;
 
     let lose_answer = |scope: &str| {
         let lost: Result<String, ToolError> = call(&store, "charge_card", scope).run(|| {
-            crate::may_have_landed();
+            crate::engine::may_have_landed();
             Err(ToolError::Declined)
         });
         assert!(lost.is_err());

@@ -8,14 +8,18 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::{call, eventually_status, scope, status, until_waiting, ToolError};
+use crate::engine::{InDoubtPolicy, Reconciled, Sweep, SweepOutcome};
+use crate::error::Error;
 use crate::exec::block_on;
 use crate::history::MAX_NOTE;
-use crate::{Error, InDoubtPolicy, Key, Reconciled, Status, Store, Sweep, SweepOutcome};
+use crate::key::Key;
+use crate::lifecycle::Status;
+use crate::store::Store;
 
 /// Leaves the key of (`tool`, `scope`) in doubt, as a call whose answer was lost does.
 fn leave_in_doubt(store: &Arc<dyn Store>, tool: &str, scope: &str) -> Key {
     let lost: Result<String, ToolError> = call(store, tool, scope).run(|| {
-        crate::may_have_landed();
+        crate::engine::may_have_landed();
         Err(ToolError::Declined)
     });
     assert!(matches!(lost, Err(ToolError::Declined)), "{lost:?}");
@@ -63,7 +67,7 @@ pub fn reconciler_that_finds_it_did_not_land_runs_the_body(store: Arc<dyn Store>
         |_| Ok::<_, String>(Reconciled::NotLanded),
         || {
             runs.fetch_add(1, Ordering::SeqCst);
-            assert_eq!(crate::current_key(), key, "the body runs with the same key");
+            assert_eq!(crate::engine::current_key(), key, "the body runs with the same key");
             Ok("ch_2".to_string())
         },
     );

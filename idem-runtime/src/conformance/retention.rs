@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{call, eventually_status, scope, status, ToolError};
+use crate::engine::retention::{Retainer, Retention, RetentionPass};
+use crate::error::Error;
 use crate::exec::block_on;
-use crate::lifecycle::{transition, Owner, Record};
-use crate::retention::{Removed, Retainer, Retention, RetentionPass};
-use crate::store::Inserted;
-use crate::{Error, Key, Status, Store};
+use crate::key::Key;
+use crate::lifecycle::retention::Removed;
+use crate::lifecycle::{transition, Owner, Record, Status};
+use crate::store::{Inserted, Store};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

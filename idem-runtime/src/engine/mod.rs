@@ -259,7 +259,7 @@ impl Call {
         }
     }
 
-    fn store_error(&self, source: crate::StoreError) -> Error {
+    fn store_error(&self, source: crate::error::StoreError) -> Error {
         Error::store(Some(self.key.as_str()), Some(&self.tool), source)
     }
 

@@ -7,11 +7,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, StoreError};
 use crate::exec::block_on;
-use crate::lifecycle::retention::{history_outlived, outlived};
+use crate::lifecycle::retention::{
+    history_outlived, outlived, PassReport, Removed, RetentionStatus,
+};
 use crate::lifecycle::{transition, Record};
 use crate::meter;
 use crate::store::Store;
@@ -109,24 +109,6 @@ impl Retention {
     }
 }
 
-/// What a retention pass, or a part of one, removed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct Removed {
-    /// Finished records, each with its history.
-    pub records: u64,
-    /// Histories of released keys (keys with no record).
-    pub histories: u64,
-}
-
-impl Removed {
-    fn add(&mut self, other: Removed) {
-        self.records += other.records;
-        self.histories += other.histories;
-    }
-}
-
-/// Where a pass is: the last key it looked at in the records, then in the histories.
 #[derive(Debug)]
 enum Stage {
     Records(Option<String>),
@@ -262,55 +244,6 @@ impl<'a> RetentionPass<'a> {
     }
 }
 
-/// What a store's retention is set to, and what its passes removed in this process: what
-/// `idem stats` shows.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RetentionStatus {
-    /// The bound, in milliseconds: finished records and released keys' histories older than
-    /// this are removed.
-    pub keep_ms: u64,
-    /// The most records (or released keys) one batch looks at.
-    pub batch: u64,
-    /// Milliseconds between the end of one pass and the start of the next.
-    pub every_ms: u64,
-    /// Passes ended since the store opened.
-    pub passes: u64,
-    /// What the passes removed since the store opened, the running one included.
-    pub removed: Removed,
-    /// The last passes that ended, oldest first: at most [`RetentionStatus::RECENT`], each with
-    /// what it removed.
-    pub recent_passes: Vec<PassReport>,
-    /// The last pass that failed, and why (it is tried again at the next pass).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<String>,
-}
-
-impl RetentionStatus {
-    /// How many ended passes [`RetentionStatus::recent_passes`] keeps.
-    pub const RECENT: usize = 10;
-
-    /// The last pass that ended.
-    pub fn last_pass(&self) -> Option<&PassReport> {
-        self.recent_passes.last()
-    }
-}
-
-/// What one ended pass removed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PassReport {
-    /// When it ended, in milliseconds since the Unix epoch on the store's clock.
-    pub ended_at: u64,
-    /// How long it ran, in milliseconds, pauses included.
-    pub took_ms: u64,
-    /// Batches it ran.
-    pub batches: u64,
-    /// What it removed.
-    pub removed: Removed,
-}
-
-/// What the retainer's thread and its owner share.
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,

@@ -6,8 +6,13 @@
 //!   later, unless it is declared finished) is kept until a call or a person settles it.
 //! - A history with no record (a released key's) goes once its last entry is older than the
 //!   bound.
+//!
+//! What the passes removed is reported here too ([`Removed`], [`PassReport`],
+//! [`RetentionStatus`]): a store hands it to `idem stats` without reaching into the engine.
 
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use super::record::Record;
 
@@ -27,6 +32,71 @@ pub fn history_outlived(last: u64, bound: Duration, now: u64) -> bool {
 fn older(at: u64, bound: Duration, now: u64) -> bool {
     let bound = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
     now.saturating_sub(at) > bound
+}
+
+/// What a retention pass, or a part of one, removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Removed {
+    /// Finished records, each with its history.
+    pub records: u64,
+    /// Histories of released keys (keys with no record).
+    pub histories: u64,
+}
+
+impl Removed {
+    pub(crate) fn add(&mut self, other: Removed) {
+        self.records += other.records;
+        self.histories += other.histories;
+    }
+}
+
+/// What a store's retention is set to, and what its passes removed in this process: what
+/// `idem stats` shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetentionStatus {
+    /// The bound, in milliseconds: finished records and released keys' histories older than
+    /// this are removed.
+    pub keep_ms: u64,
+    /// The most records (or released keys) one batch looks at.
+    pub batch: u64,
+    /// Milliseconds between the end of one pass and the start of the next.
+    pub every_ms: u64,
+    /// Passes ended since the store opened.
+    pub passes: u64,
+    /// What the passes removed since the store opened, the running one included.
+    pub removed: Removed,
+    /// The last passes that ended, oldest first: at most [`RetentionStatus::RECENT`], each with
+    /// what it removed.
+    pub recent_passes: Vec<PassReport>,
+    /// The last pass that failed, and why (it is tried again at the next pass).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+impl RetentionStatus {
+    /// How many ended passes [`RetentionStatus::recent_passes`] keeps.
+    pub const RECENT: usize = 10;
+
+    /// The last pass that ended.
+    pub fn last_pass(&self) -> Option<&PassReport> {
+        self.recent_passes.last()
+    }
+}
+
+/// What one ended pass removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PassReport {
+    /// When it ended, in milliseconds since the Unix epoch on the store's clock.
+    pub ended_at: u64,
+    /// How long it ran, in milliseconds, pauses included.
+    pub took_ms: u64,
+    /// Batches it ran.
+    pub batches: u64,
+    /// What it removed.
+    pub removed: Removed,
 }
 
 #[cfg(test)]

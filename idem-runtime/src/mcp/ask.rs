@@ -18,8 +18,9 @@ use rmcp::ErrorData;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::admin::{self, Decision};
+use crate::admin;
 use crate::key::Key;
+use crate::lifecycle::transition::Decision;
 use crate::lifecycle::Status;
 use crate::store::Store;
 
@@ -137,7 +138,7 @@ async fn ask(
     match decided {
         Ok(Ok(_)) => true,
         // Someone decided first (`idem approve` at the same moment): the call reads their word.
-        Ok(Err(crate::Error::NotAwaitingApproval { .. })) => true,
+        Ok(Err(crate::error::Error::NotAwaitingApproval { .. })) => true,
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "idem: cannot record the MCP client's decision");
             false

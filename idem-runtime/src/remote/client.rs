@@ -10,11 +10,12 @@ use serde_json::Value;
 
 use super::wire::{self, Request, WireError};
 use crate::admin::sealed::Sealed;
-use crate::admin::{Admin, Decision, Filter, Listing, Purge, Purged, Resolution, Stats};
+use crate::admin::{Admin, Filter, Listing, Purge, Purged, Stats};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
 use crate::key::Key;
-use crate::lifecycle::{Assessment, Record, Status};
+use crate::lifecycle::transition::Decision;
+use crate::lifecycle::{Assessment, Record, Resolution, Status};
 
 /// A connection to the admin socket of the process that holds a sled store. Its [`Admin`]
 /// operations run in that process, on [`crate::admin::Local`], and return the same values and

@@ -19,11 +19,11 @@ use serde_json::Value;
 
 use std::time::Duration;
 
-use crate::admin::{Decision, Filter, Listing, Purge, Purged, Resolution};
+use crate::admin::{Filter, Listing, Purge, Purged};
 use crate::error::{Error, StoreError};
 use crate::history::Entry;
-use crate::lifecycle::Record;
-use crate::lifecycle::Status;
+use crate::lifecycle::transition::Decision;
+use crate::lifecycle::{Record, Resolution, Status};
 
 /// Who a history records for a resolve or purge whose request names no one (a client from
 /// before histories).

@@ -213,7 +213,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// The retention policy this store runs in the background, and what its passes removed,
     /// for `idem stats`; `None` (the default) when it runs none.
-    fn retention(&self) -> Option<crate::engine::retention::RetentionStatus> {
+    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
         None
     }
 

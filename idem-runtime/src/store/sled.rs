@@ -76,9 +76,9 @@ pub struct SledStore {
     #[cfg(unix)]
     admin: Option<crate::remote::Server>,
     /// The retention passes, on a handle of their own; stopped before the rest goes away.
-    retainer: Option<crate::retention::Retainer>,
+    retainer: Option<crate::engine::retention::Retainer>,
     /// What the retention passes report, for `idem stats` (shared with the admin handle).
-    retention: Option<crate::retention::RetainerView>,
+    retention: Option<crate::engine::retention::RetainerView>,
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,
@@ -113,7 +113,7 @@ impl SledStore {
     pub const MAX_RESULT: usize = MAX_RESULT;
 
     /// Opens (or creates) the store in directory `path` with the default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::Error> {
+    pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::error::Error> {
         SledStore::builder(path).open()
     }
 
@@ -479,8 +479,8 @@ impl Store for SledStore {
         })
     }
 
-    fn retention(&self) -> Option<crate::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::retention::RetainerView::status)
+    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {

@@ -74,9 +74,9 @@ const IDLE: usize = 8;
 pub struct SqliteStore {
     /// Declared first: dropped, it stops the retention passes (and drops their handle of the
     /// store) before the writer goes.
-    retainer: Option<crate::retention::Retainer>,
+    retainer: Option<crate::engine::retention::Retainer>,
     /// What the passes report, for [`Store::retention`].
-    retention: Option<crate::retention::RetainerView>,
+    retention: Option<crate::engine::retention::RetainerView>,
     /// Dropping its last handle makes the writes still queued before the rest goes.
     writer: Arc<Writer>,
     shared: Arc<Shared>,
@@ -127,7 +127,7 @@ impl Idle {
 
 impl SqliteStore {
     /// Opens (or creates) the store in the file `path` with the default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, crate::Error> {
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, crate::error::Error> {
         SqliteStore::builder(path).open()
     }
 
@@ -436,8 +436,8 @@ impl Store for SqliteStore {
         self.shared.options.default_wait
     }
 
-    fn retention(&self) -> Option<crate::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::retention::RetainerView::status)
+    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 }
 

@@ -10,13 +10,13 @@ use super::encoding::decode;
 use super::files::Files;
 use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
+use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
 use crate::lifecycle::now_ms;
 use crate::lifecycle::owner::MAX_INSTANCE;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
-use crate::retention::{Retainer, Retention};
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
@@ -124,8 +124,8 @@ impl SledStoreBuilder {
     }
 
     /// Opens the store.
-    pub fn open(self) -> Result<SledStore, crate::Error> {
-        SledStore::open_with(self).map_err(|source| crate::Error::store(None, None, source))
+    pub fn open(self) -> Result<SledStore, crate::error::Error> {
+        SledStore::open_with(self).map_err(|source| crate::error::Error::store(None, None, source))
     }
 }
 

@@ -12,8 +12,8 @@ use super::schema::{self, Found};
 use super::wake::Wake;
 use super::writer::Writer;
 use super::{fault, Idle, Shared, SqliteStore};
+use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
-use crate::retention::{Retainer, Retention};
 use crate::store::notify::Notifier;
 use crate::store::{Durability, DEFAULT_WAIT};
 
@@ -91,8 +91,8 @@ impl SqliteStoreBuilder {
     }
 
     /// Opens the store.
-    pub fn open(self) -> Result<SqliteStore, crate::Error> {
-        open(self).map_err(|source| crate::Error::store(None, None, source))
+    pub fn open(self) -> Result<SqliteStore, crate::error::Error> {
+        open(self).map_err(|source| crate::error::Error::store(None, None, source))
     }
 }
 
