@@ -4,9 +4,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use crate::error::{Error, StoreError};
+use crate::error::Error;
 use crate::store::name::StoreName;
-use crate::store::sled::SledStore;
 use crate::store::Store;
 
 static DEFAULT: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
@@ -117,40 +116,6 @@ pub fn open_default_store() -> Result<Arc<dyn Store>, Error> {
     default_store()
 }
 
-/// Opens (or creates) the sled store at `path`, its parent directories included. A store that
-/// cannot be created is reported as such, naming the path and the cause, and is not retryable:
-/// calling again fails the same way until someone changes the path or its permissions.
-pub(crate) fn open_sled_at(path: &Path) -> Result<SledStore, Error> {
-    if !path.exists() {
-        if let Err(cause) = std::fs::create_dir_all(path) {
-            return Err(cannot_create(path, &cause));
-        }
-    }
-    SledStore::open(path).map_err(|error| {
-        // With no `conf` file, sled never wrote the store: it could not be created (a read-only
-        // directory); a store that exists failed for another reason, reported as it is.
-        if path.join("conf").exists() {
-            error
-        } else {
-            cannot_create(path, &error)
-        }
-    })
-}
-
-/// The error for a store that cannot be created at `path`, for the deepest reason in `cause`.
-pub(crate) fn cannot_create(path: &Path, cause: &(dyn std::error::Error + 'static)) -> Error {
-    let mut root = cause;
-    while let Some(source) = root.source() {
-        root = source;
-    }
-    let message = format!(
-        "cannot create the idem store at {} ({root}): set $IDEM_STORE to a directory this \
-         process may create and write, or install a store with set_default_store",
-        path.display()
-    );
-    Error::store(None, None, StoreError::new(message).lasting())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,28 +144,6 @@ mod tests {
         let told = [("HOME", "/home/ann"), ("IDEM_STORE", "/srv/agent.sled")];
         assert_eq!(store_path(env(&told), true), Path::new("/srv/agent.sled"));
         assert_eq!(store_path(env(&[]), false), Path::new("idem.sled"), "no home known");
-    }
-
-    #[test]
-    fn a_store_is_created_with_its_parent_directories() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data/idem/idem.sled");
-        drop(open_sled_at(&path).expect("the store and its parents are created"));
-        assert!(path.join("conf").exists());
-    }
-
-    #[test]
-    fn a_store_that_cannot_be_created_names_the_path_and_cause_and_is_not_retryable() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("a-file");
-        std::fs::write(&file, "not a directory").unwrap();
-        let path = file.join("idem.sled");
-        let Err(error) = open_sled_at(&path) else { panic!("a store under a file opened") };
-        let message = error.to_string();
-        assert!(message.contains(&format!("cannot create the idem store at {}", path.display())));
-        assert!(message.contains("os error 20"), "the cause (ENOTDIR): {message}");
-        assert!(!error.is_retryable(), "nothing changes by calling again");
-        assert_eq!(error.kind(), "store");
     }
 }
 
