@@ -7,8 +7,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next};
 
-use crate::classify::{Landing, Outcome};
-use crate::request::Classifier;
+use crate::classify::{classified, Classifier, Landing, Outcome};
 
 /// A reqwest-middleware middleware that records what each attempt of a keyed request came to.
 /// Add it last (innermost), below a retry middleware:
@@ -49,7 +48,7 @@ impl AttemptLog {
 
     /// Records an attempt's `outcome`; `redirected` when the vendor redirected that attempt.
     fn record(&self, outcome: &Outcome<'_>, redirected: bool) {
-        let mut landing = crate::request::classified(self.classify.as_ref(), outcome);
+        let mut landing = classified(self.classify.as_ref(), outcome);
         if redirected {
             let is_redirect = outcome.status().is_some_and(|status| status.is_redirection());
             landing = crate::classify::after_redirect(landing, is_redirect);

@@ -4,6 +4,7 @@
 //! [`Keyed::classify`]: crate::Keyed::classify
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 
 use reqwest::StatusCode;
 
@@ -133,6 +134,14 @@ pub(crate) fn after_redirect(landing: Landing, is_redirect_answer: bool) -> Land
         Landing::Answered if is_redirect_answer => Landing::MayHaveLanded,
         other => other,
     }
+}
+
+/// A per-request override of the classification: `None` keeps the default.
+pub(crate) type Classifier = Arc<dyn Fn(&Outcome<'_>) -> Option<Landing> + Send + Sync>;
+
+/// `outcome`'s landing: the override's, else the default.
+pub(crate) fn classified(classify: Option<&Classifier>, outcome: &Outcome<'_>) -> Landing {
+    classify.and_then(|classify| classify(outcome)).unwrap_or_else(|| outcome.default_landing())
 }
 
 /// The default for an answer.

@@ -9,7 +9,9 @@ use reqwest::header::{HeaderName, HeaderValue};
 use reqwest::{Method, Request, Response};
 use serde::de::DeserializeOwned;
 
-use crate::classify::{after_redirect, over_attempts, AttemptsKnown, Landing, Outcome};
+use crate::classify::{
+    after_redirect, classified, over_attempts, AttemptsKnown, Classifier, Landing, Outcome,
+};
 use crate::error::{BoxError, Error, Failure, Redirect};
 use crate::redirect;
 
@@ -19,14 +21,6 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// How much of a refusal's body is read, for the error's message.
 const BODY_READ: usize = 8 * 1024;
-
-/// A per-request override of the classification: `None` keeps the default.
-pub(crate) type Classifier = Arc<dyn Fn(&Outcome<'_>) -> Option<Landing> + Send + Sync>;
-
-/// `outcome`'s landing: the override's, else the default.
-pub(crate) fn classified(classify: Option<&Classifier>, outcome: &Outcome<'_>) -> Landing {
-    classify.and_then(|classify| classify(outcome)).unwrap_or_else(|| outcome.default_landing())
-}
 
 /// Makes a reqwest request builder a keyed request: `.idempotent()`. Implemented for
 /// `reqwest::RequestBuilder` and, with the `middleware` feature, for `reqwest_middleware`'s.
