@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::history::Entry;
 use crate::key::Key;
+use crate::lifecycle::history::Entry;
 use crate::lifecycle::{assess, Assessment, Liveness, Record, Status};
 use crate::lifecycle::{retention, transition};
 use crate::meter::{self, ApprovalEvent};

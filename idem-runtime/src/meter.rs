@@ -94,7 +94,7 @@ pub(crate) fn takeover(tool: &str) {
 /// A reconciler of `tool` answered `answer`, spelled as the history spells it (`landed`,
 /// `not-landed`, `cannot-tell`, `erred`: it returned an error or panicked, or its answer cannot
 /// be recorded), for a call or a sweep.
-pub(crate) fn reconciliation(tool: &str, answer: crate::history::Answer) {
+pub(crate) fn reconciliation(tool: &str, answer: crate::lifecycle::history::Answer) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(
         "idem_reconciliations_total",

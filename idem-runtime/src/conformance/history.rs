@@ -10,8 +10,8 @@ use crate::admin::{self, Purge};
 use crate::engine::InDoubtPolicy;
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::history::{Answer, Entry, Event, MAX_NOTE};
 use crate::key::Key;
+use crate::lifecycle::history::{Answer, Entry, Event, MAX_NOTE};
 use crate::lifecycle::{transition, Resolution, Status};
 use crate::store::{Inserted, Store};
 
@@ -116,7 +116,10 @@ pub fn operator_resolve_is_in_the_history_and_purge_removes_it(store: Arc<dyn St
     );
     let kept = last.note.as_deref().expect("the note is kept");
     assert!(kept.starts_with("vendor dashboard shows ch_9 — «paid» ✓\\nxxx"), "{kept}");
-    assert!(kept.len() <= MAX_NOTE && kept.ends_with(crate::history::TRUNCATED), "{kept}");
+    assert!(
+        kept.len() <= MAX_NOTE && kept.ends_with(crate::lifecycle::history::TRUNCATED),
+        "{kept}"
+    );
     assert_eq!(entries.len(), before.len() + 1);
 
     std::thread::sleep(Duration::from_millis(5));

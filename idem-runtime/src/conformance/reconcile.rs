@@ -11,8 +11,8 @@ use super::{call, eventually_status, scope, status, until_waiting, ToolError};
 use crate::engine::{InDoubtPolicy, Reconciled, Sweep, SweepOutcome};
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::history::MAX_NOTE;
 use crate::key::Key;
+use crate::lifecycle::history::MAX_NOTE;
 use crate::lifecycle::Status;
 use crate::store::Store;
 

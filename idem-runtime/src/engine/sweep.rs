@@ -14,8 +14,8 @@ use super::reconciler::{ask, erred, Reconciled};
 use super::Codec;
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::history::Answer;
 use crate::key::Key;
+use crate::lifecycle::history::Answer;
 use crate::lifecycle::{assess, Assessment, Record};
 use crate::store::Store;
 

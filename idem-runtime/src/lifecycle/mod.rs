@@ -14,6 +14,7 @@
 
 pub(crate) mod assess;
 pub(crate) mod fence;
+pub mod history;
 pub mod lease;
 pub(crate) mod owner;
 pub(crate) mod record;

@@ -31,7 +31,7 @@ use std::time::Duration;
 use super::owner::Owner;
 use super::record::Record;
 use super::status::Status;
-use crate::history::{Answer, Change, Event};
+use crate::lifecycle::history::{Answer, Change, Event};
 
 /// A transition: the record it leaves (`None`: deleted) and the change the history records.
 #[derive(Debug)]

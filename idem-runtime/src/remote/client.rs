@@ -12,8 +12,8 @@ use super::wire::{self, Request, WireError};
 use crate::admin::sealed::Sealed;
 use crate::admin::{Admin, Filter, Listing, Purge, Purged, Stats};
 use crate::error::{Error, StoreError};
-use crate::history::Entry;
 use crate::key::Key;
+use crate::lifecycle::history::Entry;
 use crate::lifecycle::transition::Decision;
 use crate::lifecycle::{Assessment, Record, Resolution, Status};
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use crate::admin::{Filter, Listing, Purge, Purged};
 use crate::error::{Error, StoreError};
-use crate::history::Entry;
+use crate::lifecycle::history::Entry;
 use crate::lifecycle::transition::Decision;
 use crate::lifecycle::{Record, Resolution, Status};
 

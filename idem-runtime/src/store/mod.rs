@@ -45,7 +45,7 @@ pub enum Durability {
 /// [`Durability`] says, and appends the [`Change`]'s [`Entry`] to the key's history in the same
 /// atomic step (no durable point of its own): a change that landed is in the history, and one
 /// that did not is not. A change whose event [ends the
-/// history](crate::history::Event::ends_history) (a purge) removes the history with the record.
+/// history](crate::lifecycle::history::Event::ends_history) (a purge) removes the history with the record.
 /// Implementations must be linearizable per key. The conformance suite
 /// (`idem_runtime::conformance_suite!`, feature `conformance`) checks all of it.
 pub trait Store: Send + Sync + 'static {
@@ -252,7 +252,7 @@ pub enum Inserted {
 // What a store implementor needs besides the trait, in one place.
 pub use self::notify::{Notifier, Watch};
 pub use crate::error::StoreError;
-pub use crate::history::{Answer, Change, Entry, Event};
+pub use crate::lifecycle::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;
 pub use crate::lifecycle::owner::new_instance;
 pub use crate::lifecycle::{

@@ -11,8 +11,8 @@ use super::notify::Notifier;
 use super::sync::Syncer;
 use super::{Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
-use crate::history::{Change, Entry};
 use crate::lifecycle::fence::admits_stored;
+use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{now_ms, Record};
 use crate::loom::Arc;
 

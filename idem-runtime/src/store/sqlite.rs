@@ -12,7 +12,7 @@ use self::writer::{Write, Writer};
 use super::notify::Notifier;
 use super::{Inserted, Store, StoreFuture};
 use crate::error::StoreError;
-use crate::history::{Change, Entry};
+use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{admits, lease, now_ms, Record, Status};
 
 mod fault;
@@ -493,7 +493,7 @@ fn swap(
 
 /// A [`Change`] that the writer thread can own.
 struct OwnedChange {
-    event: crate::history::Event,
+    event: crate::lifecycle::history::Event,
     by: String,
     note: Option<String>,
 }

@@ -55,7 +55,7 @@ use sled::{IVec, Tree};
 
 use super::encoding::{status_byte, status_of, Inline};
 use crate::error::StoreError;
-use crate::history::{Answer, Change, Entry, Event};
+use crate::lifecycle::history::{Answer, Change, Entry, Event};
 use crate::lifecycle::Status;
 
 const FORMAT: u8 = 1;
@@ -363,7 +363,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Answer;
+    use crate::lifecycle::history::Answer;
 
     #[test]
     fn an_entry_reads_back_as_written() {

@@ -8,7 +8,7 @@ use super::encoding::decode;
 use super::write::Swapped;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
-use crate::history::Change;
+use crate::lifecycle::history::Change;
 use crate::lifecycle::Record;
 use crate::store::sync::Ticket;
 use crate::store::RecordPage;

@@ -12,7 +12,7 @@ use super::encoding::{decode, encode_with, encoded_len, lifetime_len, set_histor
 use super::history;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
-use crate::history::Change;
+use crate::lifecycle::history::Change;
 use crate::lifecycle::Status;
 use crate::lifecycle::{now_ms, Record};
 use crate::store::sync::Ticket;
@@ -446,7 +446,7 @@ mod tests {
     use super::super::encoding::encode;
     use super::*;
     use crate::exec::block_on;
-    use crate::history::{Answer, Event};
+    use crate::lifecycle::history::{Answer, Event};
     use crate::store::{Durability, Store};
 
     const KEY: &str = "k1";

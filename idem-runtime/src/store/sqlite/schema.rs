@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
 use crate::error::StoreError;
-use crate::history::{Change, Entry, Event};
+use crate::lifecycle::history::{Change, Entry, Event};
 use crate::lifecycle::{Record, RecordParts, Status};
 
 /// `PRAGMA application_id` of an idem store: "idem" in ASCII. A SQLite file with another id
