@@ -9,8 +9,10 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::notify::Notifier;
-use super::{new_instance, Inserted, RecordPage, Store, StoreError, StoreFuture};
-use crate::history::{Change, Entry};
+use super::{Inserted, RecordPage, Store, StoreFuture};
+use crate::error::StoreError;
+use crate::lifecycle::history::{Change, Entry};
+use crate::lifecycle::owner::new_instance;
 use crate::lifecycle::{admits, Record, Status};
 use crate::loom::Arc;
 
@@ -330,27 +332,34 @@ impl std::fmt::Debug for MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    // A call takes std's `Arc`, also under loom, where `super::Arc` is loom's.
-    use std::sync::Arc;
-
     use super::*;
     use crate::exec::block_on;
-    use crate::{Call, Error};
+    use crate::lifecycle::transition;
+    use crate::lifecycle::Owner;
 
-    /// Fails `n` calls of `charge_{n}` (each releases its key, which keeps its history), and
-    /// completes `charge_{n}` for each `n` of `done`.
-    fn store_with(released: &[u32], done: &[u32]) -> Arc<dyn Store> {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let call = |n: &u32| {
-            Call::new(&format!("charge_{n}"), "order-17", &4200).unwrap().store(Arc::clone(&store))
+    /// A store where each key `k{n}` of `released` was reserved and released (its history
+    /// stays, its record went) and each of `done` reserved and completed.
+    fn store_with(released: &[u32], done: &[u32]) -> MemoryStore {
+        let store = MemoryStore::new();
+        let owner = Owner::new_call(store.instance());
+        let reserve = |n: &u32| {
+            let key = format!("k{n}");
+            let step = transition::reserve(&key, "charge", "order-17", None, &owner, 1);
+            let held = step.new.clone().expect("a reservation leaves a record");
+            let inserted = block_on(store.insert_if_absent(&held, step.change)).unwrap();
+            assert!(matches!(inserted, Inserted::New { .. }), "{inserted:?}");
+            held
         };
         for n in released {
-            let failed: Result<String, Error> = call(n)
-                .run(|| Err(Error::Key { tool: "charge".into(), reason: "declined".into() }));
-            assert!(failed.is_err());
+            let held = reserve(n);
+            let step = transition::release(&held);
+            assert!(block_on(store.compare_and_swap(&held, None, step.change)).unwrap().is_some());
         }
         for n in done {
-            let _: String = call(n).run(|| Ok::<_, Error>("ch_1".into())).unwrap();
+            let held = reserve(n);
+            let step = transition::complete(&held, "\"ch_1\"".into(), None, 2);
+            let swapped = block_on(store.compare_and_swap(&held, step.new.as_ref(), step.change));
+            assert!(swapped.unwrap().is_some());
         }
         store
     }
