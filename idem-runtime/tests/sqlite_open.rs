@@ -286,3 +286,34 @@ fn stores_opened_at_once_on_a_new_file_all_open() {
         }
     }
 }
+
+#[test]
+fn a_store_whose_wake_socket_file_was_removed_still_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store = SqliteStore::open(&path).unwrap();
+    // A wait makes the store listen for other processes' writes, on a socket beside the file.
+    let call = Call::new("export", "report-1", &1).unwrap();
+    let key = call.key().clone();
+    let _: u32 =
+        call.store(Arc::new(SqliteStore::open(&path).unwrap())).run(|| Ok::<_, Error>(1)).unwrap();
+    let done = idem_runtime::for_stores::block_on(store.get(key.as_str())).unwrap().unwrap();
+    let now = std::time::Instant::now();
+    idem_runtime::for_stores::block_on(store.watch(key.as_str(), &done, now)).unwrap();
+    // A tmp cleaner, or an operator, removes the files beside the store: its wake socket too.
+    let beside = dir.path().join("idem.sqlite-idem");
+    let sockets: Vec<_> = std::fs::read_dir(&beside)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "wake"))
+        .collect();
+    assert_eq!(sockets.len(), 1, "the store listens on one socket: {sockets:?}");
+    std::fs::remove_file(&sockets[0]).unwrap();
+    let (closed, is_closed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(store);
+        let _ = closed.send(());
+    });
+    is_closed.recv_timeout(Duration::from_secs(30)).expect("the store closed");
+}

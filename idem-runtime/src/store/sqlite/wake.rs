@@ -94,6 +94,9 @@ mod imp {
     /// A key is at most this long (idem's are 32 hex digits); a longer datagram is cut.
     const MAX_KEY: usize = 1024;
 
+    /// How long the listener waits for a datagram before it looks whether it is to stop.
+    const STOP_CHECK: Duration = Duration::from_millis(500);
+
     pub(super) struct Listening {
         stopping: Arc<AtomicBool>,
         thread: JoinHandle<()>,
@@ -121,6 +124,12 @@ mod imp {
                     return None;
                 }
             };
+            // Woken by `stop`'s datagram, or at the latest after this: the socket's file may be
+            // gone (a tmp cleaner, a removed directory), and then no datagram reaches it.
+            if let Err(e) = socket.set_read_timeout(Some(STOP_CHECK)) {
+                tracing::warn!(path = %path.display(), error = %e, "idem: cannot listen for other processes' writes; waiters look again every second");
+                return None;
+            }
             let stopping = Arc::new(AtomicBool::new(false));
             let stop = Arc::clone(&stopping);
             let thread = std::thread::Builder::new()
@@ -133,7 +142,13 @@ mod imp {
                                 Ok(key) if !key.is_empty() => notifier.notify(key),
                                 _ => {}
                             },
-                            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    ErrorKind::Interrupted
+                                        | ErrorKind::WouldBlock
+                                        | ErrorKind::TimedOut
+                                ) => {}
                             Err(_) => break,
                         }
                     }
