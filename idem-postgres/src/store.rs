@@ -349,22 +349,24 @@ impl Store for PgStore {
         expected: &Record,
         new: Option<Record>,
         change: Change<'_>,
-    ) {
+    ) -> idem_runtime::store::Detached {
         let change = ChangeValues::of(&change);
         let (shared, current) = (Arc::clone(&self.shared), expected.clone());
         let pending = self.shared.detached.start();
         let earlier = self.shared.writes.settled(current.owner.as_str());
         // Not cancelled with the caller: a settling write must land. It goes out after the
         // writes this owner still has in progress, which it would otherwise overtake.
-        self.runtime.handle().spawn(async move {
+        let written = self.runtime.handle().spawn(async move {
             let _pending = pending;
             earlier.await;
-            if let Err(e) = shared.replace(&current, new.as_ref(), &change).await {
-                // The lease is no longer renewed and lapses: the record turns in doubt, the same
-                // outcome as a crash.
-                tracing::error!(key = %current.key, tool = %current.tool, error = %e, "idem: cannot settle record");
-            }
+            shared.replace(&current, new.as_ref(), &change).await
         });
+        Box::pin(async move {
+            match written.await {
+                Ok(written) => written,
+                Err(e) => Err(StoreError::new(format!("the settling write stopped: {e}"))),
+            }
+        })
     }
 
     fn watch<'a>(

@@ -183,6 +183,26 @@ pub enum Error {
         reason: Option<String>,
     },
 
+    /// The body ran, so its effect landed, but the store did not take its result. idem keeps
+    /// trying to record it, in the background, for as long as this process runs: a later call
+    /// of the key waits for it and replays it. Should the process end first, the key is in
+    /// doubt.
+    #[error(
+        "key {key} (tool `{tool}`): the effect ran, but its result could not be recorded \
+         ({reason}); idem keeps trying to record it while this process runs: call again to get \
+         the result (the call waits for it), and do not repeat the effect by other means; if \
+         the process ends first, the key is in doubt: settle it with `idem resolve {key} --done \
+         JSON`"
+    )]
+    Unrecorded {
+        /// The key whose result is not recorded yet.
+        key: String,
+        /// The tool it belongs to.
+        tool: String,
+        /// Why the store did not take it.
+        reason: String,
+    },
+
     /// Two functions share a tool name, and so its keys: the record was written by another
     /// function than the one calling. Nothing was run or replayed.
     #[error(
@@ -342,6 +362,7 @@ impl Error {
             | Error::Result { key, .. }
             | Error::InFlight { key, .. }
             | Error::InDoubt { key, .. }
+            | Error::Unrecorded { key, .. }
             | Error::SharedToolName { key, .. }
             | Error::Superseded { key, .. }
             | Error::OwnerAlive { key, .. }
@@ -356,7 +377,7 @@ impl Error {
 
     /// What kind of error this is, in one spelling (kebab-case, and a status's own spelling for
     /// `in-flight` and `in-doubt`): `key`, `replay`, `result`, `in-flight`, `in-doubt`,
-    /// `shared-tool-name`, `superseded`, `owner-alive`, `not-a-key`, `not-found`, `not-resolvable`,
+    /// `unrecorded`, `shared-tool-name`, `superseded`, `owner-alive`, `not-a-key`, `not-found`, `not-resolvable`,
     /// `awaiting-approval`, `denied`, `not-awaiting-approval`, `store`.
     /// What an MCP
     /// client reads as the error's kind, and what the metrics' outcomes spell.
@@ -367,6 +388,7 @@ impl Error {
             Error::Result { .. } => "result",
             Error::InFlight { .. } => Status::InFlight.as_str(),
             Error::InDoubt { .. } => Status::InDoubt.as_str(),
+            Error::Unrecorded { .. } => "unrecorded",
             Error::SharedToolName { .. } => "shared-tool-name",
             Error::Superseded { .. } => "superseded",
             Error::OwnerAlive { .. } => "owner-alive",
@@ -380,7 +402,8 @@ impl Error {
         }
     }
 
-    /// Whether calling again could succeed: true for [`Error::InFlight`] (the owner may finish)
+    /// Whether calling again could succeed: true for [`Error::InFlight`] (the owner may finish),
+    /// [`Error::Unrecorded`] (the call waits for the result being recorded, and replays it)
     /// and [`Error::Store`] (the backend may recover), unless the store error is one that stays
     /// until someone acts ([`StoreError::lasting`]: a store that cannot be created at its path);
     /// false for the rest, which stay as they are until someone acts (an in-doubt key is
@@ -388,7 +411,8 @@ impl Error {
     /// at once.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::InFlight { .. } => true,
+            // A call again waits for the result idem is still recording, and replays it.
+            Error::InFlight { .. } | Error::Unrecorded { .. } => true,
             Error::Store { source, .. } => source.is_retryable(),
             _ => false,
         }

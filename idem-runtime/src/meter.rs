@@ -50,7 +50,9 @@ impl Outcome {
     /// The outcome of a call that idem ended with `error` before the body ran.
     pub fn of_error(error: &crate::error::Error) -> Outcome {
         match error {
-            crate::error::Error::InDoubt { .. } => Outcome::InDoubt,
+            crate::error::Error::InDoubt { .. } | crate::error::Error::Unrecorded { .. } => {
+                Outcome::InDoubt
+            }
             crate::error::Error::AwaitingApproval { .. } => Outcome::AwaitingApproval,
             crate::error::Error::Denied { .. } => Outcome::Denied,
             _ => Outcome::Error,

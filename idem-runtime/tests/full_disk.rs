@@ -60,7 +60,8 @@ fn after_a_failed_sync_every_write_is_refused_until_reopened() {
         }
     }
     let (failed, error) = failed.expect("a 3 MiB disk fills up within 200 results of 120 KB");
-    assert!(matches!(error, Error::Store { .. }), "{error:?}");
+    // The reservation failed, or the result after the body ran, which the call then says.
+    assert!(matches!(error, Error::Store { .. } | Error::Unrecorded { .. }), "{error:?}");
     let ran = runs.load(Ordering::SeqCst);
     // Well past the 64 failures the old code remembered.
     for n in failed..failed + 100 {

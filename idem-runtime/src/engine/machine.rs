@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 
 use super::decide::Next;
 use super::reconciler::{ask, Reconciled};
+use super::settle::{self, Unsettled};
 use super::{Call, Codec};
 use crate::error::{Error, StoreError};
 use crate::key::Key;
-use crate::lifecycle::history::Answer;
+use crate::lifecycle::history::{Answer, Change};
 use crate::lifecycle::transition::{self, Step};
 use crate::lifecycle::{Owner, Record, Status};
 use crate::meter::{self, Outcome};
@@ -140,30 +141,54 @@ impl Reservation {
 
     /// Writes `step`, a transition away from the held record; whether it was stored (`false`:
     /// the record changed hands meanwhile, and that write stands), and the record it wrote.
-    /// Settled either way; on an error the reservation stays unsettled, and its `Drop` tries
-    /// again.
+    /// Should the store fail, the write is handed to the settling thread, which tries it again
+    /// until the store takes it (`settle.rs`), and the error is returned.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
-        let stored =
-            self.store.compare_and_swap(&self.record, new.as_ref(), change).await?.is_some();
+        let written = self.store.compare_and_swap(&self.record, new.as_ref(), change.clone()).await;
         self.settled.store(true, Ordering::Relaxed);
-        Ok((stored, new))
+        match written {
+            Ok(token) => Ok((token.is_some(), new)),
+            Err(e) => {
+                settle::keep_trying(self.unsettled(new, change));
+                Err(e)
+            }
+        }
     }
 
-    /// in-flight → done with `json`, the body's result.
+    /// `new`, written with `change` over the held record, as a write for the settling thread.
+    fn unsettled(&self, new: Option<Record>, change: Change<'_>) -> Unsettled {
+        Unsettled::Swap {
+            store: Arc::downgrade(&self.store),
+            expected: self.record.clone(),
+            new,
+            change: change.into_owned(),
+        }
+    }
+
+    /// in-flight → done with `json`, the body's result. The effect has landed: should the
+    /// store fail, the result is recorded later, by the settling thread, and the call says so.
     async fn complete(&self, json: String, ttl: Option<Duration>) -> Result<bool, Error> {
         let step = transition::complete(&self.record, json, ttl, self.store.clock());
-        // Unsettled after an error, the reservation leaves the key in doubt as it drops.
         match self.settle(step).await {
             Ok((stored, _)) => Ok(stored),
-            Err(e) => Err(Error::store(Some(&self.record.key), Some(&self.record.tool), e)),
+            Err(e) => {
+                let (key, tool) = (&self.record.key, &self.record.tool);
+                meter::call(tool, Outcome::InDoubt, Duration::ZERO);
+                tracing::error!(key = %key, tool = %tool, error = %e, "idem: the effect ran but its result could not be recorded; trying again in the background");
+                Err(Error::Unrecorded {
+                    key: key.clone(),
+                    tool: tool.clone(),
+                    reason: e.to_string(),
+                })
+            }
         }
     }
 
     /// in-flight → absent: nothing landed, so the next call runs the body.
     async fn release(&mut self) {
-        // Nothing landed: should the release fail, the reservation tries the release once more
-        // as it drops, rather than marking the key in doubt.
+        // Nothing landed: should the release fail, the settling thread tries it again, rather
+        // than marking the key in doubt.
         self.started = false;
         meter::call(&self.record.tool, Outcome::Released, Duration::ZERO);
         let step = transition::release(&self.record);
@@ -182,8 +207,11 @@ impl Reservation {
     async fn record_refused(&self) {
         let (key, tool) = (&self.record.key, &self.record.tool);
         let change = transition::refuse_late_write(&self.record);
-        if let Err(e) = self.store.append_history(key, change).await {
-            tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot record the refused late write in the key's history");
+        if let Err(e) = self.store.append_history(key, change.clone()).await {
+            tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot record the refused late write in the key's history; trying again in the background");
+            let (store, key, change) =
+                (Arc::downgrade(&self.store), key.clone(), change.into_owned());
+            settle::keep_trying(Unsettled::History { store, key, change });
         }
     }
 
@@ -202,7 +230,7 @@ impl Reservation {
                 meter::call(tool, Outcome::InDoubt, Duration::ZERO);
                 tracing::warn!(key = %key, tool = %tool, "idem: in doubt: the body failed after its effect may have landed");
             }
-            // Unsettled, the reservation tries once more as it drops.
+            // The settling thread tries it again.
             Err(e) => {
                 tracing::error!(key = %key, tool = %tool, error = %e, "idem: cannot mark the key in doubt")
             }
@@ -259,7 +287,13 @@ impl Drop for Reservation {
         } else {
             transition::undo(&self.record, self.before.as_ref(), self.store.clock())
         };
-        self.store.compare_and_swap_detached(&self.record, step.new, step.change);
+        let sent = self.store.compare_and_swap_detached(
+            &self.record,
+            step.new.clone(),
+            step.change.clone(),
+        );
+        // Should it fail, the settling thread tries it again.
+        settle::watch_sent(sent, self.unsettled(step.new, step.change));
     }
 }
 

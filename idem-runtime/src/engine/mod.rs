@@ -35,6 +35,7 @@ mod decide;
 mod machine;
 mod reconciler;
 pub(crate) mod retention;
+mod settle;
 mod sweep;
 mod waiting;
 

@@ -195,6 +195,16 @@ impl<'a> Change<'a> {
         Change { note: Some(note), ..self }
     }
 
+    /// This change, owning its text: for a write that outlives the call that made it.
+    pub(crate) fn into_owned(self) -> Change<'static> {
+        let Change { event, by, note } = self;
+        Change {
+            event,
+            by: Cow::Owned(by.into_owned()),
+            note: note.map(|n| Cow::Owned(n.into_owned())),
+        }
+    }
+
     /// What happened.
     pub fn event(&self) -> Event {
         self.event

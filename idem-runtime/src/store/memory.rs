@@ -9,7 +9,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::notify::Notifier;
-use super::{Inserted, RecordPage, Store, StoreFuture};
+use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::owner::new_instance;
@@ -220,9 +220,9 @@ impl Store for MemoryStore {
         expected: &Record,
         new: Option<Record>,
         change: Change<'_>,
-    ) {
-        // Nothing to wait for, and nothing that can fail: the same swap, its answer unread.
-        let _ = self.swap(expected, new.as_ref(), &change);
+    ) -> Detached {
+        // Nothing to wait for, and nothing that can fail: the same swap, answered at once.
+        Box::pin(ready(Ok(self.swap(expected, new.as_ref(), &change))))
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {

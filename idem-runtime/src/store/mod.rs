@@ -22,6 +22,11 @@ pub(crate) mod sync;
 /// runtime; a networked store runs its I/O on a runtime of its own).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// How a write sent by [`Store::compare_and_swap_detached`] ended: the fencing token of the
+/// record it wrote, or `None` when the fence refused it. It needs no runtime and may be dropped
+/// unpolled: the write goes on either way.
+pub type Detached = Pin<Box<dyn Future<Output = Result<Option<u64>, StoreError>> + Send + 'static>>;
+
 /// How far a store goes before it reports a write as done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -87,9 +92,16 @@ pub trait Store: Send + Sync + 'static {
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>>;
 
-    /// [`Store::compare_and_swap`] without waiting: called from `Drop` (a panic, a dropped
-    /// future), where nothing can be awaited. Failures are logged.
-    fn compare_and_swap_detached(&self, expected: &Record, new: Option<Record>, change: Change<'_>);
+    /// [`Store::compare_and_swap`], sent now and answered later: called from `Drop` (a panic, a
+    /// dropped future), where nothing can be awaited. The write is sent before this returns,
+    /// after every write of `expected`'s owner still under way (which it must not overtake);
+    /// the future only reports how it ended, so that the engine can try again after a failure.
+    fn compare_and_swap_detached(
+        &self,
+        expected: &Record,
+        new: Option<Record>,
+        change: Change<'_>,
+    ) -> Detached;
 
     /// Appends `change`'s entry to the history of `key` without changing its record (the
     /// entry's state is the record's as it stands, or absent), durably: for the one event that

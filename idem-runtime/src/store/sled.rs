@@ -9,7 +9,7 @@ use self::history::History;
 use self::write::Swapped;
 use super::notify::Notifier;
 use super::sync::Syncer;
-use super::{Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
+use super::{Detached, Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
 use crate::error::StoreError;
 use crate::lifecycle::fence::admits_stored;
 use crate::lifecycle::history::{Change, Entry};
@@ -329,15 +329,12 @@ impl Store for SledStore {
         expected: &Record,
         new: Option<Record>,
         change: Change<'_>,
-    ) {
-        match self.swap_now(expected, new.as_ref(), change) {
-            // The sync is asked for but not awaited: a crash before it lands leaves the record
-            // in flight, which the next open marks in doubt, the same outcome.
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(key = %expected.key, tool = %expected.tool, error = %e, "idem: cannot settle record")
-            }
-        }
+    ) -> Detached {
+        // The sync is asked for but not awaited: a crash before it lands leaves the record in
+        // flight, which the next open marks in doubt, the same outcome.
+        let swapped = self.swap_now(expected, new.as_ref(), change);
+        let swapped = swapped.map(|swapped| swapped.map(|swapped| swapped.token));
+        Box::pin(std::future::ready(swapped))
     }
 
     fn watch<'a>(

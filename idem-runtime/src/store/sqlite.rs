@@ -10,7 +10,7 @@ use self::owners::Owners;
 use self::wake::Wake;
 use self::writer::{Write, Writer};
 use super::notify::Notifier;
-use super::{Inserted, Store, StoreFuture};
+use super::{Detached, Inserted, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{admits, lease, now_ms, Record, Status};
@@ -165,7 +165,7 @@ impl SqliteStore {
             doing,
             body: Some(body),
             outcome: None,
-            answer: Some(answer),
+            answer,
         }));
         async move {
             answered
@@ -184,8 +184,8 @@ struct Pending<T, F> {
     body: Option<F>,
     /// What the body did: its value, and whether it changed the record.
     outcome: Option<Result<(T, bool), rusqlite::Error>>,
-    /// Where the answer goes; `None` for a detached write, whose failure is logged.
-    answer: Option<tokio::sync::oneshot::Sender<Result<T, StoreError>>>,
+    /// Where the answer goes (the caller may have gone: it then goes nowhere).
+    answer: tokio::sync::oneshot::Sender<Result<T, StoreError>>,
 }
 
 impl<T, F> Write for Pending<T, F>
@@ -214,14 +214,7 @@ where
             }
             (None, Ok(())) => Err(StoreError::new(format!("{doing}: the write never ran"))),
         };
-        match (answer, answered) {
-            // The caller may have gone: its answer then goes nowhere.
-            (Some(answer), answered) => drop(answer.send(answered)),
-            (None, Err(e)) => {
-                tracing::error!(key = %key, error = %e, "idem: cannot settle record")
-            }
-            (None, Ok(_)) => {}
-        }
+        drop(answer.send(answered));
     }
 }
 
@@ -360,19 +353,14 @@ impl Store for SqliteStore {
         expected: &Record,
         new: Option<Record>,
         change: Change<'_>,
-    ) {
+    ) -> Detached {
         let (expected, entry) = (expected.clone(), OwnedChange::of(&change));
-        // Queued behind this owner's earlier writes; nothing waits for it, so it only logs.
-        self.writer.queue(Box::new(Pending {
-            shared: Arc::clone(&self.shared),
-            key: expected.key.clone(),
-            doing: format!("cannot write key {}", expected.key),
-            body: Some(move |tx: &rusqlite::Transaction<'_>, shared: &Shared| {
-                swap(tx, shared, &expected, new.as_ref(), &entry.change())
-            }),
-            outcome: None,
-            answer: None::<tokio::sync::oneshot::Sender<Result<Option<u64>, StoreError>>>,
-        }));
+        let doing = format!("cannot write key {}", expected.key);
+        let key = expected.key.clone();
+        // Queued now, behind this owner's earlier writes; the future only reports the outcome.
+        Box::pin(self.write(&key, doing, move |tx, shared| {
+            swap(tx, shared, &expected, new.as_ref(), &entry.change())
+        }))
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
