@@ -5,6 +5,10 @@
 #[cfg(not(feature = "rmcp"))]
 #[test]
 fn mcp_server_needs_the_rmcp_feature() {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI runs tests/mcp.rs with `--features idem/rmcp`"
+    );
     eprintln!(
         "NOTICE: tests/mcp.rs did not run: it needs the `rmcp` feature; run \
          `cargo test --workspace --features idem/rmcp`"

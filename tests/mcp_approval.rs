@@ -7,6 +7,10 @@
 #[cfg(not(feature = "rmcp"))]
 #[test]
 fn mcp_approval_needs_the_rmcp_feature() {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI runs tests/mcp_approval.rs with `--features idem/rmcp`"
+    );
     eprintln!(
         "NOTICE: tests/mcp_approval.rs did not run: it needs the `rmcp` feature; run \
          `cargo test --workspace --features idem/rmcp`"

@@ -7,9 +7,10 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
+use idem_runtime::for_stores::waiting;
 use idem_runtime::{Call, Error, Store};
 
 /// The pooler's URL and a schema of the test's own, or `None` when no pooler runs here.
@@ -32,15 +33,20 @@ fn eight_callers_get_one_result(store: Arc<dyn Store>) {
             .store(Arc::clone(&store))
             .wait(Duration::from_secs(10))
     };
+    let key = call().key().clone();
     let owner = {
         let (call, runs, started) = (call(), Arc::clone(&runs), Arc::clone(&started));
         std::thread::spawn(move || {
             call.run(|| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 started.wait();
-                // Long enough that the seven below are waiting when it ends; they get the same
-                // answer if some come late and replay.
-                std::thread::sleep(Duration::from_millis(800));
+                // The body ends only once the seven below are all waiting for it, so that each
+                // is woken by its result through the pooler, not handed a replay.
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while waiting(key.as_str()) < 7 {
+                    assert!(Instant::now() < deadline, "the seven callers never all waited");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 Ok::<_, Error>("ch_1".to_owned())
             })
         })

@@ -14,8 +14,33 @@ use std::time::{Duration, Instant};
 use idem_postgres::PgStore;
 use idem_runtime::{Call, Error, Store};
 
-/// Where Debian's PostgreSQL keeps the server programs, when they are not on the `PATH`.
-const PG_BIN_DIRS: &[&str] = &["/usr/lib/postgresql/15/bin", "/usr/local/bin", "/usr/bin"];
+/// The directories that may hold the server programs, most likely first: what `pg_config
+/// --bindir` names, each version's under Debian's `/usr/lib/postgresql` (newest first), then the
+/// `PATH`'s usual places.
+fn pg_bin_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        if out.status.success() {
+            dirs.push(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()));
+        }
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|entries| entries.flatten().map(|entry| entry.path().join("bin")).collect())
+        .unwrap_or_default();
+    versions.sort_by_key(|dir| std::cmp::Reverse(version_of(dir)));
+    dirs.extend(versions);
+    dirs.extend(["/usr/local/bin", "/usr/bin"].map(PathBuf::from));
+    dirs
+}
+
+/// The major version in `/usr/lib/postgresql/<version>/bin` (0 when it is not a number).
+fn version_of(bin: &Path) -> u32 {
+    bin.parent()
+        .and_then(|dir| dir.file_name())
+        .and_then(|name| name.to_str())
+        .and_then(|name| name.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Long enough that the owner's heartbeat carries its lease through a fast restart (which takes
 /// well under a second on an idle cluster), so the waiter is still owed the owner's result.
@@ -78,6 +103,7 @@ struct Cluster {
 
 /// Says loudly why the test does not run.
 fn skip(why: &str) -> Option<Cluster> {
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "CI must run the restart tests: {why}");
     eprintln!("NOTICE: the restart tests are SKIPPED: {why}");
     None
 }
@@ -86,13 +112,13 @@ impl Cluster {
     /// Creates and starts a cluster, or says why it cannot (`None`). Under `CI=true`, a cluster
     /// that cannot start although the programs exist fails the test.
     fn start(name: &str) -> Option<Cluster> {
-        let Some(bin) = PG_BIN_DIRS
-            .iter()
-            .map(PathBuf::from)
-            .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
+        let dirs = pg_bin_dirs();
+        let Some(bin) =
+            dirs.iter().find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
         else {
-            return skip("initdb and pg_ctl were not found (looked in /usr/lib/postgresql/15/bin)");
+            return skip(&format!("initdb and pg_ctl were not found (looked in {dirs:?})"));
         };
+        let bin = bin.clone();
         let root = std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
         let run_as = if root {
             match postgres_user() {

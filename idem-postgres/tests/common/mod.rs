@@ -12,12 +12,17 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// The database under test, or `None` (with a notice) when `DATABASE_URL` is not set.
+/// The database under test, or `None` (with a notice) when `DATABASE_URL` is not set. Under
+/// `CI=true` a missing URL fails the test: CI must run it.
 pub fn database_url() -> Option<String> {
     match std::env::var("DATABASE_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!("skipped: DATABASE_URL is not set, so the PostgreSQL store tests do not run");
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "CI must set DATABASE_URL (.ci/run starts PostgreSQL and sets it)"
+            );
+            eprintln!("SKIPPED: DATABASE_URL is not set, so the PostgreSQL store tests do not run");
             None
         }
     }
