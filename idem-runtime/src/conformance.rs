@@ -53,7 +53,7 @@ pub use self::reconcile::{
     sweep_settles_every_key_in_doubt_of_its_tools, two_callers_on_a_key_in_doubt_reconcile_once,
 };
 pub use self::retention::{
-    a_call_during_a_retention_pass_is_not_held_up,
+    a_call_during_a_retention_pass_is_not_held_up, pages_seek_past_the_given_key_in_key_order,
     retention_removes_old_histories_of_released_keys,
     retention_removes_only_finished_records_past_the_bound,
 };
@@ -110,7 +110,8 @@ macro_rules! conformance_suite {
             a_refused_late_write_is_in_the_history_and_changes_no_record,
             retention_removes_only_finished_records_past_the_bound,
             retention_removes_old_histories_of_released_keys,
-            a_call_during_a_retention_pass_is_not_held_up);
+            a_call_during_a_retention_pass_is_not_held_up,
+            pages_seek_past_the_given_key_in_key_order);
     };
     (@tests $make:path; $($check:ident),*) => {
         $(

@@ -1,7 +1,10 @@
 //! The checks of retention: a pass removes finished records (with their histories) and released
 //! keys' histories past the bound, a batch of bounded size at a time, and nothing in flight or
-//! in doubt; calls go on while a pass is under way.
+//! in doubt; calls go on while a pass is under way; the pages a pass walks seek past the key
+//! they are given, in key order.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -171,4 +174,82 @@ pub fn a_call_during_a_retention_pass_is_not_held_up(store: Arc<dyn Store>) {
         15
     );
     drop(retainer);
+}
+
+/// Every page from the first, `limit` at a time, as a pass walks them: each page's keys sort
+/// after the key it was asked from, and a page shorter than `limit` is the last.
+fn walk<T>(limit: usize, page: impl Fn(Option<&str>) -> Vec<(String, T)>) -> Vec<(String, T)> {
+    let mut walked: Vec<(String, T)> = Vec::new();
+    loop {
+        let after = walked.last().map(|(key, _)| key.clone());
+        let got = page(after.as_deref());
+        assert!(got.len() <= limit, "a page of {} past a limit of {limit}", got.len());
+        if let (Some(after), Some((first, _))) = (&after, got.first()) {
+            assert!(first > after, "a page after {after} starts at {first}");
+        }
+        let last = got.len() < limit;
+        walked.extend(got);
+        if last {
+            break;
+        }
+    }
+    let keys: Vec<&String> = walked.iter().map(|(key, _)| key).collect();
+    assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "in key order, once each: {keys:?}");
+    walked
+}
+
+pub fn pages_seek_past_the_given_key_in_key_order(store: Arc<dyn Store>) {
+    let scope = scope("pages");
+    let runs = AtomicUsize::new(0);
+    let done: Vec<Key> = (0..5)
+        .map(|n| {
+            let tool = format!("charge_{n}");
+            run_counted(&store, &tool, &scope, &runs);
+            call(&store, &tool, &scope).key().clone()
+        })
+        .collect();
+    let released: Vec<Key> = (0..4)
+        .map(|n| {
+            let tool = format!("refund_{n}");
+            let failed: Result<String, ToolError> =
+                call(&store, &tool, &scope).run(|| Err(ToolError::Declined));
+            assert!(failed.is_err());
+            call(&store, &tool, &scope).key().clone()
+        })
+        .collect();
+
+    let records: BTreeMap<String, Record> =
+        walk(3, |after| block_on(store.scan_page(after, 3)).expect("a page of records"))
+            .into_iter()
+            .filter_map(|(key, record)| Some((key, record.ok()?)))
+            .collect();
+    for key in &done {
+        let stored = block_on(store.get(key.as_str())).unwrap();
+        assert_eq!(records.get(key.as_str()), stored.as_ref(), "key {key} in a page as stored");
+    }
+    for key in &released {
+        assert!(!records.contains_key(key.as_str()), "released key {key} has no record");
+    }
+
+    let histories: BTreeMap<String, Option<u64>> =
+        walk(2, |after| block_on(store.histories_page(after, 2)).expect("a page of histories"))
+            .into_iter()
+            .collect();
+    for key in &released {
+        let last = block_on(store.history(key.as_str())).unwrap().last().map(|entry| entry.at);
+        assert!(last.is_some(), "released key {key} keeps its history");
+        assert_eq!(histories.get(key.as_str()), Some(&last), "key {key}: its last entry's time");
+    }
+    for key in &done {
+        let listed = histories.get(key.as_str());
+        assert!(matches!(listed, None | Some(None)), "key {key} has a record: {listed:?}");
+    }
+
+    let mut ours: Vec<&Key> = done.iter().collect();
+    ours.sort();
+    let from = ours[1].as_str();
+    let next = records.range::<str, _>((Bound::Excluded(from), Bound::Unbounded)).next();
+    let page = block_on(store.scan_page(Some(from), 1)).unwrap();
+    assert_eq!(page.len(), 1, "a page of one");
+    assert_eq!(Some(&page[0].0), next.map(|(key, _)| key), "the key after {from}, and only it");
 }
