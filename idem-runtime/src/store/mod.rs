@@ -136,7 +136,8 @@ pub trait Store: Send + Sync + 'static {
     /// (a released key) and `None` when it has one (a store may leave such keys out): what a
     /// retention pass walks histories with, a page at a time. Fewer than `limit` means there
     /// are no more. The default pages through [`Store::histories_without_record`], listing
-    /// released keys only; a store that can seek by key overrides it.
+    /// released keys only and reading every one of them for each page; a store that can seek
+    /// by key overrides it (every store this crate ships does).
     fn histories_page<'a>(
         &'a self,
         after: Option<&'a str>,
@@ -155,7 +156,8 @@ pub trait Store: Send + Sync + 'static {
     /// key order, each beside its key, with an `Err` for a record that cannot be read: what a
     /// retention pass walks the store with, a page at a time, so that no pass holds a whole
     /// store in memory. The default pages through [`Store::scan`] (leaving out records that
-    /// cannot be read); a store that can seek by key overrides it.
+    /// cannot be read), so it reads the whole store, results included, for each page; a store
+    /// that can seek by key overrides it (every store this crate ships does).
     fn scan_page<'a>(
         &'a self,
         after: Option<&'a str>,

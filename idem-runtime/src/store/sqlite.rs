@@ -10,7 +10,7 @@ use self::owners::Owners;
 use self::wake::Wake;
 use self::writer::{Write, Writer};
 use super::notify::Notifier;
-use super::{Detached, Inserted, Store, StoreFuture};
+use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{admits, lease, now_ms, Record, Status};
@@ -18,6 +18,7 @@ use crate::lifecycle::{admits, lease, now_ms, Record, Status};
 mod fault;
 mod open;
 mod owners;
+mod pages;
 mod schema;
 mod transaction;
 mod wake;
@@ -394,6 +395,28 @@ impl Store for SqliteStore {
             }
             Ok((schema::remove_history(tx, &owned)? > 0, false))
         }))
+    }
+
+    fn histories_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
+        let doing = "cannot list a page of histories";
+        let page = self.shared.read(doing, |conn| pages::histories(conn, after, limit));
+        Box::pin(std::future::ready(page))
+    }
+
+    fn scan_page<'a>(
+        &'a self,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, RecordPage> {
+        let doing = "cannot list a page of records";
+        let page = self.shared.read(doing, |conn| pages::records(conn, after, limit)).map(|page| {
+            page.into_iter().map(|(key, found)| (key, found.map(|r| self.shared.present(r))))
+        });
+        Box::pin(std::future::ready(page.map(Iterator::collect)))
     }
 
     fn watch<'a>(

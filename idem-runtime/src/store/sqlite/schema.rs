@@ -51,7 +51,8 @@ CREATE INDEX idem_history_by_key ON idem_history (key, seq);
 const IN_FLIGHT_INDEX: &str = "CREATE INDEX IF NOT EXISTS idem_records_in_flight \
                                ON idem_records (owner) WHERE status = 'in-flight'";
 
-const COLUMNS: &str = "key, status, tool, function, scope, owner, attempts, created_at, \
+pub(super) const COLUMNS: &str =
+    "key, status, tool, function, scope, owner, attempts, created_at, \
                        updated_at, completed_at, expires_at, result";
 
 /// What opening found in the file.
@@ -172,7 +173,7 @@ pub(super) fn scan(conn: &Connection) -> Result<Vec<Result<Record, StoreError>>,
 }
 
 /// A row's record parts, or an error naming the key when a column does not read.
-fn row_parts(row: &Row<'_>) -> rusqlite::Result<Result<RecordParts, StoreError>> {
+pub(super) fn row_parts(row: &Row<'_>) -> rusqlite::Result<Result<RecordParts, StoreError>> {
     let key: String = row.get(0)?;
     let status: String = row.get(1)?;
     let Ok(status) = status.parse::<Status>() else {
