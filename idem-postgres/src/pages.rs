@@ -33,16 +33,25 @@ impl Table {
 
     /// Up to `limit` keys with history rows that sort after `after`, in key order, each with
     /// its last row's time when the key has no record.
+    ///
+    /// The page's keys are found first and each is then looked up in the records (a lateral
+    /// join): asked of every group, as an `EXISTS` in the select list, the question lets the
+    /// planner hash the whole records table once per page when it expects many groups, and a
+    /// pass would read every record for every page.
     pub(crate) async fn histories_page(
         &self,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, Option<u64>)>, StoreError> {
         let sql = format!(
-            "SELECT h.key, max(h.at), EXISTS (SELECT 1 FROM {} AS r WHERE r.key = h.key) \
-             FROM {} AS h WHERE h.key > $1 GROUP BY h.key ORDER BY h.key LIMIT $2",
-            self.names.qualified(),
-            self.names.history()
+            "SELECT p.key, p.last, r.found IS NOT NULL \
+             FROM (SELECT key, max(at) AS last FROM {} WHERE key > $1 \
+                   GROUP BY key ORDER BY key LIMIT $2) AS p \
+             LEFT JOIN LATERAL (SELECT true AS found FROM {} AS r WHERE r.key = p.key LIMIT 1) \
+                   AS r ON true \
+             ORDER BY p.key",
+            self.names.history(),
+            self.names.qualified()
         );
         let rows = self.page(&sql, after, limit, "cannot list a page of histories").await?;
         let mut page = Vec::with_capacity(rows.len());
