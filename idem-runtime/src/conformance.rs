@@ -419,9 +419,11 @@ pub fn waiter_times_out(store: Arc<dyn Store>) {
 pub fn expired_record_runs_again(store: Arc<dyn Store>) {
     let scope = scope("ttl");
     let runs = AtomicUsize::new(0);
+    // Long enough that the second call comes within it on a loaded machine.
+    let ttl = Duration::from_secs(1);
     let run = |n: u32| -> u32 {
         call(&store, "daily_report", &scope)
-            .ttl(Duration::from_millis(50))
+            .ttl(ttl)
             .run(|| {
                 runs.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, Error>(n)
@@ -429,8 +431,10 @@ pub fn expired_record_runs_again(store: Arc<dyn Store>) {
             .unwrap()
     };
     assert_eq!(run(1), 1);
+    let done = std::time::Instant::now();
     assert_eq!(run(2), 1, "replayed while fresh");
-    std::thread::sleep(Duration::from_millis(120));
+    // The store's clock counts whole milliseconds: wait a little past the ttl.
+    std::thread::sleep((ttl + Duration::from_millis(20)).saturating_sub(done.elapsed()));
     assert_eq!(run(3), 3, "run again once expired");
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
