@@ -120,8 +120,7 @@ pub struct Stats {
 /// ```
 /// use idem_runtime::admin::{Admin, Filter, Local};
 /// # fn main() -> Result<(), idem_runtime::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
-/// let store = idem_runtime::SledStore::open(dir.path().join("idem.sled"))?;
+/// let store = idem_runtime::MemoryStore::new();
 /// let mut admin: Box<dyn Admin> = Box::new(Local::new(std::sync::Arc::new(store)));
 /// assert!(admin.list(&Filter::default())?.is_empty());
 /// # Ok(()) }

@@ -88,9 +88,8 @@ pub fn try_fencing_token() -> Option<u64> {
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
 /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
-/// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+/// #     std::sync::Arc::new(idem_runtime::MemoryStore::new());
 /// use idem_runtime::{Call, Error};
 ///
 /// let call = || Call::new("charge_card", "order-17", &4200).map(|c| c.store(store.clone()));
@@ -120,9 +119,8 @@ pub fn fencing_token() -> u64 {
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
 /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
-/// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+/// #     std::sync::Arc::new(idem_runtime::MemoryStore::new());
 /// use idem_runtime::{Call, Error};
 ///
 /// let outcome: Result<String, Error> = Call::new("charge_card", "order-17", &4200)?

@@ -66,10 +66,10 @@ pub enum InDoubtPolicy {
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
 /// use std::sync::Arc;
-/// use idem_runtime::{Call, SledStore, Store};
+/// use idem_runtime::{Call, MemoryStore, Store};
 ///
-/// let dir = tempfile::tempdir().unwrap();
-/// let store: Arc<dyn Store> = Arc::new(SledStore::open(dir.path())?);
+/// // A durable store in a real program (`SledStore`, `SqliteStore`, idem-postgres's `PgStore`).
+/// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
 /// let mut runs = 0;
 /// for _ in 0..3 {
 ///     let charge: Result<String, idem_runtime::Error> =
@@ -190,9 +190,8 @@ impl Call {
     ///
     /// ```
     /// # fn main() -> Result<(), idem_runtime::Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
     /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
-    /// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+    /// #     std::sync::Arc::new(idem_runtime::MemoryStore::new());
     /// use idem_runtime::admin::{self, Decision};
     /// use idem_runtime::{Call, Error};
     ///
@@ -308,9 +307,8 @@ impl Call {
     ///
     /// ```
     /// # fn main() -> Result<(), idem_runtime::Error> {
-    /// # let dir = tempfile::tempdir().unwrap();
     /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
-    /// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+    /// #     std::sync::Arc::new(idem_runtime::MemoryStore::new());
     /// use idem_runtime::{Call, Error, Reconciled};
     ///
     /// let call = || Call::new("charge_card", "order-17", &4200).map(|c| c.store(store.clone()));

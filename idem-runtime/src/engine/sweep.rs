@@ -38,9 +38,8 @@ type Ask<'a> = Box<
 ///
 /// ```
 /// # fn main() -> Result<(), idem_runtime::Error> {
-/// # let dir = tempfile::tempdir().unwrap();
 /// # let store: std::sync::Arc<dyn idem_runtime::Store> =
-/// #     std::sync::Arc::new(idem_runtime::SledStore::open(dir.path())?);
+/// #     std::sync::Arc::new(idem_runtime::MemoryStore::new());
 /// use idem_runtime::{Key, Reconciled, Sweep};
 ///
 /// fn find_charge(_key: &Key) -> Result<Reconciled<String>, String> {
