@@ -3,6 +3,9 @@
 //! and a write lock another process keeps past the busy timeout. Each is an error that names
 //! the file and says what to do; nothing is half-written and nothing runs twice.
 //!
+//! An empty file, and an SQLite database with nothing in it, are no idem store either: idem
+//! gives a store its name only once it is whole, so neither can be one of its own.
+//!
 //! The read-only and full-disk cases mount a small tmpfs, which needs root and `mount`;
 //! elsewhere they say so loudly and skip.
 
@@ -13,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
+
+mod children;
 
 fn open_error(path: &Path) -> String {
     match SqliteStore::open(path) {
@@ -53,6 +58,76 @@ fn an_sqlite_database_of_another_program_is_refused_and_left_as_it_was() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(tables, ["invoices"], "no idem table was added");
+}
+
+/// An empty file (another database's `-wal`, a file a program has just created) is refused,
+/// named, with what to do, and left empty: by an agent's open and by the command's
+/// (`create(false)`) alike. Before, both adopted it and wrote a store into it.
+#[test]
+fn an_empty_file_is_refused_and_left_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db-wal");
+    std::fs::write(&path, "").unwrap();
+    for open in [SqliteStore::builder(&path), SqliteStore::builder(&path).create(false)] {
+        let Err(e) = open.open() else { panic!("an empty file opened as a store") };
+        let message = e.to_string();
+        assert!(message.contains(&format!("{} is an empty file", path.display())), "{message}");
+        assert!(message.contains("remove it if it is yours to remove"), "{message}");
+        assert!(!e.is_retryable(), "{message}");
+    }
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "nothing was written to it");
+}
+
+/// An SQLite database with no table and no mark is some program's new database, not a store
+/// idem left half made: refused, and no idem table is added.
+#[test]
+fn an_sqlite_database_with_nothing_in_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new-app.db");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("CREATE TABLE t (x); DROP TABLE t;").unwrap();
+    drop(other);
+    let message = open_error(&path);
+    assert!(message.contains("no idem store") && message.contains("no table"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "names the file: {message}");
+    let other = rusqlite::Connection::open(&path).unwrap();
+    let tables: i64 =
+        other.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0)).unwrap();
+    assert_eq!(tables, 0, "no idem table was added");
+}
+
+/// Child mode of the test below: opens the store in the directory it is given, which stops at
+/// the fail point, where the test kills it.
+#[test]
+fn sqlite_open_child() {
+    let Some((_, dir)) = children::role() else { return };
+    let opened = SqliteStore::open(dir.join("idem.sqlite"));
+    println!("OPENED {}", opened.is_ok());
+}
+
+/// A process killed while it creates a store leaves nothing under the store's name: the file
+/// appears there whole, tables and mark, or not at all. Otherwise an empty file would be left,
+/// which the next open must refuse (it cannot tell it from another program's). The next open
+/// creates the store and runs a call.
+#[test]
+fn a_store_killed_while_being_created_leaves_nothing_under_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let mut child = children::start(
+        children::child("sqlite_open_child", "create", dir.path())
+            .env("IDEM_FAILPOINT", "sqlite_creating"),
+    );
+    children::until_line(&mut child.stdout, "IDEM_FAILPOINT_REACHED sqlite_creating");
+    child.process.kill().unwrap();
+    child.process.wait().unwrap();
+    assert!(!path.exists(), "a store killed half made left a file under its name");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    let got = Call::new("send_invoice", "inv-1", &serde_json::json!({ "amount": 10 }))
+        .unwrap()
+        .store(store)
+        .run(|| Ok::<_, Error>("sent".to_owned()))
+        .unwrap();
+    assert_eq!(got, "sent");
 }
 
 #[test]

@@ -114,7 +114,7 @@ impl Idle {
         let idle = self.lock().pop();
         match idle {
             Some(conn) => Ok(conn),
-            None => open::connect(options, what, false),
+            None => open::connect(options, what),
         }
     }
 

@@ -131,7 +131,9 @@ fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
 
 fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let what = what(&options.path);
-    check_file(&options, &what)?;
+    if !check_file(&options, &what)? {
+        create_file(&options, &what)?;
+    }
     let writer = prepare(&options, &what)?;
     let instance = crate::lifecycle::owner::new_instance("sqlite");
     let in_flight = schema::in_flight_instances(&writer, &what)?;
@@ -151,7 +153,7 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
         transacting: Idle::default(),
         options,
     });
-    let reader = connect(&shared.options, &shared.what, false)?;
+    let reader = connect(&shared.options, &shared.what)?;
     shared.readers.give_back(reader);
     Ok(SqliteStore {
         retainer: None,
@@ -161,17 +163,24 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     })
 }
 
-/// The writer's connection, with the layout created if the file had none. Processes that open a
-/// new file at once race to switch it to WAL and create the tables; SQLite answers the losers
-/// `SQLITE_BUSY` at once there, without its busy handler (a journal-mode switch and a first
-/// read of a file in rollback mode may not wait), so the open tries again, every 10 ms, until
-/// the busy timeout has passed.
+/// The writer's connection to a file that holds an idem store. A database with no table and
+/// no mark is refused: idem never names a store before it is whole (see `create_file`), so
+/// such a file is another program's. Processes that open a file at once may race to read it
+/// in WAL mode; SQLite answers the losers `SQLITE_BUSY` at once there, without its busy
+/// handler (a first read of a file in rollback mode may not wait), so the open tries again,
+/// every 10 ms, until the busy timeout has passed.
 fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, StoreError> {
     let deadline = std::time::Instant::now() + options.busy_timeout;
     loop {
-        let attempt = connect(options, what, options.create).and_then(|mut writer| {
+        let attempt = connect(options, what).and_then(|writer| {
             if let Found::Empty = schema::inspect(&writer, what)? {
-                schema::create(&mut writer, what)?;
+                return Err(StoreError::new(format!(
+                    "{what} is an SQLite database with no table and no idem mark, so no idem \
+                     store (idem names a store only once its tables and mark are written): \
+                     name another file for the store, or remove this one if it is yours to \
+                     remove; idem never writes to it"
+                ))
+                .lasting());
             }
             schema::index_in_flight(&writer, what)?;
             Ok(writer)
@@ -185,9 +194,10 @@ fn prepare(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, Store
     }
 }
 
-/// Refuses, before the store writes to it, a path that is a directory (a sled store, say) or a
-/// file that is not an SQLite database, and a missing file under `create(false)`.
-fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
+/// Refuses, before the store writes to it, a path that is a directory (a sled store, say), an
+/// empty file or one that is not an SQLite database, and a missing file under `create(false)`;
+/// whether the file exists.
+fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<bool, StoreError> {
     let path = &options.path;
     check_writable(path, what)?;
     match std::fs::metadata(path) {
@@ -196,8 +206,15 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError
              name it without `sqlite:`)"
         ))
         .lasting()),
-        Ok(meta) if meta.len() > 0 => match begins_as_database(path) {
-            Ok(true) => Ok(()),
+        Ok(meta) if meta.len() == 0 => Err(StoreError::new(format!(
+            "{what} is an empty file, so no idem store (idem names a store only once it is \
+             written whole): it may be another program's, such as a database's -wal; name \
+             another file for the store, or remove it if it is yours to remove; idem never \
+             writes to it"
+        ))
+        .lasting()),
+        Ok(_) => match begins_as_database(path) {
+            Ok(true) => Ok(true),
             Ok(false) => Err(StoreError::new(format!(
                 "{what} is not an SQLite database (it does not begin as one): name another \
                  file for the store; idem never writes to this one"
@@ -205,16 +222,72 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError
             .lasting()),
             Err(e) => Err(fault::open_error(what, e)),
         },
-        Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.create => {
             Err(StoreError::new(format!(
                 "{what} does not exist: check the path (an agent's first call creates the store)"
             ))
             .lasting())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(StoreError::with_source(format!("cannot read {what}"), e).lasting()),
     }
+}
+
+/// Creates the store whole, then names it: the tables and marks are written to a new file in
+/// the store's `-idem/` directory, which is then linked under the store's name. `link` never
+/// replaces a file: when another process's new store got there first, that one is used. So
+/// the name never holds a store half made (an empty file there can only be another
+/// program's), and a process killed before the link leaves a file in `-idem/` that nothing
+/// reads.
+fn create_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
+    let fail = |e| StoreError::with_source(format!("cannot create {what}"), e).lasting();
+    let dir = owners::dir_of(&options.path);
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    let new = new_file_in(&dir).map_err(fail)?;
+    crate::failpoint::failpoint("sqlite_creating");
+    let made = write_layout(&SqliteStoreBuilder { path: new.clone(), ..options.clone() }, what)
+        .and_then(|()| match std::fs::hard_link(&new, &options.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(fail(e)),
+            _ => Ok(()),
+        });
+    for leftover in ["", "-wal", "-shm", "-journal"] {
+        let mut name = new.clone().into_os_string();
+        name.push(leftover);
+        let _ = std::fs::remove_file(name);
+    }
+    made?;
+    if options.durability == Durability::Fsync {
+        // The new name is durable once its directory is.
+        let parent = match options.path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(parent).and_then(|dir| dir.sync_all()).map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// A file of its own, new and empty, in `dir`: named after this process and a count, skipping
+/// a name a dead process with the same id left.
+fn new_file_in(dir: &Path) -> std::io::Result<PathBuf> {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    loop {
+        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = dir.join(format!("new-{}-{n}.sqlite", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(_) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes the layout and the marks into the new, empty file `options.path`, and closes it:
+/// closing the last connection moves the log into the file and removes it.
+fn write_layout(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
+    let mut conn = connect(options, what)?;
+    schema::create(&mut conn, what)?;
+    conn.close().map_err(|(_, e)| fault::open_error(what, e))
 }
 
 /// Whether the file at `path` begins as an SQLite database does, as SQLite itself reads it
@@ -280,15 +353,9 @@ fn check_writable(_path: &Path, _what: &str) -> Result<(), StoreError> {
 
 /// A connection to the store's file with the store's settings: WAL, the durability's
 /// `synchronous`, and the busy timeout.
-pub(super) fn connect(
-    options: &SqliteStoreBuilder,
-    what: &str,
-    create: bool,
-) -> Result<Connection, StoreError> {
-    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if create {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
-    }
+pub(super) fn connect(options: &SqliteStoreBuilder, what: &str) -> Result<Connection, StoreError> {
+    // Never `SQLITE_OPEN_CREATE`: the store's file is created whole (`create_file`).
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let fail = |e| fault::open_error(what, e);
     let conn = Connection::open_with_flags(&options.path, flags).map_err(fail)?;
     conn.busy_timeout(options.busy_timeout).map_err(fail)?;

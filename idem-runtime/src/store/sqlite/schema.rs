@@ -59,7 +59,8 @@ pub(super) const COLUMNS: &str =
 pub(super) enum Found {
     /// An idem store of this version.
     Store,
-    /// An empty file (or none yet): the layout may be created.
+    /// A database with no table and no mark: the new file `create` writes the layout into, or,
+    /// under a store's name, another program's (idem names a store only once it is whole).
     Empty,
 }
 
@@ -67,10 +68,10 @@ pub(super) enum Found {
 /// messages.
 pub(super) fn inspect(conn: &Connection, what: &str) -> Result<Found, StoreError> {
     // The marks and the tables are read in one read transaction, from one state of the file:
-    // another process's creation (one transaction) lands before all three reads or after
-    // them. Read one by one, an open could see that creation's tables and not yet its mark,
-    // and refuse the store as another program's. (Under `create`'s own transaction there is
-    // one already.) Dropped, it ends without writing.
+    // a change another process commits (one transaction) lands before all three reads or
+    // after them. (A store idem creates now gets its name only once it is whole, but one an
+    // earlier idem created was written in place.) Under `create`'s own transaction there is
+    // one already. Dropped, it ends without writing.
     let _snapshot = match conn.is_autocommit() {
         true => Some(conn.unchecked_transaction().map_err(|e| super::fault::open_error(what, e))?),
         false => None,
@@ -101,8 +102,8 @@ pub(super) fn inspect(conn: &Connection, what: &str) -> Result<Found, StoreError
     }
 }
 
-/// Creates the layout in an empty file, under the write lock, unless another process did so
-/// first.
+/// Creates the layout and the marks, in one transaction, in the new file `conn` opened (see
+/// `open::create_file`).
 pub(super) fn create(conn: &mut Connection, what: &str) -> Result<(), StoreError> {
     let fail = |e| super::fault::open_error(what, e);
     let tx =
