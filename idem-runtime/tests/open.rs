@@ -85,6 +85,34 @@ fn a_file_where_the_store_should_be_is_an_error() {
     assert_eq!(std::fs::read(&path).unwrap(), b"notes", "the file is untouched");
 }
 
+/// A new sled store's directory is its user's alone (0700), whatever the umask, and so are
+/// the parents idem creates for it, opened by path or by name: sled makes its own files with
+/// the umask's mode and lets no one choose another, so the directory is what keeps other
+/// users out. Before, it was 0755 under the usual umask, and every file in it 0644.
+#[cfg(unix)]
+#[test]
+fn a_new_store_directory_is_its_user_s_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |at: &std::path::Path| {
+        format!("{:o}", std::fs::metadata(at).unwrap().permissions().mode() & 0o777)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let direct = dir.path().join("idem.sled");
+    drop(SledStore::open(&direct).unwrap());
+    assert_eq!(mode(&direct), "700", "opened by path");
+    let named = dir.path().join("data/agents/idem.sled");
+    drop(idem_runtime::open_store(named.to_str().unwrap()).unwrap());
+    for at in [dir.path().join("data"), dir.path().join("data/agents"), named] {
+        assert_eq!(mode(&at), "700", "{}", at.display());
+    }
+    let sqlite = dir.path().join("db/idem.sqlite");
+    drop(idem_runtime::open_store(&format!("sqlite:{}", sqlite.display())).unwrap());
+    assert_eq!(mode(&dir.path().join("db")), "700", "a SQLite store's new parent");
+    let shared = dir.path().join("shared.sled");
+    drop(SledStore::builder(&shared).group_access(true).open().unwrap());
+    assert_eq!(mode(&shared), "770", "group_access(true), whatever the umask");
+}
+
 #[test]
 fn missing_store_is_not_created_when_asked_not_to() {
     let dir = tempfile::tempdir().unwrap();

@@ -130,6 +130,92 @@ fn a_store_killed_while_being_created_leaves_nothing_under_its_name() {
     assert_eq!(got, "sent");
 }
 
+/// The modes, in octal, of a store's files, each by its path suffix (`""` for the store's own
+/// file), and of its `-idem/` directory and the files in it.
+#[cfg(unix)]
+fn modes(path: &Path) -> (Vec<(&'static str, String)>, String, Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode =
+        |at: &Path| format!("{:o}", std::fs::metadata(at).unwrap().permissions().mode() & 0o777);
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    let files = ["", "-wal", "-shm"].map(|suffix| (suffix, mode(&beside(suffix)))).to_vec();
+    let dir = beside("-idem");
+    let inside = std::fs::read_dir(&dir).unwrap().map(|entry| mode(&entry.unwrap().path()));
+    (files, mode(&dir), inside.collect())
+}
+
+/// Every file a new store makes is its user's alone (0600: the store's file, and the `-wal` and
+/// `-shm` SQLite makes with that file's mode; the lock files), and its `-idem/` directory too
+/// (0700), whatever the umask: they hold every result and history. Before, they took the
+/// umask's modes (0644 and 0755 under the usual 022), and any local user could read them.
+#[cfg(unix)]
+#[test]
+fn a_new_store_is_its_user_s_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
+    Call::new("send_invoice", "inv-1", &serde_json::json!({ "amount": 10 }))
+        .unwrap()
+        .store(Arc::clone(&store))
+        .run(|| Ok::<_, Error>("sent".to_owned()))
+        .unwrap();
+    let (files, dir_mode, inside) = modes(&path);
+    let user = |suffix| (suffix, "600".to_owned());
+    assert_eq!(files, [user(""), user("-wal"), user("-shm")]);
+    assert_eq!(dir_mode, "700", "the -idem directory");
+    assert!(!inside.is_empty() && inside.iter().all(|m| m == "600"), "lock files: {inside:?}");
+}
+
+/// With `group_access(true)`, what the store creates is its group's too (0660, 0770), whatever
+/// the umask (which, at the usual 022, would take the group's write away); a waiter's socket
+/// too, so that another user's process of the group can wake it.
+#[cfg(unix)]
+#[test]
+fn a_store_with_group_access_is_its_group_s_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idem.sqlite");
+    let store = Arc::new(SqliteStore::builder(&path).group_access(true).open().unwrap());
+    let call = || Call::new("send_invoice", "inv-1", &serde_json::json!({ "amount": 10 })).unwrap();
+    let (owner, waiter) = (call().store(Arc::clone(&store) as Arc<dyn Store>), call());
+    let waiter = waiter.store(Arc::clone(&store) as Arc<dyn Store>).wait(Duration::from_secs(5));
+    let (entered, release) = (std::sync::mpsc::channel::<()>(), std::sync::mpsc::channel::<()>());
+    let running = std::thread::spawn(move || {
+        owner.run(|| {
+            entered.0.send(()).unwrap();
+            release.1.recv().unwrap();
+            Ok::<_, Error>("sent".to_owned())
+        })
+    });
+    entered.1.recv().unwrap();
+    let waiting = std::thread::spawn(move || waiter.run(|| Ok::<_, Error>("again".to_owned())));
+    let socket = {
+        let locks = dir.path().join("idem.sqlite-idem");
+        let is_socket =
+            |entry: &std::fs::DirEntry| entry.path().extension() == Some("wake".as_ref());
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let found = std::fs::read_dir(&locks).unwrap().map(Result::unwrap).find(is_socket);
+            match found {
+                Some(entry) => break entry.path(),
+                None if std::time::Instant::now() < deadline => std::thread::yield_now(),
+                None => panic!("the waiter never listened"),
+            }
+        }
+    };
+    let (files, dir_mode, inside) = modes(&path);
+    release.0.send(()).unwrap();
+    assert_eq!(running.join().unwrap().unwrap(), "sent");
+    assert_eq!(waiting.join().unwrap().unwrap(), "sent", "the waiter got the owner's result");
+    let group = |suffix| (suffix, "660".to_owned());
+    assert_eq!(files, [group(""), group("-wal"), group("-shm")]);
+    assert_eq!(dir_mode, "770", "the -idem directory");
+    assert!(inside.len() >= 2 && inside.iter().all(|m| m == "660"), "{inside:?} ({socket:?})");
+}
+
 #[test]
 fn a_store_of_a_later_schema_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::lifecycle::Record;
 
+pub(crate) mod access;
 pub(crate) mod default;
 pub(crate) mod memory;
 pub mod name;

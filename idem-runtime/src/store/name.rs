@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, StoreError};
+use crate::store::access::Access;
 use crate::store::sled::SledStore;
 use crate::store::Store;
 
@@ -109,7 +110,8 @@ pub fn register_postgres(opener: PostgresOpener) {
     *POSTGRES.write().unwrap_or_else(|e| e.into_inner()) = Some(opener);
 }
 
-/// Opens (creating it if missing, with its parent directories) the store named `name`, read
+/// Opens (creating it if missing, with its parent directories, which are the user's alone) the
+/// store named `name`, read
 /// as [`StoreName::parse`] reads it: `sqlite:PATH`, `postgres://…`, or a sled directory.
 ///
 /// ```
@@ -194,7 +196,7 @@ fn is_sqlite_file(_path: &Path) -> bool {
 #[cfg(feature = "sqlite")]
 fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        std::fs::create_dir_all(parent).map_err(|cause| cannot_create(path, &cause))?;
+        Access::User.create_dirs(parent).map_err(|cause| cannot_create(path, &cause))?;
     }
     Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?))
 }
@@ -209,12 +211,13 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
     Err(Error::store(None, None, StoreError::new(message).lasting()))
 }
 
-/// Opens (or creates) the sled store at `path`, its parent directories included. A store that
+/// Opens (or creates) the sled store at `path`, its parent directories included (each the
+/// user's alone, as the store's files: see `store/access.rs`). A store that
 /// cannot be created is reported as such, naming the path and the cause, and is not retryable:
 /// calling again fails the same way until someone changes the path or its permissions.
 fn open_sled_at(path: &Path) -> Result<SledStore, Error> {
     if !path.exists() {
-        if let Err(cause) = std::fs::create_dir_all(path) {
+        if let Err(cause) = Access::User.create_dirs(path) {
             return Err(cannot_create(path, &cause));
         }
     }

@@ -130,6 +130,7 @@ impl SledStore {
             gather: super::sync::Gather::Adaptive,
             recent_bytes: 16 * 1024 * 1024,
             retention: None,
+            access: super::access::Access::User,
         }
     }
 

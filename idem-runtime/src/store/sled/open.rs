@@ -17,6 +17,7 @@ use crate::lifecycle::owner::MAX_INSTANCE;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
+use crate::store::access::Access;
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
@@ -35,6 +36,7 @@ pub struct SledStoreBuilder {
     pub(super) recent_bytes: u64,
     /// `None`: not set, so `IDEM_RETAIN` decides at open.
     pub(super) retention: Option<Option<Retention>>,
+    pub(super) access: Access,
 }
 
 impl SledStoreBuilder {
@@ -69,6 +71,16 @@ impl SledStoreBuilder {
     /// briefly held; the `idem` command waits a little rather than fail.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = wait;
+        self
+    }
+
+    /// Whether the store's directory, when this open creates it, is its group's too (0770)
+    /// rather than its user's alone (0700, the default). sled creates the files in it itself,
+    /// with the umask's mode (it lets no one choose another): for the group to write them too,
+    /// the processes need a umask that leaves it write (`umask 007`). A directory that exists
+    /// is left as it is. The admin socket stays its user's alone.
+    pub fn group_access(mut self, group: bool) -> Self {
+        self.access = Access::with_group(group);
         self
     }
 
@@ -132,6 +144,12 @@ impl SledStoreBuilder {
 impl SledStore {
     pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
         check_path(&options)?;
+        // sled would create the directory with the umask's mode, and every file in it so too:
+        // the directory, made first with the store's access, is what keeps other users out.
+        if options.create && !options.path.exists() {
+            let path = &options.path;
+            options.access.create_dirs(path).map_err(|e| io_error(path, "cannot create", e))?;
+        }
         let retention = match options.retention.clone() {
             Some(policy) => policy,
             None => Retention::from_env()?,

@@ -14,6 +14,7 @@ use super::writer::Writer;
 use super::{fault, Idle, Shared, SqliteStore};
 use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
+use crate::store::access::Access;
 use crate::store::notify::Notifier;
 use crate::store::{Durability, DEFAULT_WAIT};
 
@@ -31,6 +32,7 @@ pub struct SqliteStoreBuilder {
     pub(super) create: bool,
     /// `None` until `retain` or `retention` is called: then `$IDEM_RETAIN` decides at open.
     pub(super) retention: Option<Option<Retention>>,
+    pub(super) access: Access,
 }
 
 impl SqliteStoreBuilder {
@@ -42,6 +44,7 @@ impl SqliteStoreBuilder {
             default_wait: DEFAULT_WAIT,
             create: true,
             retention: None,
+            access: Access::User,
         }
     }
 
@@ -70,6 +73,15 @@ impl SqliteStoreBuilder {
     /// opens with `false`: a mistyped path is an error, not a new empty store.
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
+        self
+    }
+
+    /// Whether the files and directories the store creates are its group's too (0660 and 0770)
+    /// rather than its user's alone (0600 and 0700, the default), for processes of several
+    /// users of one group that share the store. Whatever the umask says; files that exist are
+    /// left as they are. SQLite gives its `-wal` and `-shm` the store file's mode.
+    pub fn group_access(mut self, group: bool) -> Self {
+        self.access = Access::with_group(group);
         self
     }
 
@@ -137,14 +149,11 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let writer = prepare(&options, &what)?;
     let instance = crate::lifecycle::owner::new_instance("sqlite");
     let in_flight = schema::in_flight_instances(&writer, &what)?;
-    let owners = Owners::open(&owners::dir_of(&options.path), &instance, &in_flight)?;
+    let dir = owners::dir_of(&options.path);
+    let owners = Owners::open(&dir, &instance, &in_flight, options.access)?;
     let notifier = crate::loom::Arc::new(Notifier::default());
     let shared = Arc::new(Shared {
-        wake: Wake::new(
-            &owners::dir_of(&options.path),
-            &instance,
-            crate::loom::Arc::clone(&notifier),
-        ),
+        wake: Wake::new(&dir, &instance, crate::loom::Arc::clone(&notifier), options.access),
         what,
         instance,
         owners,
@@ -242,8 +251,8 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<bool, StoreErr
 fn create_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
     let fail = |e| StoreError::with_source(format!("cannot create {what}"), e).lasting();
     let dir = owners::dir_of(&options.path);
-    std::fs::create_dir_all(&dir).map_err(fail)?;
-    let new = new_file_in(&dir).map_err(fail)?;
+    options.access.create_dirs(&dir).map_err(fail)?;
+    let new = new_file_in(&dir, options.access).map_err(fail)?;
     crate::failpoint::failpoint("sqlite_creating");
     let made = write_layout(&SqliteStoreBuilder { path: new.clone(), ..options.clone() }, what)
         .and_then(|()| match std::fs::hard_link(&new, &options.path) {
@@ -267,14 +276,16 @@ fn create_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreErro
     Ok(())
 }
 
-/// A file of its own, new and empty, in `dir`: named after this process and a count, skipping
-/// a name a dead process with the same id left.
-fn new_file_in(dir: &Path) -> std::io::Result<PathBuf> {
+/// A file of its own, new and empty, with `access`, in `dir`: named after this process and a
+/// count, skipping a name a dead process with the same id left. SQLite gives the files it
+/// makes beside a database (`-wal`, `-shm`, `-journal`) the database file's mode, so this is
+/// the mode of all of them.
+fn new_file_in(dir: &Path, access: Access) -> std::io::Result<PathBuf> {
     static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     loop {
         let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let path = dir.join(format!("new-{}-{n}.sqlite", std::process::id()));
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        match access.create_file(&path) {
             Ok(_) => return Ok(path),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),

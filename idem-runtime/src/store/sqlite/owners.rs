@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::StoreError;
 use crate::lifecycle::{Liveness, Owner};
+use crate::store::access::Access;
 use crate::store::notify::Notifier;
 
 /// The locks of a store's instances, seen from one of them.
@@ -58,15 +59,16 @@ fn file_of(dir: &Path, instance: &str) -> PathBuf {
 }
 
 impl Owners {
-    /// Takes the lock of `instance` in `dir` (created if missing), and removes the lock files of
-    /// instances that are gone, except those of the instances in `in_flight` (which own records
-    /// in flight: their free lock is the evidence of their end).
+    /// Takes the lock of `instance` in `dir` (created if missing), both with `access`, and
+    /// removes the lock files of instances that are gone, except those of the instances in
+    /// `in_flight` (which own records in flight: their free lock is the evidence of their end).
     pub(super) fn open(
         dir: &Path,
         instance: &str,
         in_flight: &HashSet<String>,
+        access: Access,
     ) -> Result<Owners, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        access.create_dirs(dir).map_err(|e| {
             StoreError::with_source(
                 format!(
                     "cannot create {}, where the processes sharing the store hold their locks: \
@@ -77,7 +79,7 @@ impl Owners {
             )
             .lasting()
         })?;
-        let own = Some(imp::hold(&file_of(dir, instance)).map_err(|e| {
+        let own = Some(imp::hold(&file_of(dir, instance), access).map_err(|e| {
             StoreError::with_source(format!("cannot lock {}", dir.display()), e).lasting()
         })?);
         let needed: HashSet<PathBuf> = in_flight.iter().map(|i| file_of(dir, i)).collect();
@@ -153,9 +155,11 @@ impl Drop for Owners {
 mod imp {
     use std::fs::{File, OpenOptions};
     use std::io;
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     use std::os::unix::io::AsRawFd;
     use std::path::Path;
+
+    use crate::store::access::Access;
 
     fn flock(file: &File, operation: libc::c_int) -> io::Result<()> {
         loop {
@@ -170,17 +174,20 @@ mod imp {
         }
     }
 
-    /// Creates `path` and holds an exclusive lock on it. A process cleaning up gone instances
-    /// may remove the file between its creation and the lock: the lock is then on a file no
-    /// one can find, so it is taken again on a new one.
-    pub(super) fn hold(path: &Path) -> io::Result<File> {
+    /// Creates `path` with `access` and holds an exclusive lock on it. A process cleaning up
+    /// gone instances may remove the file between its creation and the lock: the lock is then
+    /// on a file no one can find, so it is taken again on a new one.
+    pub(super) fn hold(path: &Path, access: Access) -> io::Result<File> {
         loop {
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .mode(access.file_mode())
                 .open(path)?;
+            // The file is this instance's own (its name is): given the mode whatever the umask.
+            access.give(&file)?;
             flock(&file, libc::LOCK_EX)?;
             let same = std::fs::metadata(path).is_ok_and(|meta| {
                 file.metadata().is_ok_and(|own| own.ino() == meta.ino() && own.dev() == meta.dev())
@@ -255,7 +262,9 @@ mod imp {
     use std::io;
     use std::path::Path;
 
-    pub(super) fn hold(path: &Path) -> io::Result<File> {
+    use crate::store::access::Access;
+
+    pub(super) fn hold(path: &Path, _access: Access) -> io::Result<File> {
         OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
     }
 

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 #[cfg(unix)]
 use std::sync::Mutex;
 
+use crate::store::access::Access;
 use crate::store::notify::Notifier;
 
 /// The cross-process announcements of one store instance.
@@ -18,6 +19,8 @@ pub(super) struct Wake {
     dir: PathBuf,
     own: PathBuf,
     notifier: crate::loom::Arc<Notifier>,
+    /// Who may send to this instance's socket: whoever may open the store.
+    access: Access,
     #[cfg(unix)]
     listening: Mutex<Option<imp::Listening>>,
     #[cfg(unix)]
@@ -33,11 +36,17 @@ fn socket_of(dir: &Path, instance: &str) -> PathBuf {
 }
 
 impl Wake {
-    pub(super) fn new(dir: &Path, instance: &str, notifier: crate::loom::Arc<Notifier>) -> Wake {
+    pub(super) fn new(
+        dir: &Path,
+        instance: &str,
+        notifier: crate::loom::Arc<Notifier>,
+        access: Access,
+    ) -> Wake {
         Wake {
             dir: dir.to_owned(),
             own: socket_of(dir, instance),
             notifier,
+            access,
             #[cfg(unix)]
             listening: Mutex::new(None),
             #[cfg(unix)]
@@ -52,8 +61,11 @@ impl Wake {
         {
             let mut listening = self.listening.lock().unwrap_or_else(|e| e.into_inner());
             if listening.is_none() {
-                *listening =
-                    imp::Listening::start(&self.own, crate::loom::Arc::clone(&self.notifier));
+                *listening = imp::Listening::start(
+                    &self.own,
+                    self.access,
+                    crate::loom::Arc::clone(&self.notifier),
+                );
             }
         }
     }
@@ -66,7 +78,7 @@ impl Wake {
             imp::announce(sender, &self.dir, &self.own, key);
         }
         #[cfg(not(unix))]
-        let _ = (key, &self.dir);
+        let _ = (key, &self.dir, self.access);
     }
 }
 
@@ -89,6 +101,7 @@ mod imp {
     use std::thread::JoinHandle;
     use std::time::Duration;
 
+    use crate::store::access::Access;
     use crate::store::notify::Notifier;
 
     /// A key is at most this long (idem's are 32 hex digits); a longer datagram is cut.
@@ -112,14 +125,21 @@ mod imp {
     impl Listening {
         pub(super) fn start(
             path: &Path,
+            access: Access,
             notifier: crate::loom::Arc<Notifier>,
         ) -> Option<Listening> {
             // A file left by a process that reused this name cannot exist (names are unique),
             // but one left by this instance's earlier listener could: bind afresh.
             let _ = std::fs::remove_file(path);
-            let socket = match UnixDatagram::bind(path) {
+            // Bound with the umask's mode, then given the store's access: the processes that may
+            // open the store may send to it (in `-idem/`, which keeps everyone else out).
+            let socket = match UnixDatagram::bind(path).and_then(|socket| {
+                access.give_socket(path)?;
+                Ok(socket)
+            }) {
                 Ok(socket) => socket,
                 Err(e) => {
+                    let _ = std::fs::remove_file(path);
                     tracing::warn!(path = %path.display(), error = %e, "idem: cannot listen for other processes' writes; waiters look again every second");
                     return None;
                 }
