@@ -145,3 +145,27 @@ fn the_command_leaves_a_store_that_an_agent_opened_twice_shared() {
     assert_eq!(status_of(&listed, refund.key().as_str()).as_deref(), Some("done"), "{listed:?}");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+/// `--store sqlite:~/…` and `IDEM_STORE=~/…`, written where no shell expands them, name stores
+/// in the home directory for the command as for an agent (`$HOME` set for the command alone).
+/// Before, the command looked for them under a directory named `~`, and found none.
+#[test]
+fn a_store_name_with_a_tilde_is_in_the_home_directory() {
+    let (home, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store: Arc<dyn Store> =
+        Arc::new(SqliteStore::open(home.path().join("idem.sqlite")).unwrap());
+    call(&store, "order-1").run(|| Ok::<_, Error>("refunded".to_owned())).unwrap();
+    drop(store);
+    let home_env = [("HOME", home.path().to_str().unwrap())];
+    let listed = idem_in_with(
+        elsewhere.path(),
+        &["--store", "sqlite:~/idem.sqlite", "ls", "--json"],
+        &home_env,
+    );
+    assert_eq!(json_lines(listed.ok()).len(), 1, "the store in the home: {listed:?}");
+    let envs = [home_env[0], ("IDEM_STORE", "sqlite:~/idem.sqlite")];
+    assert_eq!(json_lines(idem_in_with(elsewhere.path(), &["ls", "--json"], &envs).ok()).len(), 1);
+    let other = idem_in_with(elsewhere.path(), &["--store", "~ann/idem.sled", "ls"], &home_env);
+    assert!(other.fails(1).contains("write the full path"), "{other:?}");
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing made here");
+}

@@ -26,10 +26,14 @@ fn store_names_child() {
 }
 
 fn run_child(name: &str) -> String {
-    let output = Command::new(std::env::current_exe().unwrap())
+    outcome(Command::new(std::env::current_exe().unwrap()).env("IDEM_STORE", name))
+}
+
+/// The outcome of the child `command` runs, as `run_child`.
+fn outcome(command: &mut Command) -> String {
+    let output = command
         .args(["--exact", "store_names_child", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
-        .env("IDEM_STORE", name)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .output()
@@ -95,4 +99,49 @@ fn set_default_store_named_opens_the_named_store() {
     };
     assert!(e.to_string().contains("a sled store is a directory"), "{e}");
     assert!(Path::new(&file).is_file());
+}
+
+/// A child whose `$IDEM_STORE` is `name`, run in the directory `cwd` with `$HOME` set to
+/// `home` (unset for `None`): this test process's own home is never touched.
+fn in_home(name: &str, home: Option<&Path>, cwd: &Path) -> String {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env("IDEM_STORE", name).current_dir(cwd);
+    match home {
+        Some(home) => command.env("HOME", home),
+        None => command.env_remove("HOME"),
+    };
+    outcome(&mut command)
+}
+
+/// `sqlite:~/idem.sqlite`, as an MCP host's configuration writes it (no shell reads it), is
+/// the file in the home directory, and a sled name `~/…` the directory there. Before, each
+/// made a directory named `~` in the working directory, which `rm -rf ~` would have sent the
+/// user to remove with their home.
+#[test]
+fn a_store_name_beginning_with_a_tilde_is_in_the_home_directory() {
+    let (home, cwd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    assert_eq!(in_home("sqlite:~/idem.sqlite", Some(home.path()), cwd.path()), "sent");
+    assert_eq!(in_home("~/agent.sled", Some(home.path()), cwd.path()), "sent");
+    assert!(home.path().join("idem.sqlite").is_file(), "the SQLite store is in the home");
+    assert!(home.path().join("agent.sled/conf").is_file(), "the sled store is in the home");
+    let made: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(made.is_empty(), "nothing was made in the working directory: {made:?}");
+}
+
+/// A tilde idem cannot read as the home is refused with the name and what to write instead,
+/// and nothing is made: `~ann/…` (another user's home) and `~/…` with no `$HOME`.
+#[test]
+fn a_tilde_that_names_no_home_is_refused() {
+    let (home, cwd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let other = in_home("sqlite:~ann/idem.sqlite", Some(home.path()), cwd.path());
+    assert!(other.starts_with("error") && other.contains("sqlite:~ann/idem.sqlite"), "{other}");
+    assert!(other.contains("write the full path"), "{other}");
+    let homeless = in_home("~/idem.sled", None, cwd.path());
+    assert!(
+        homeless.contains("~/idem.sled") && homeless.contains("$HOME is not set"),
+        "{homeless}"
+    );
+    assert!(homeless.contains("write the full path"), "{homeless}");
+    let made: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(made.is_empty(), "nothing was made in the working directory: {made:?}");
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::Error;
-use crate::store::name::StoreName;
+use crate::store::name::{in_home, StoreName};
 use crate::store::Store;
 
 static DEFAULT: RwLock<Option<Arc<dyn Store>>> = RwLock::new(None);
@@ -63,7 +63,10 @@ pub fn set_default_store_named(name: &str) -> Result<Arc<dyn Store>, Error> {
 /// [`default_store_path`] over the environment `env` and whether `./idem.sled` holds a store.
 fn store_path(env: impl Fn(&str) -> Option<OsString>, here_has_a_store: bool) -> PathBuf {
     if let Some(path) = env("IDEM_STORE").filter(|path| !path.is_empty()) {
-        return PathBuf::from(path);
+        // A `~` is the home, as in every store name; one that names none is left as written,
+        // for the open to refuse with its reason.
+        let home = env("HOME");
+        return in_home(&path, home.as_deref(), &path).unwrap_or_else(|_| PathBuf::from(path));
     }
     if here_has_a_store {
         return PathBuf::from(STORE_DIR);
@@ -143,6 +146,8 @@ mod tests {
         assert_eq!(store_path(env(&home), true), Path::new("idem.sled"), "an existing store");
         let told = [("HOME", "/home/ann"), ("IDEM_STORE", "/srv/agent.sled")];
         assert_eq!(store_path(env(&told), true), Path::new("/srv/agent.sled"));
+        let tilde = [("HOME", "/home/ann"), ("IDEM_STORE", "~/agent.sled")];
+        assert_eq!(store_path(env(&tilde), false), Path::new("/home/ann/agent.sled"));
         assert_eq!(store_path(env(&[]), false), Path::new("idem.sled"), "no home known");
     }
 }

@@ -4,6 +4,11 @@
 //! - `sqlite:PATH`: the SQLite store in the file `PATH` (feature `sqlite`);
 //! - `postgres://…` or `postgresql://…`: the PostgreSQL store at that URL (`idem-postgres`);
 //! - anything else: the sled store in the directory of that path.
+//!
+//! A path that begins with `~` (alone or before `/`) is in the home directory, `$HOME`, as a
+//! shell would read it: a name in an MCP host's configuration reaches the store through no
+//! shell, and a directory named `~` made in the working directory is one that `rm -rf ~`
+//! removes with the home. `~user/…` is refused, and so is `~` with no `$HOME`.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -32,30 +37,10 @@ pub const SQLITE_PREFIX: &str = "sqlite:";
 
 impl StoreName {
     /// Reads `name` as `$IDEM_STORE` and `--store` take it (see the module docs). An empty
-    /// name, or `sqlite:` with no path, is an error that says what a name looks like.
+    /// name, or `sqlite:` with no path, is an error that says what a name looks like; so is a
+    /// path beginning with `~user`, or with `~` while `$HOME` is unset.
     pub fn parse(name: impl AsRef<OsStr>) -> Result<StoreName, Error> {
-        let name = name.as_ref();
-        let text = name.to_str();
-        let bad = |what: &str| {
-            let message = format!(
-                "{what}: name a store as sqlite:PATH (a SQLite file), postgres://… (a PostgreSQL \
-                 database) or a plain path (a sled directory)"
-            );
-            Error::store(None, None, StoreError::new(message).lasting())
-        };
-        if name.is_empty() {
-            return Err(bad("the store's name is empty"));
-        }
-        match text {
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Ok(StoreName::Postgres(url.to_owned()))
-            }
-            Some(text) if text.starts_with(SQLITE_PREFIX) => match &text[SQLITE_PREFIX.len()..] {
-                "" => Err(bad("`sqlite:` names no file")),
-                path => Ok(StoreName::Sqlite(PathBuf::from(path))),
-            },
-            _ => Ok(StoreName::Sled(PathBuf::from(name))),
-        }
+        parse_with_home(name.as_ref(), std::env::var_os("HOME").as_deref())
     }
 
     /// The file or directory of a sled or SQLite store; `None` for PostgreSQL.
@@ -94,6 +79,57 @@ fn without_password(url: &str) -> String {
             format!("{scheme}://{name}:***@{host}{tail}")
         }
         _ => url.to_owned(),
+    }
+}
+
+/// [`StoreName::parse`], with `home` for `$HOME`.
+fn parse_with_home(name: &OsStr, home: Option<&OsStr>) -> Result<StoreName, Error> {
+    let text = name.to_str();
+    let bad = |what: &str| {
+        let message = format!(
+            "{what}: name a store as sqlite:PATH (a SQLite file), postgres://… (a PostgreSQL \
+                 database) or a plain path (a sled directory)"
+        );
+        Error::store(None, None, StoreError::new(message).lasting())
+    };
+    if name.is_empty() {
+        return Err(bad("the store's name is empty"));
+    }
+    let path = |path: &OsStr| in_home(path, home, name);
+    match text {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(StoreName::Postgres(url.to_owned()))
+        }
+        Some(text) if text.starts_with(SQLITE_PREFIX) => match &text[SQLITE_PREFIX.len()..] {
+            "" => Err(bad("`sqlite:` names no file")),
+            file => Ok(StoreName::Sqlite(path(file.as_ref())?)),
+        },
+        _ => Ok(StoreName::Sled(path(name)?)),
+    }
+}
+
+/// `path`, a store's path in the name `name`, with a leading `~` (alone or before `/`) read as
+/// `home`. A `~` that names no home idem can read is an error naming `name`: `~user` (whose
+/// home only the system's user database knows) and `~` with no `$HOME`.
+pub(crate) fn in_home(path: &OsStr, home: Option<&OsStr>, name: &OsStr) -> Result<PathBuf, Error> {
+    if path.as_encoded_bytes().first() != Some(&b'~') {
+        return Ok(PathBuf::from(path));
+    }
+    let refuse = |why: &str| {
+        let message = format!(
+            "the store name {} begins with {why}: write the full path",
+            name.to_string_lossy()
+        );
+        Err(Error::store(None, None, StoreError::new(message).lasting()))
+    };
+    // `~` is a whole first component: `~user/…` is another.
+    let Ok(rest) = Path::new(path).strip_prefix("~") else {
+        return refuse("`~user`, another user's home, which idem does not look up");
+    };
+    match home.filter(|home| !home.is_empty()) {
+        Some(home) if rest.as_os_str().is_empty() => Ok(PathBuf::from(home)),
+        Some(home) => Ok(Path::new(home).join(rest)),
+        None => refuse("`~`, the home directory, and $HOME is not set"),
     }
 }
 
@@ -279,6 +315,22 @@ mod tests {
         assert!(!is_sqlite_file(&empty) && !is_sqlite_file(&text));
         assert!(is_sqlite_file(&store));
         assert_eq!(std::fs::read_to_string(&text).unwrap(), "not a database", "left as it was");
+    }
+
+    #[test]
+    fn a_leading_tilde_is_the_home_directory_and_no_other_is_read() {
+        let home = Some(OsStr::new("/home/ann"));
+        let parse = |name: &str| parse_with_home(name.as_ref(), home).unwrap();
+        assert_eq!(parse("sqlite:~/a.sqlite"), StoreName::Sqlite("/home/ann/a.sqlite".into()));
+        assert_eq!(parse("~/x/idem.sled"), StoreName::Sled("/home/ann/x/idem.sled".into()));
+        assert_eq!(parse("~"), StoreName::Sled("/home/ann".into()));
+        assert_eq!(parse("x/~/y"), StoreName::Sled("x/~/y".into()), "only a leading one");
+        let refused = |name: &str, home| parse_with_home(OsStr::new(name), home).unwrap_err();
+        let other = refused("sqlite:~bob/a.sqlite", home).to_string();
+        assert!(other.contains("sqlite:~bob/a.sqlite") && other.contains("full path"), "{other}");
+        let homeless = refused("~/idem.sled", None).to_string();
+        assert!(homeless.contains("$HOME is not set"), "{homeless}");
+        assert!(refused("~/idem.sled", Some(OsStr::new(""))).to_string().contains("$HOME"));
     }
 
     #[test]
