@@ -142,7 +142,8 @@ impl Reservation {
     /// Writes `step`, a transition away from the held record; whether it was stored (`false`:
     /// the record changed hands meanwhile, and that write stands), and the record it wrote.
     /// Should the store fail, the write is handed to the settling thread, which tries it again
-    /// until the store takes it (`settle.rs`), and the error is returned.
+    /// until the store takes it (`settle.rs`), and the error is returned; a write the store
+    /// refuses for good ([`StoreError::lasting`]: a result too large) is not tried again.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
         let written = self.store.compare_and_swap(&self.record, new.as_ref(), change.clone()).await;
@@ -150,7 +151,9 @@ impl Reservation {
         match written {
             Ok(token) => Ok((token.is_some(), new)),
             Err(e) => {
-                settle::keep_trying(self.unsettled(new, change));
+                if e.is_retryable() {
+                    settle::keep_trying(self.unsettled(new, change));
+                }
                 Err(e)
             }
         }
@@ -172,6 +175,11 @@ impl Reservation {
         let step = transition::complete(&self.record, json, ttl, self.store.clock());
         match self.settle(step).await {
             Ok((stored, _)) => Ok(stored),
+            // The store will never take this result: the key is left in doubt instead.
+            Err(e) if !e.is_retryable() => {
+                self.leave_in_doubt("its result could not be stored").await;
+                Err(Error::store(Some(&self.record.key), Some(&self.record.tool), e))
+            }
             Err(e) => {
                 let (key, tool) = (&self.record.key, &self.record.tool);
                 meter::call(tool, Outcome::InDoubt, Duration::ZERO);

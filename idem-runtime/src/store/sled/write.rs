@@ -401,7 +401,8 @@ impl SledStore {
                  {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
                  less (for example where the data is kept, not the data)",
                 record.key, record.tool
-            )));
+            ))
+            .lasting());
         }
         // A call is refused before its body runs, rather than after, when it could not record
         // how it ended: an in-flight record must leave room for every later one of its call.
