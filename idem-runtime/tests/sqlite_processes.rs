@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
 
-use self::children::{start, until_line, Running};
+use self::children::{start, Running};
 
 const KEYS: usize = 25;
 
@@ -143,10 +143,8 @@ fn outcome_of(lines: &[String]) -> String {
 
 /// Runs a `call` child to its end and returns its outcome.
 fn call_once(dir: &Path, policy: &str) -> String {
-    let output =
-        child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    outcome_of(&stdout.lines().map(str::to_owned).collect::<Vec<_>>())
+    let mut once = start(child(dir, "call").env("IDEM_POLICY", policy).stdin(Stdio::null()));
+    outcome_of(&once.finish().0)
 }
 
 #[test]
@@ -163,7 +161,7 @@ fn eight_processes_racing_on_many_keys_run_each_body_once() {
             })
             .collect();
         for running in &mut children {
-            until_line(&mut running.stdout, "READY");
+            running.until_line("READY");
         }
         // All at once: every process has opened the store before any calls.
         for running in &mut children {
@@ -171,10 +169,9 @@ fn eight_processes_racing_on_many_keys_run_each_body_once() {
         }
         let mut results = std::collections::BTreeMap::<String, Vec<String>>::new();
         for mut running in children {
-            let mut rest = String::new();
-            std::io::Read::read_to_string(&mut running.stdout, &mut rest).unwrap();
-            assert!(running.process.wait().unwrap().success(), "a racing process failed");
-            for line in rest.lines().filter_map(|l| l.strip_prefix("RESULT ")) {
+            let (rest, status) = running.finish();
+            assert!(status.success(), "a racing process failed");
+            for line in rest.iter().filter_map(|l| l.strip_prefix("RESULT ")) {
                 let (scope, got) = line.split_once(' ').unwrap();
                 results.entry(scope.to_owned()).or_default().push(got.to_owned());
             }
@@ -213,7 +210,7 @@ fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
     } else {
         format!("IDEM_FAILPOINT_REACHED {point}")
     };
-    until_line(&mut owner.stdout, &reached);
+    owner.until_line(&reached);
     let owner_pid = owner.process.id();
     owner.process.kill().unwrap(); // SIGKILL
     owner.process.wait().unwrap();
@@ -264,7 +261,7 @@ fn an_owner_killed_before_its_result_is_durable_leaves_the_key_in_doubt() {
 fn an_owner_killed_after_its_result_is_durable_is_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let mut owner = start(child(dir.path(), "call").env("IDEM_FAILPOINT", "after_complete"));
-    until_line(&mut owner.stdout, "IDEM_FAILPOINT_REACHED after_complete");
+    owner.until_line("IDEM_FAILPOINT_REACHED after_complete");
     owner.process.kill().unwrap();
     owner.process.wait().unwrap();
     let charged = ledger(dir.path());
@@ -277,19 +274,19 @@ fn an_owner_killed_after_its_result_is_durable_is_replayed() {
 fn a_waiter_in_another_process_learns_of_the_owner_s_death_without_a_lease() {
     let dir = tempfile::tempdir().unwrap();
     let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "park"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     let mut waiter = start(&mut child(dir.path(), "call"));
-    until_line(&mut waiter.stdout, "WAITING");
+    waiter.until_line("WAITING");
     let killed = Instant::now();
     owner.process.kill().unwrap();
     owner.process.wait().unwrap();
-    let lines = until_line(&mut waiter.stdout, "OUTCOME");
+    let lines = waiter.until_line("OUTCOME");
     let woke = killed.elapsed();
     assert_eq!(outcome_of(&lines), "in_doubt", "the waiter finds the key in doubt");
     // Not a speed check: the waiter waits up to 120 s and the store has no lease; only the
     // owner's end can have woken it this early.
     assert!(woke < Duration::from_secs(30), "the waiter woke at the owner's death ({woke:?})");
-    assert!(waiter.process.wait().unwrap().success());
+    assert!(waiter.finish().1.success());
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }
 
@@ -297,15 +294,15 @@ fn a_waiter_in_another_process_learns_of_the_owner_s_death_without_a_lease() {
 fn a_waiter_in_another_process_gets_the_owner_s_result() {
     let dir = tempfile::tempdir().unwrap();
     let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "stdin"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     let mut waiter = start(&mut child(dir.path(), "call"));
-    until_line(&mut waiter.stdout, "WAITING");
+    waiter.until_line("WAITING");
     writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
-    let owned = outcome_of(&until_line(&mut owner.stdout, "OUTCOME"));
-    let waited = outcome_of(&until_line(&mut waiter.stdout, "OUTCOME"));
+    let owned = outcome_of(&owner.until_line("OUTCOME"));
+    let waited = outcome_of(&waiter.until_line("OUTCOME"));
     assert!(owned.starts_with("ok order-7:"), "{owned}");
     assert_eq!(waited, owned, "the waiter gets the owner's result");
-    assert!(owner.process.wait().unwrap().success() && waiter.process.wait().unwrap().success());
+    assert!(owner.finish().1.success() && waiter.finish().1.success());
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }
 
@@ -324,8 +321,8 @@ fn a_second_open_in_one_process_keeps_the_store_shared_with_the_others() {
     let first = store(dir.path());
     // A tool with a store of its own, or a store per MCP session: a second open of one file.
     let _second = store(dir.path());
-    let peek = child(dir.path(), "peek").stdin(Stdio::null()).output().unwrap();
-    assert!(peek.status.success(), "the short-lived process read the store");
+    let mut peek = start(child(dir.path(), "peek").stdin(Stdio::null()));
+    assert!(peek.finish().1.success(), "the short-lived process read the store");
     assert!(
         dir.path().join("idem.sqlite-wal").exists() && dir.path().join("idem.sqlite-shm").exists(),
         "a process that closed the store took itself for its last user, while this one holds it \
@@ -348,7 +345,7 @@ fn a_second_open_in_one_process_keeps_the_store_shared_with_the_others() {
 fn an_owner_whose_lock_file_was_removed_is_waited_for_not_taken_over() {
     let dir = tempfile::tempdir().unwrap();
     let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "stdin"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     let removed = lock_files(dir.path());
     assert!(!removed.is_empty(), "the owner holds a lock file");
     for path in &removed {
@@ -356,13 +353,13 @@ fn an_owner_whose_lock_file_was_removed_is_waited_for_not_taken_over() {
     }
     // Under `rerun`, an owner taken for dead would have its body run again at once.
     let mut waiter = start(child(dir.path(), "call").env("IDEM_POLICY", "rerun"));
-    until_line(&mut waiter.stdout, "WAITING");
+    waiter.until_line("WAITING");
     writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
-    let owned = outcome_of(&until_line(&mut owner.stdout, "OUTCOME"));
-    let waited = outcome_of(&until_line(&mut waiter.stdout, "OUTCOME"));
+    let owned = outcome_of(&owner.until_line("OUTCOME"));
+    let waited = outcome_of(&waiter.until_line("OUTCOME"));
     assert!(owned.starts_with("ok order-7:"), "{owned}");
     assert_eq!(waited, owned, "the waiter gets the owner's result");
-    assert!(owner.process.wait().unwrap().success() && waiter.process.wait().unwrap().success());
+    assert!(owner.finish().1.success() && waiter.finish().1.success());
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }
 
@@ -370,17 +367,17 @@ fn an_owner_whose_lock_file_was_removed_is_waited_for_not_taken_over() {
 fn an_owner_whose_lock_file_was_removed_is_in_doubt_once_its_process_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "park"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     for path in lock_files(dir.path()) {
         std::fs::remove_file(path).unwrap();
     }
     let mut waiter = start(&mut child(dir.path(), "call"));
-    until_line(&mut waiter.stdout, "WAITING");
+    waiter.until_line("WAITING");
     owner.process.kill().unwrap(); // SIGKILL
     owner.process.wait().unwrap();
     // The waiter has no lock to block on: it learns of the end from the process table.
-    assert_eq!(outcome_of(&until_line(&mut waiter.stdout, "OUTCOME")), "in_doubt");
-    assert!(waiter.process.wait().unwrap().success());
+    assert_eq!(outcome_of(&waiter.until_line("OUTCOME")), "in_doubt");
+    assert!(waiter.finish().1.success());
     assert_eq!(call_once(dir.path(), "fail"), "in_doubt", "a later process finds it in doubt");
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }

@@ -16,7 +16,7 @@ use idem_runtime::for_stores::block_on;
 use idem_runtime::history::Event;
 use idem_runtime::{Call, Error, SqliteStore, Status, Store};
 
-use self::children::{start, until_line, Running};
+use self::children::{start, Running};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -315,7 +315,7 @@ fn a_plain_call_in_flight_in_another_process_is_waited_for_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut owner = start(&mut child(dir.path(), "plain"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     let key = call(17).key().to_string();
     let runs = Arc::new(AtomicUsize::new(0));
     let waiter = {
@@ -330,8 +330,8 @@ fn a_plain_call_in_flight_in_another_process_is_waited_for_not_overwritten() {
         assert!(!waiter.is_finished(), "the transactional call returned without waiting");
     }
     writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
-    until_line(&mut owner.stdout, "DONE -1");
-    assert!(owner.process.wait().unwrap().success());
+    owner.until_line("DONE -1");
+    assert!(owner.finish().1.success());
     assert_eq!(waiter.join().unwrap().unwrap(), -1, "the plain call's result replays");
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the transactional body never ran");
     assert_eq!(rows(dir.path(), 17), (0, 0));
@@ -355,17 +355,16 @@ fn racing_processes_run_each_body_once_and_all_get_its_value() {
         })
         .collect();
     for racer in &mut racers {
-        until_line(&mut racer.stdout, "READY");
+        racer.until_line("READY");
     }
     for racer in &mut racers {
         writeln!(racer.process.stdin.as_mut().unwrap(), "go").unwrap();
     }
     let mut results = std::collections::BTreeMap::<i64, Vec<i64>>::new();
     for mut racer in racers {
-        let mut rest = String::new();
-        std::io::Read::read_to_string(&mut racer.stdout, &mut rest).unwrap();
-        assert!(racer.process.wait().unwrap().success(), "a racing process failed");
-        for line in rest.lines().filter_map(|l| l.strip_prefix("RESULT ")) {
+        let (rest, status) = racer.finish();
+        assert!(status.success(), "a racing process failed");
+        for line in rest.iter().filter_map(|l| l.strip_prefix("RESULT ")) {
             let (order, id) = line.split_once(' ').unwrap();
             results.entry(order.parse().unwrap()).or_default().push(id.parse().unwrap());
         }
@@ -392,7 +391,7 @@ fn killed_at(point: &str, waiters: usize, committed: bool) {
     } else {
         format!("STOPPED_AT {point}")
     };
-    until_line(&mut victim.stdout, &said);
+    victim.until_line(&said);
     // The callers start while the child holds the file's write lock (up to its commit): each
     // is at, or waiting in, its `BEGIN IMMEDIATE` when the child dies. SQLite does not show
     // which; the outcome must be the same either way.
@@ -469,7 +468,7 @@ fn a_plain_call_s_key_left_in_doubt_fails_and_is_taken_over_under_rerun() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut owner = start(&mut child(dir.path(), "plain"));
-    until_line(&mut owner.stdout, "IN_BODY");
+    owner.until_line("IN_BODY");
     owner.process.kill().unwrap(); // SIGKILL: its record stays in flight, its lock goes
     owner.process.wait().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));

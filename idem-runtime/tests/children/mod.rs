@@ -1,12 +1,16 @@
-//! Child processes for the SQLite tests that share one store between processes: each child is
-//! the test binary run again with one test selected (which does nothing unless
-//! [`CHILD`] names its mode), talking to the parent through its stdin and stdout.
+//! Child processes for the tests that run the test binary again with one test selected: a
+//! child's stdout is read on a thread of its own, so that every wait for a line ends at a
+//! deadline and a stuck child fails its test instead of hanging the suite. The SQLite tests
+//! that share one store between processes also use [`child`], which does nothing unless
+//! [`CHILD`] names its mode, talking to the parent through its stdin and stdout.
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 /// The child's mode: set in a child, unset in the parent.
 pub const CHILD: &str = "IDEM_SQLITE_CHILD";
@@ -34,24 +38,90 @@ pub fn child(entry: &str, mode: &str, dir: &Path) -> Command {
     command
 }
 
-/// Reads `child`'s stdout until a line holding `want`; the lines up to it.
-pub fn until_line(stdout: &mut BufReader<ChildStdout>, want: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    loop {
-        let mut line = String::new();
-        let read = stdout.read_line(&mut line).unwrap();
-        assert!(read > 0, "the child ended before printing {want:?}; it printed {seen:?}");
-        seen.push(line.trim_end().to_owned());
-        if line.contains(want) {
-            return seen;
-        }
-    }
-}
+/// How long a test waits for a child's line, or for its end, before it fails: far beyond any
+/// step of these children, even on a loaded machine.
+pub const DEADLINE: Duration = Duration::from_secs(120);
 
-/// A child started, with its stdout to read.
+/// A child started, with its stdout read line by line on a thread of its own.
 pub struct Running {
     pub process: Child,
-    pub stdout: BufReader<ChildStdout>,
+    lines: Receiver<String>,
+    /// Every line the child printed so far, to show when a wait fails.
+    printed: Vec<String>,
+}
+
+/// Starts `command`, whose stdout must be piped.
+pub fn start(command: &mut Command) -> Running {
+    let mut process = command.spawn().unwrap();
+    let stdout = process.stdout.take().expect("the child's stdout is piped");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Running { process, lines, printed: Vec::new() }
+}
+
+impl Running {
+    /// Reads until a line holding `want`; the lines read, up to and with it. Fails the test if
+    /// the child ends first, or prints no such line within [`DEADLINE`].
+    pub fn until_line(&mut self, want: &str) -> Vec<String> {
+        let deadline = Instant::now() + DEADLINE;
+        let mut read = Vec::new();
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    self.printed.push(line.clone());
+                    let found = line.contains(want);
+                    read.push(line);
+                    if found {
+                        return read;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    let printed = &self.printed;
+                    panic!("the child ended before printing {want:?}; it printed {printed:?}")
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    let printed = &self.printed;
+                    panic!(
+                        "the child printed no {want:?} within {DEADLINE:?}; it printed {printed:?}"
+                    )
+                }
+            }
+        }
+    }
+
+    /// Reads to the end of the child's output and waits for it to exit; what it printed since
+    /// the last read, and how it exited. Fails the test if that takes longer than [`DEADLINE`].
+    pub fn finish(&mut self) -> (Vec<String>, ExitStatus) {
+        let deadline = Instant::now() + DEADLINE;
+        let mut read = Vec::new();
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    self.printed.push(line.clone());
+                    read.push(line);
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    let printed = &self.printed;
+                    panic!("the child did not end within {DEADLINE:?}; it printed {printed:?}")
+                }
+            }
+        }
+        // Its stdout is closed: the child has exited, or is exiting.
+        (read, self.process.wait().unwrap())
+    }
+
+    /// SIGKILLs the child, as a crash would, and reaps it.
+    pub fn kill(&mut self) {
+        self.process.kill().expect("SIGKILL the child");
+        self.process.wait().unwrap();
+    }
 }
 
 /// A child still running when its test ends (a failed assertion, say) is killed, so that it
@@ -61,10 +131,4 @@ impl Drop for Running {
         let _ = self.process.kill();
         let _ = self.process.wait();
     }
-}
-
-pub fn start(command: &mut Command) -> Running {
-    let mut process = command.spawn().unwrap();
-    let stdout = BufReader::new(process.stdout.take().unwrap());
-    Running { process, stdout }
 }
