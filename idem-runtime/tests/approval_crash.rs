@@ -3,7 +3,8 @@
 //! at an exact point by a fail point, and is killed with SIGKILL. What the store holds after
 //! each point is what landed, and no body runs without an approval or twice with one.
 
-use std::io::{BufRead, BufReader};
+mod children;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use std::time::Duration;
 use idem_runtime::admin::{self, Decision};
 use idem_runtime::history::Event;
 use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
+
+use self::children::start;
 
 const CHILD: &str = "IDEM_APPROVAL_CHILD";
 
@@ -62,28 +65,19 @@ fn child(dir: &Path, action: &str, point: Option<&str>) -> Vec<String> {
     if let Some(point) = point {
         command.env("IDEM_FAILPOINT", point);
     }
-    let mut process = command.spawn().unwrap();
-    let stdout = BufReader::new(process.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        let reached =
-            point.is_some_and(|point| line.contains(&format!("IDEM_FAILPOINT_REACHED {point}")));
-        let finished = point.is_none() && line.contains("OUTCOME ");
-        seen.push(line);
-        if reached {
-            process.kill().unwrap(); // SIGKILL on Unix
-            process.wait().unwrap();
-            return seen;
+    let mut process = start(&mut command);
+    match point {
+        Some(point) => {
+            let seen = process.until_line(&format!("IDEM_FAILPOINT_REACHED {point}"));
+            process.kill(); // SIGKILL on Unix
+            seen
         }
-        if finished {
-            process.wait().unwrap();
-            return seen;
+        None => {
+            let seen = process.until_line("OUTCOME ");
+            process.finish();
+            seen
         }
     }
-    process.kill().ok();
-    process.wait().unwrap();
-    panic!("the child never reached {point:?}; it printed {seen:?}");
 }
 
 fn bodies(lines: &[String]) -> usize {

@@ -3,12 +3,16 @@
 //! SIGKILL. A new process on the same store must then replay, or report the key in doubt, and
 //! under `fail` never write the ledger twice.
 
-use std::io::{BufRead, BufReader, Write};
+mod children;
+
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use idem_runtime::{Call, Error, InDoubtPolicy, SledStore, Store};
+
+use self::children::start;
 
 const CHILD: &str = "IDEM_CRASH_CHILD";
 
@@ -69,32 +73,18 @@ fn child(dir: &Path, failpoint: Option<&str>, policy: &str) -> Command {
 
 /// Runs a child to `point`, then SIGKILLs it.
 fn kill_at(dir: &Path, point: &str) {
-    let mut process = child(dir, Some(point), "fail").spawn().unwrap();
-    let stdout = BufReader::new(process.stdout.take().unwrap());
-    let reached = format!("IDEM_FAILPOINT_REACHED {point}");
-    let mut seen = Vec::new();
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if line.contains(&reached) {
-            process.kill().unwrap(); // SIGKILL on Unix
-            process.wait().unwrap();
-            return;
-        }
-        seen.push(line);
-    }
-    process.kill().ok();
-    process.wait().unwrap();
-    panic!("the child never reached {point}; it printed {seen:?}");
+    let mut process = start(&mut child(dir, Some(point), "fail"));
+    process.until_line(&format!("IDEM_FAILPOINT_REACHED {point}"));
+    process.kill(); // SIGKILL on Unix
 }
 
 /// Runs a child to completion and returns its outcome line.
 fn outcome(dir: &Path, policy: &str) -> String {
-    let output = child(dir, None, policy).output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (stdout, _) = start(&mut child(dir, None, policy)).finish();
     stdout
-        .lines()
+        .iter()
         .find_map(|l| l.split_once("OUTCOME ").map(|(_, o)| o.to_owned()))
-        .unwrap_or_else(|| panic!("the child printed no outcome: {stdout}"))
+        .unwrap_or_else(|| panic!("the child printed no outcome: {stdout:?}"))
 }
 
 fn ledger(dir: &Path) -> Vec<String> {

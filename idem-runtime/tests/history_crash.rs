@@ -3,7 +3,8 @@
 //! fail point, and is killed with SIGKILL. The history read afterwards holds every change that
 //! landed and none that did not, and the open's in-doubt mark is in it.
 
-use std::io::{BufRead, BufReader};
+mod children;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 use idem_runtime::admin::{self, Purge};
 use idem_runtime::history::{Entry, Event};
 use idem_runtime::{Call, Error, InDoubtPolicy, Key, SledStore, Status, Store};
+
+use self::children::start;
 
 const CHILD: &str = "IDEM_HISTORY_CHILD";
 
@@ -73,26 +76,19 @@ fn child(dir: &Path, action: &str, point: Option<&str>) {
     if let Some(point) = point {
         command.env("IDEM_FAILPOINT", point);
     }
-    let mut process = command.spawn().unwrap();
-    let stdout = BufReader::new(process.stdout.take().unwrap());
-    let mut seen = Vec::new();
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if point.is_some_and(|point| line.contains(&format!("IDEM_FAILPOINT_REACHED {point}"))) {
-            process.kill().unwrap(); // SIGKILL on Unix
-            process.wait().unwrap();
-            return;
+    let mut process = start(&mut command);
+    match point {
+        Some(point) => {
+            process.until_line(&format!("IDEM_FAILPOINT_REACHED {point}"));
+            process.kill(); // SIGKILL on Unix
         }
-        if point.is_none() && line.contains("OUTCOME ") {
+        None => {
+            let seen = process.until_line("OUTCOME ");
+            let line = seen.last().unwrap();
             assert!(line.contains("Ok("), "the child's {action} failed: {line}");
-            process.wait().unwrap();
-            return;
+            process.finish();
         }
-        seen.push(line);
     }
-    process.kill().ok();
-    process.wait().unwrap();
-    panic!("the child never reached {point:?}; it printed {seen:?}");
 }
 
 fn history(store: &Arc<dyn Store>) -> Vec<Entry> {

@@ -2,7 +2,8 @@
 //! atomic writes as the records: every orphan of a killed process is still found, and a store
 //! written before the index existed is migrated once.
 
-use std::io::{BufRead, BufReader};
+mod children;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -12,6 +13,8 @@ use idem_runtime::admin::{self, Filter};
 use idem_runtime::store::now_ms;
 use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
 use serde_json::json;
+
+use self::children::start;
 
 const CHILD: &str = "IDEM_INDEX_CHILD";
 const IN_FLIGHT: usize = 40;
@@ -83,19 +86,14 @@ fn index_child() {
 fn every_orphan_of_a_killed_process_is_found_through_the_index() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idem.sled");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "index_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, &path)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    assert!(
-        lines.any(|line| line.unwrap().ends_with("IN_FLIGHT")),
-        "the child got its bodies running"
+    let mut child = start(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "index_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, &path)
+            .stdout(Stdio::piped()),
     );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    child.until_line("IN_FLIGHT"); // the child got its bodies running
+    child.kill(); // SIGKILL
 
     let store = open(&path);
     assert_eq!(statuses(store.as_ref()), (0, FINISHED, IN_FLIGHT), "every orphan is in doubt");

@@ -3,7 +3,8 @@
 //! value to a blob file of its own (which it would not sync); removing a record removes the
 //! chunks of its result.
 
-use std::io::{BufRead, BufReader};
+mod children;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use idem_runtime::admin::{self, Purge, Resolution};
 use idem_runtime::{Call, Error, SledStore, Status, Store};
+
+use self::children::start;
 
 fn open(dir: &Path) -> Arc<dyn Store> {
     Arc::new(SledStore::builder(dir).lock_wait(Duration::from_secs(5)).open().unwrap())
@@ -181,20 +184,16 @@ fn crash_child() {
 #[test]
 fn chunks_left_by_a_crash_before_their_record_are_removed_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, dir.path())
-        .env("IDEM_FAILPOINT", "after_chunks")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let reached = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .any(|line| line.unwrap().contains("IDEM_FAILPOINT_REACHED after_chunks"));
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    assert!(reached, "the child never reached the fail point");
+    let mut child = start(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, dir.path())
+            .env("IDEM_FAILPOINT", "after_chunks")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    child.until_line("IDEM_FAILPOINT_REACHED after_chunks");
+    child.kill(); // SIGKILL
     assert!(chunk_count(dir.path()) > 0, "the crash left the result's chunks on disk");
     {
         let store = open(dir.path());

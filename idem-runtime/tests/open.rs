@@ -1,11 +1,15 @@
 //! Opening stores that cannot be used: held by another process, damaged, missing, or holding a
 //! damaged record. Each is a clear error, never a panic, and loses nothing that was stored.
 
+mod children;
+
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::{admin, Call, Error, SledStore, Store};
+
+use self::children::start;
 
 const HOLDER: &str = "IDEM_OPEN_HOLDER";
 
@@ -33,27 +37,22 @@ fn store_held_by_another_process_is_a_clear_error() {
         let store: Arc<dyn Store> = Arc::new(SledStore::open(&path).unwrap());
         charge(&store, "order-1").unwrap();
     }
-    let mut holder = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_child", "--nocapture", "--test-threads=1"])
-        .env(HOLDER, &path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(holder.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("HOLDING") {
-        line.clear();
-        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the holder died");
-    }
+    let mut holder = start(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "holder_child", "--nocapture", "--test-threads=1"])
+            .env(HOLDER, &path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    holder.until_line("HOLDING");
     let refused = SledStore::open(&path).map(|_| ()).unwrap_err();
     let text = refused.to_string();
     assert!(matches!(refused, Error::Store { .. }), "{refused:?}");
     assert!(text.contains("another process"), "says why: {text}");
     assert!(text.contains(&path.display().to_string()), "names the store: {text}");
-    drop(holder.stdin.take());
-    holder.wait().unwrap();
+    drop(holder.process.stdin.take());
+    holder.finish();
 
     let store: Arc<dyn Store> =
         Arc::new(SledStore::builder(&path).lock_wait(Duration::from_secs(5)).open().unwrap());

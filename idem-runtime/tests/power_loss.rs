@@ -21,14 +21,17 @@
 //!
 //! The test needs `strace`; without it, it says so and skips (CI installs it).
 
+mod children;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use idem_runtime::{Call, Error, SledStore, Store};
+
+use self::children::start;
 
 const CHILD: &str = "IDEM_POWER_LOSS_CHILD";
 
@@ -350,38 +353,28 @@ fn a_large_result_and_a_later_call_survive_a_power_loss() {
     let work = dir.path().canonicalize().unwrap();
     let store = work.join("store");
     let log = work.join("strace.log");
-    let mut strace = Command::new("strace")
-        .args(["-f", "-qq", "-y", "-s", "32", "-o"])
-        .arg(&log)
-        .args([
-            "-e",
-            "trace=open,openat,write,pwrite64,writev,pwritev,pwritev2,lseek,fsync,fdatasync,\
+    let mut strace = start(
+        Command::new("strace")
+            .args(["-f", "-qq", "-y", "-s", "32", "-o"])
+            .arg(&log)
+            .args([
+                "-e",
+                "trace=open,openat,write,pwrite64,writev,pwritev,pwritev2,lseek,fsync,fdatasync,\
              mkdir,mkdirat,rename,renameat,renameat2,ftruncate,fallocate,truncate",
-        ])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "power_loss_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD, &work)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut pid = None;
-    let mut seen = Vec::new();
-    for line in BufReader::new(strace.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        // The harness prints the test's name on the same line.
-        if let Some((_, p)) = line.split_once("PID ") {
-            pid = Some(p.trim().to_owned());
-        }
-        if line.contains("RETURNED 2") {
-            break;
-        }
-        seen.push(line);
-    }
+            ])
+            .arg(std::env::current_exe().unwrap())
+            .args(["--exact", "power_loss_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD, &work)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let seen = strace.until_line("RETURNED 2");
+    // The harness prints the test's name on the same line.
+    let pid = seen.iter().find_map(|line| line.split_once("PID ").map(|(_, p)| p.trim()));
     let pid = pid.unwrap_or_else(|| panic!("the child printed no pid: {seen:?}"));
-    let killed = Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    let killed = Command::new("kill").args(["-KILL", pid]).status().unwrap();
     assert!(killed.success(), "SIGKILL to the child failed");
-    strace.wait().unwrap();
+    strace.finish();
     assert!(seen.iter().any(|l| l.contains("RETURNED 1")), "the child printed {seen:?}");
 
     let log = std::fs::read_to_string(&log).unwrap();
