@@ -3,15 +3,19 @@
 //! command reaches it through its admin socket.
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use std::io::{BufRead, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use idem_runtime::{may_have_landed, Call, Error, SledStore, Store};
 use serde_json::{json, Value};
+
+use self::common::Lines;
 
 const AGENT: &str = "IDEM_TEST_AGENT_STORE";
 
@@ -97,7 +101,7 @@ fn outcome(got: Result<String, Error>, ran: bool) -> String {
 struct Agent {
     child: Child,
     input: ChildStdin,
-    output: BufReader<ChildStdout>,
+    output: Lines,
 }
 
 impl Agent {
@@ -116,25 +120,17 @@ impl Agent {
             .spawn()
             .expect("the agent starts");
         let input = child.stdin.take().unwrap();
-        let mut output = BufReader::new(child.stdout.take().unwrap());
+        let mut output = Lines::read(child.stdout.take().unwrap());
         // The harness may print its own lines first; the agent's begin at `ready`, which it
         // prints once the store (and so its socket) is open.
-        loop {
-            let mut line = String::new();
-            assert_ne!(output.read_line(&mut line).unwrap(), 0, "the agent exited before ready");
-            if line.trim_end() == "ready" {
-                break;
-            }
-        }
+        while output.next("`ready`") != "ready" {}
         Agent { child, input, output }
     }
 
     fn ask(&mut self, command: &str) -> String {
         writeln!(self.input, "{command}").unwrap();
         self.input.flush().unwrap();
-        let mut line = String::new();
-        self.output.read_line(&mut line).unwrap();
-        line.trim_end().to_owned()
+        self.output.next(&format!("an answer to `{command}`"))
     }
 
     /// The key the agent printed after `prefix`.
@@ -150,6 +146,7 @@ impl Agent {
 
     fn stop(mut self) {
         drop(self.input);
+        self.output.end();
         assert!(self.child.wait().unwrap().success(), "the agent failed");
     }
 }

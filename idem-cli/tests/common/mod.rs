@@ -1,11 +1,13 @@
-//! What the tests of the `idem` binary share: running it, reading what it gave, and a sled store
-//! in a temporary directory.
+//! What the tests of the `idem` binary share: running it, reading what it gave, reading a child
+//! process's lines with a deadline, and a sled store in a temporary directory.
 
 // Each test binary uses its own share of these.
 #![allow(dead_code)]
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,4 +87,69 @@ pub fn open(path: &Path) -> Arc<dyn Store> {
     Arc::new(
         SledStore::builder(path).lock_wait(Duration::from_secs(5)).open().expect("the store opens"),
     )
+}
+
+/// How long a test waits for a child process's line, or for its end, before it fails: far beyond
+/// any step of these children, even on a loaded machine.
+pub const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The lines a child process prints, read on a thread of their own so that every wait for one
+/// ends at [`DEADLINE`]: a stuck child fails its test instead of hanging the suite.
+pub struct Lines {
+    lines: Receiver<String>,
+    /// Every line read so far, to show when a wait fails.
+    printed: Vec<String>,
+}
+
+impl Lines {
+    /// Reads `output` (a child's piped stdout, say) line by line.
+    pub fn read(output: impl Read + Send + 'static) -> Lines {
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(output).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { lines, printed: Vec::new() }
+    }
+
+    /// The next line, for which the test waits as `awaited` says. Fails the test if the output
+    /// ends first, or no line comes within [`DEADLINE`].
+    pub fn next(&mut self, awaited: &str) -> String {
+        match self.lines.recv_timeout(DEADLINE) {
+            Ok(line) => {
+                self.printed.push(line.clone());
+                line
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let printed = &self.printed;
+                panic!("the child ended before printing {awaited}; it printed {printed:?}")
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                let printed = &self.printed;
+                panic!("the child printed no {awaited} within {DEADLINE:?}; it printed {printed:?}")
+            }
+        }
+    }
+
+    /// Waits for the end of the output (the child exits, or is exiting); fails the test if it
+    /// does not come within [`DEADLINE`].
+    pub fn end(&mut self) {
+        let until = std::time::Instant::now() + DEADLINE;
+        loop {
+            match self
+                .lines
+                .recv_timeout(until.saturating_duration_since(std::time::Instant::now()))
+            {
+                Ok(line) => self.printed.push(line),
+                Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    let printed = &self.printed;
+                    panic!("the child did not end within {DEADLINE:?}; it printed {printed:?}")
+                }
+            }
+        }
+    }
 }
