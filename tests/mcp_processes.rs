@@ -4,16 +4,18 @@
 
 #![cfg(all(feature = "rmcp", unix))]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
+
+use self::common::Lines;
 
 /// The example's binary, built (once per test binary) by the cargo that runs these tests, so
 /// that it is never stale.
@@ -38,7 +40,7 @@ fn build_server() -> PathBuf {
 /// A server process, and the lines it writes to stderr, as they come.
 struct Server {
     child: Child,
-    stderr: mpsc::Receiver<String>,
+    stderr: Lines,
 }
 
 impl Server {
@@ -62,35 +64,20 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the server starts");
-        let (lines, stderr) = mpsc::channel();
-        let pipe = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let stderr = Lines::read(child.stderr.take().expect("piped stderr"));
         Server { child, stderr }
     }
 
-    /// Waits for a line of stderr that contains `text` and returns it; fails the test if the
-    /// process closes stderr (exits) first, showing what it wrote.
-    fn wait_for(&self, text: &str) -> String {
-        let mut seen = Vec::new();
-        for line in self.stderr.iter() {
-            if line.contains(text) {
-                return line;
-            }
-            seen.push(line);
-        }
-        panic!("the server exited without writing {text:?}; its stderr:\n{}", seen.join("\n"))
+    /// Waits for a line of stderr that contains `text` and returns it; fails the test, showing
+    /// what it wrote, if the process closes stderr (exits) first or is stuck.
+    fn wait_for(&mut self, text: &str) -> String {
+        self.stderr.until(text)
     }
 
     /// Everything it writes to stderr until it exits, and whether it exited successfully.
     fn finish(mut self) -> (bool, String) {
+        let stderr = self.stderr.rest();
         let status = self.child.wait().expect("the server is waited for");
-        let stderr: Vec<String> = self.stderr.iter().collect();
         (status.success(), stderr.join("\n"))
     }
 
@@ -167,7 +154,7 @@ async fn a_payment_left_in_doubt_by_a_killed_server_reaches_the_model_as_a_tool_
 fn a_second_server_on_a_sled_store_says_another_process_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("idem.sled");
-    let first = Server::start(&[("IDEM_STORE", &store)], false);
+    let mut first = Server::start(&[("IDEM_STORE", &store)], false);
     first.wait_for("serving MCP");
 
     let (started, stderr) = Server::start(&[("IDEM_STORE", &store)], false).finish();

@@ -5,16 +5,18 @@
 
 #![cfg(all(feature = "rmcp", unix))]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::json;
+
+use self::common::Lines;
 
 fn server_binary() -> &'static Path {
     static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -33,7 +35,7 @@ fn server_binary() -> &'static Path {
 
 struct Server {
     child: Child,
-    stderr: mpsc::Receiver<String>,
+    stderr: Lines,
 }
 
 impl Server {
@@ -46,27 +48,12 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the server starts");
-        let (lines, stderr) = mpsc::channel();
-        let pipe = child.stderr.take().expect("piped stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let stderr = Lines::read(child.stderr.take().expect("piped stderr"));
         Server { child, stderr }
     }
 
-    fn wait_for(&self, text: &str) {
-        let mut seen = Vec::new();
-        for line in self.stderr.iter() {
-            if line.contains(text) {
-                return;
-            }
-            seen.push(line);
-        }
-        panic!("the server exited without writing {text:?}; its stderr:\n{}", seen.join("\n"))
+    fn wait_for(&mut self, text: &str) {
+        self.stderr.until(text);
     }
 
     async fn client(&mut self) -> RunningService<RoleClient, ()> {
@@ -79,8 +66,9 @@ impl Server {
 
     /// What it wrote to stderr until it exited (its stdin closed with its client).
     fn finish(mut self) -> String {
+        let stderr = self.stderr.rest();
         self.child.wait().expect("the server is waited for");
-        self.stderr.iter().collect::<Vec<_>>().join("\n")
+        stderr.join("\n")
     }
 }
 
