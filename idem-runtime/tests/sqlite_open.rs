@@ -117,9 +117,8 @@ fn a_store_killed_while_being_created_leaves_nothing_under_its_name() {
         children::child("sqlite_open_child", "create", dir.path())
             .env("IDEM_FAILPOINT", "sqlite_creating"),
     );
-    children::until_line(&mut child.stdout, "IDEM_FAILPOINT_REACHED sqlite_creating");
-    child.process.kill().unwrap();
-    child.process.wait().unwrap();
+    child.until_line("IDEM_FAILPOINT_REACHED sqlite_creating");
+    child.kill();
     assert!(!path.exists(), "a store killed half made left a file under its name");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&path).unwrap());
     let got = Call::new("send_invoice", "inv-1", &serde_json::json!({ "amount": 10 }))
