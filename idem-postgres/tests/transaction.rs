@@ -493,3 +493,49 @@ async fn a_call_that_needs_approval_is_refused_before_it_writes_by_both_drivers(
     assert_eq!(shop.count("refunds").await, 0);
     assert!(shop.record(&shop.call(17)).await.is_none(), "nothing was written");
 }
+
+/// A call cancelled wherever it is (before its transaction begins, in its claim, its body, its
+/// result's write or its commit): its write and its record commit together or not at all, and
+/// the next call replays what committed or runs the body once more.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_cancelled_at_any_point_commits_all_or_nothing() {
+    let Some(shop) = Shop::open("tx12").await else { return };
+    let shop = Arc::new(shop);
+    let (mut committed, mut rolled_back) = (0, 0);
+    for order in 0..60_i64 {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let (task_shop, task_runs) = (Arc::clone(&shop), Arc::clone(&runs));
+        // From before the first statement to after the commit, in steps of 50 µs.
+        let cancel_after = Duration::from_micros(50 * order as u64);
+        let mut task = tokio::spawn(async move { task_shop.refund(order, &task_runs).await.ok() });
+        let outcome = match tokio::time::timeout(cancel_after, &mut task).await {
+            Ok(joined) => joined.unwrap(),
+            Err(_) => {
+                task.abort();
+                // Cancelled at an await, or finished just before the abort took effect.
+                task.await.ok().flatten()
+            }
+        };
+        // A cancelled task's transaction is rolled back as its connection is dropped; the next
+        // call of the key waits for that, then finds what committed.
+        let again = AtomicUsize::new(0);
+        let id = shop.refund(order, &again).await.expect("the next call succeeds");
+        let record = shop.record(&shop.call(order)).await.expect("a record");
+        assert_eq!((record.status, record.result), (Status::Done, Some(id.to_string())));
+        let rows = {
+            let sql = format!("SELECT count(*) FROM {} WHERE order_id = {order}", shop.refunds());
+            shop.client().await.query_typed(&sql, &[]).await.unwrap()[0].get::<_, i64>(0)
+        };
+        assert_eq!(rows, 1, "order {order}: one write committed, with the record");
+        if let Some(first) = outcome {
+            assert_eq!(first, id, "order {order}: the first call's result is the one recorded");
+        }
+        match again.load(Ordering::SeqCst) {
+            0 => committed += 1,
+            1 => rolled_back += 1,
+            n => panic!("order {order}: the next call ran the body {n} times"),
+        }
+    }
+    eprintln!("cancelled calls: {committed} committed, {rolled_back} rolled back");
+    assert!(rolled_back > 0, "some calls were cancelled before their commit");
+}

@@ -6,6 +6,7 @@
 
 mod children;
 
+use std::future::Future;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -227,6 +228,51 @@ fn a_key_awaiting_a_person_s_decision_is_refused_not_taken_over() {
     let key = call(17).key().clone();
     let record = block_on(store.get(key.as_str())).unwrap().expect("the request stays");
     assert_eq!(record.status, Status::AwaitingApproval);
+}
+
+/// A transactional call's future dropped while its body runs (a timeout, a cancelled request):
+/// the run goes on to its end on its own thread, and what it commits replays.
+#[test]
+fn a_call_dropped_during_its_body_commits_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let (started, body_started) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&runs);
+    let mut run = Box::pin(store.transactional(call(17)).run(move |tx| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        started.send(()).unwrap();
+        released.recv().unwrap();
+        tx.execute("INSERT INTO refunds (order_id, cents) VALUES (17, 1250)", [])?;
+        Ok::<_, BoxError>(tx.last_insert_rowid())
+    }));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(run.as_mut().poll(&mut cx).is_pending(), "the body waits");
+    body_started.recv_timeout(Duration::from_secs(60)).expect("the body started");
+    drop(run);
+    release.send(()).unwrap();
+    // The run commits on its own: wait until its record says so.
+    let key = call(17).key().clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut seen = block_on(store.get(key.as_str())).unwrap();
+    while !seen.as_ref().is_some_and(|record| record.status == Status::Done) {
+        assert!(std::time::Instant::now() < deadline, "the dropped run never committed");
+        seen = match &seen {
+            Some(record) => block_on(store.watch(key.as_str(), record, deadline)).unwrap(),
+            // Nothing is visible until the commit: look again shortly.
+            None => {
+                std::thread::sleep(Duration::from_millis(5));
+                block_on(store.get(key.as_str())).unwrap()
+            }
+        };
+    }
+    let done = seen.unwrap();
+    let id: i64 = done.result.unwrap().parse().unwrap();
+    assert_eq!(rows(dir.path(), 17), (1, 0), "the body's row committed with the record");
+    let again = block_on(refund(&store, 17, &runs)).unwrap();
+    assert_eq!(again, id, "a later call replays the dropped call's result");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
 }
 
 #[test]
