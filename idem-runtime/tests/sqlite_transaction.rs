@@ -275,6 +275,44 @@ fn a_call_dropped_during_its_body_commits_and_replays() {
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
 }
 
+/// A body that ends idem's transaction itself, with `COMMIT; BEGIN` (which a check of the
+/// connection's autocommit alone misses) or `ROLLBACK; BEGIN`, then carries on: nothing it
+/// wrote is kept, whether it then returns `Ok` or `Err`, the error says why, and the key is free.
+#[test]
+fn a_body_that_commits_or_rolls_back_by_itself_keeps_nothing_and_frees_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for (n, own_end) in ["COMMIT; BEGIN", "ROLLBACK; BEGIN", "COMMIT"].iter().enumerate() {
+        for fails in [false, true] {
+            let order = 100 + 10 * n as i64 + i64::from(fails);
+            let ended = block_on(store.transactional(call(order)).run(move |tx| {
+                tx.execute("INSERT INTO refunds (order_id, cents) VALUES (?1, 1250)", [order])?;
+                // Whatever SQLite answers, the body carries on, as a careless one would.
+                let _ = tx.execute_batch(own_end);
+                let _ =
+                    tx.execute("INSERT INTO ledger (refund_id, cents) VALUES (?1, -1250)", [order]);
+                if fails {
+                    return Err::<i64, BoxError>("the body fails after its own end".into());
+                }
+                Ok(order)
+            }));
+            let error = ended.expect_err(&format!("{own_end}: the run is refused"));
+            let message = error.to_string();
+            assert!(message.contains("ended the transaction itself"), "{own_end}: {message}");
+            assert!(message.contains(call(order).key().as_str()), "names the key: {message}");
+            let ledger = count(
+                dir.path(),
+                &format!("SELECT count(*) FROM ledger WHERE refund_id = {order}"),
+            );
+            assert_eq!((rows(dir.path(), order).0, ledger), (0, 0), "{own_end}: nothing kept");
+            assert_free(&store, dir.path(), order);
+        }
+    }
+    // The connection the body had is lent again, its watch gone: the next run commits.
+    let id = block_on(refund(&store, 17, &Arc::new(AtomicUsize::new(0)))).unwrap();
+    assert_done(&store, 17, id);
+}
+
 #[test]
 fn a_result_that_cannot_be_stored_commits_nothing() {
     let dir = tempfile::tempdir().unwrap();

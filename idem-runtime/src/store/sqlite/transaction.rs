@@ -20,6 +20,7 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -175,6 +176,41 @@ impl SqliteTransactional<'_> {
     }
 }
 
+/// Watches a run's connection, while the body has it, for a COMMIT or ROLLBACK the body makes
+/// itself (`COMMIT; BEGIN` included, which leaves the connection in a transaction): a commit is
+/// refused, so SQLite rolls it back and nothing of the run lands, and either is noted. The
+/// hooks go when the watch drops, before the connection is lent again.
+struct OwnEnd<'c> {
+    conn: &'c Connection,
+    seen: Arc<AtomicBool>,
+}
+
+impl<'c> OwnEnd<'c> {
+    fn watch(conn: &'c Connection) -> OwnEnd<'c> {
+        let seen = Arc::new(AtomicBool::new(false));
+        let (committed, rolled_back) = (Arc::clone(&seen), Arc::clone(&seen));
+        conn.commit_hook(Some(move || {
+            committed.store(true, Ordering::SeqCst);
+            // `true` turns the commit into a rollback.
+            true
+        }));
+        conn.rollback_hook(Some(move || rolled_back.store(true, Ordering::SeqCst)));
+        OwnEnd { conn, seen }
+    }
+
+    /// Whether the body committed or rolled back by itself.
+    fn seen(&self) -> bool {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for OwnEnd<'_> {
+    fn drop(&mut self) {
+        self.conn.commit_hook(None::<fn() -> bool>);
+        self.conn.rollback_hook(None::<fn()>);
+    }
+}
+
 /// How one run ended.
 enum Ended<T, E, F> {
     /// The call's value, committed by this run.
@@ -267,23 +303,30 @@ impl Run<'_> {
             Err((doing, e)) => return fail(self.failed(doing, e)),
         };
         let key = self.parts.key;
+        let watch = OwnEnd::watch(&tx);
         let ran = catch_unwind(AssertUnwindSafe(|| as_current_sync(key, token, || body(&tx))));
+        let ended_itself = watch.seen();
+        drop(watch);
         // Returning drops `tx`, which rolls back: the record and the body's writes go together.
+        if ended_itself || tx.is_autocommit() {
+            if let Err(panic) = ran {
+                return Ended::Panicked(panic);
+            }
+            return fail(store_error(
+                &self.parts,
+                StoreError::new(
+                    "the body ended the transaction itself (a COMMIT or ROLLBACK of its own); \
+                     idem turned it into a rollback, so nothing the body wrote was kept and the \
+                     key is free: write through the transaction only, and let idem end it",
+                )
+                .lasting(),
+            ));
+        }
         let value = match ran {
             Ok(Ok(value)) => value,
             Ok(Err(e)) => return Ended::Fail(e, Outcome::Released),
             Err(panic) => return Ended::Panicked(panic),
         };
-        if tx.is_autocommit() {
-            return fail(store_error(
-                &self.parts,
-                StoreError::new(
-                    "the body ended the transaction itself (a COMMIT or ROLLBACK of its own), \
-                     so its writes and the call's record did not land together: write through \
-                     the transaction only, and let idem end it",
-                ),
-            ));
-        }
         if let Err(e) = self.complete(&tx, &held, &value) {
             return fail(e);
         }
