@@ -156,6 +156,7 @@ mod elicitation {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::{Arc, LazyLock, Mutex};
 
+    use idem::admin::Decision;
     use idem::{Durability, SledStore, Store};
     use rmcp::handler::server::router::tool::ToolRouter;
     use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -228,6 +229,9 @@ mod elicitation {
     struct Person {
         answer: Value,
         asked: Arc<Mutex<Vec<String>>>,
+        /// An operator's decision (`idem approve`/`idem deny`) recorded while the person is
+        /// asked, before they answer.
+        operator_first: Option<Decision>,
     }
 
     impl ClientHandler for Person {
@@ -243,6 +247,23 @@ mod elicitation {
             _context: RequestContext<RoleClient>,
         ) -> Result<ElicitResult, ErrorData> {
             if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+                if let Some(decision) = self.operator_first {
+                    let key =
+                        message.split("idem key ").nth(1).and_then(|rest| rest.split(')').next());
+                    let key: idem::Key = key.expect("the question names the key").parse().unwrap();
+                    tokio::task::spawn_blocking(move || {
+                        idem::admin::decide(
+                            STORE.as_ref(),
+                            &key,
+                            decision,
+                            "ops@desk",
+                            Some("operator"),
+                        )
+                    })
+                    .await
+                    .unwrap()
+                    .expect("the operator decides first");
+                }
                 self.asked.lock().unwrap().push(message);
             }
             Ok(ElicitResult::new(ElicitationAction::Accept).with_content(self.answer.clone()))
@@ -262,7 +283,7 @@ mod elicitation {
         ] {
             let accounts = Accounts::new();
             let asked = Arc::new(Mutex::new(Vec::new()));
-            let person = Person { answer, asked: Arc::clone(&asked) };
+            let person = Person { answer, asked: Arc::clone(&asked), operator_first: None };
             let (server_io, client_io) = tokio::io::duplex(64 * 1024);
             let server = tokio::spawn(accounts.clone().serve(tokio::io::split(server_io)));
             let client = person.serve(tokio::io::split(client_io)).await.expect("initialized");
@@ -291,6 +312,52 @@ mod elicitation {
             let history = idem::admin::history(STORE.as_ref(), &key).unwrap();
             let decided = &history[1];
             assert_eq!(decided.by, "the user of MCP client desk-app", "{history:?}");
+        }
+    }
+
+    /// An operator decides with `idem approve` or `idem deny` while the person at the client is
+    /// asked: the first decision stands. The person's answer is not recorded over it, and the
+    /// call reads the operator's word: it runs once after an approval, never after a denial.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operator_deciding_while_the_person_is_asked_decides_first() {
+        for (account, operator, answer, runs) in [
+            ("acct-race-1", Decision::Deny, json!({"approve": true, "note": "fine by me"}), 0),
+            ("acct-race-2", Decision::Approve, json!({"approve": false, "note": "no"}), 1),
+        ] {
+            let accounts = Accounts::new();
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let person =
+                Person { answer, asked: Arc::clone(&asked), operator_first: Some(operator) };
+            let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+            let server = tokio::spawn(accounts.clone().serve(tokio::io::split(server_io)));
+            let client = person.serve(tokio::io::split(client_io)).await.expect("initialized");
+            let _server = server.await.unwrap().expect("the server initializes");
+
+            let got = client.call_tool(delete(account)).await.unwrap();
+            assert_eq!(accounts.deleted.load(Ordering::SeqCst), runs, "{account}: {got:?}");
+            assert_eq!(got.is_error, Some(runs == 0), "{account}: {got:?}");
+            if runs == 0 {
+                let data = got.structured_content.clone().expect("structured content");
+                assert_eq!(data["idem"]["error"], "denied", "{data}");
+                assert_eq!(data["idem"]["by"], "ops@desk", "the operator's word: {data}");
+            }
+            let key = idem::Key::derive("delete_account", account, &json!({"account": account}));
+            let history = idem::admin::history(STORE.as_ref(), &key.unwrap()).unwrap();
+            let deciders: Vec<&str> = history
+                .iter()
+                .filter(|entry| {
+                    matches!(
+                        entry.event,
+                        idem::history::Event::Approved | idem::history::Event::Denied
+                    )
+                })
+                .map(|entry| entry.by.as_str())
+                .collect();
+            assert_eq!(
+                deciders,
+                ["ops@desk"],
+                "{account}: one decision, the operator's: {history:?}"
+            );
         }
     }
 }
