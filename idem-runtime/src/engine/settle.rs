@@ -2,13 +2,12 @@
 //! ran, a key marked in doubt, a release, an entry of a key's history. A call cannot wait for the
 //! store to recover, and the write must not be lost, or the key stays in flight under a live
 //! owner and every later call waits for it and fails. So the engine hands such a write to one
-//! thread of the process, which tries it again, with a growing pause, until the store takes it
-//! or refuses it (the record changed hands meanwhile: that write stands), for as long as the
-//! store is open: it holds no store open, so that a store closed to be opened again (a failed
-//! sync on sled is cleared so) is not kept from it. A key whose write never landed is in flight
-//! under an owner that is gone once the store closes: the next call finds it in doubt. It is
-//! the same for every store: a store only stores.
-
+//! thread of the process, which tries it again, with a growing pause, until the store takes it,
+//! refuses it (the record changed hands meanwhile: that write stands), or says it never will
+//! (`StoreError::lasting`), for as long as the store is open: it holds no store open, so that a
+//! store closed to be opened again (a failed sync on sled is cleared so) is not kept from it. A
+//! key whose write never landed is in flight under an owner that is gone once the store closes:
+//! the next call finds it in doubt. It is the same for every store: a store only stores.
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -55,6 +54,10 @@ impl Unsettled {
                         tracing::warn!(key = %key, tool = %tool, event = %change.event(), "idem: the record changed hands before a settling write that had failed was stored; that write stands");
                         true
                     }
+                    Err(e) if !e.is_retryable() => {
+                        tracing::error!(key = %key, tool = %tool, error = %e, "idem: the store refuses a settling write for good; the key is left as it is");
+                        true
+                    }
                     Err(e) => {
                         tracing::warn!(key = %key, tool = %tool, error = %e, "idem: a settling write failed again; trying later");
                         false
@@ -64,6 +67,10 @@ impl Unsettled {
             Unsettled::History { key, change, .. } => {
                 match block_on(store.append_history(key, change.clone())) {
                     Ok(()) => true,
+                    Err(e) if !e.is_retryable() => {
+                        tracing::error!(key = %key, error = %e, "idem: the store refuses a history entry for good");
+                        true
+                    }
                     Err(e) => {
                         tracing::warn!(key = %key, error = %e, "idem: a history entry failed again; trying later");
                         false
@@ -72,9 +79,7 @@ impl Unsettled {
             }
         }
     }
-}
 
-impl Unsettled {
     /// The key the write is for.
     fn key(&self) -> &str {
         match self {
