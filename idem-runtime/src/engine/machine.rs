@@ -210,8 +210,9 @@ impl Reservation {
     }
 
     /// Records in the key's history that the fence refused this owner's final write: the key
-    /// moved on while the body ran, and the effect ran anyway. A failure is logged: the call's
-    /// outcome is what the record says, whatever its history.
+    /// moved on while the body ran, and the effect ran anyway. Should the store fail, the
+    /// settling thread appends it later: the call's outcome is what the record says, whatever
+    /// its history.
     async fn record_refused(&self) {
         let (key, tool) = (&self.record.key, &self.record.tool);
         let change = transition::refuse_late_write(&self.record);
