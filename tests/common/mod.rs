@@ -34,26 +34,33 @@ impl Lines {
         Lines { lines, printed: Vec::new() }
     }
 
+    /// The next line, or `None` once the output has ended. Fails the test, showing what the
+    /// child wrote, if no line and no end comes by `deadline`; `awaited` says what for.
+    fn next_line(&mut self, deadline: Instant, awaited: &str) -> Option<String> {
+        match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                self.printed.push(line.clone());
+                Some(line)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => {
+                let printed = self.printed.join("\n");
+                panic!("no {awaited} from the child within {DEADLINE:?}; it wrote:\n{printed}")
+            }
+        }
+    }
+
     /// Waits for a line that contains `text` and returns it. Fails the test, showing what the
     /// child wrote, if its output ends first or no such line comes within [`DEADLINE`].
     pub fn until(&mut self, text: &str) -> String {
         let deadline = Instant::now() + DEADLINE;
         loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    self.printed.push(line.clone());
-                    if line.contains(text) {
-                        return line;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let printed = self.printed.join("\n");
-                    panic!("the child ended without writing {text:?}; it wrote:\n{printed}")
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let printed = self.printed.join("\n");
-                    panic!("the child wrote no {text:?} within {DEADLINE:?}; it wrote:\n{printed}")
-                }
+            let Some(line) = self.next_line(deadline, &format!("{text:?}")) else {
+                let printed = self.printed.join("\n");
+                panic!("the child ended without writing {text:?}; it wrote:\n{printed}")
+            };
+            if line.contains(text) {
+                return line;
             }
         }
     }
@@ -63,18 +70,9 @@ impl Lines {
     pub fn rest(&mut self) -> Vec<String> {
         let deadline = Instant::now() + DEADLINE;
         let mut rest = Vec::new();
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    self.printed.push(line.clone());
-                    rest.push(line);
-                }
-                Err(RecvTimeoutError::Disconnected) => return rest,
-                Err(RecvTimeoutError::Timeout) => {
-                    let printed = self.printed.join("\n");
-                    panic!("the child did not end within {DEADLINE:?}; it wrote:\n{printed}")
-                }
-            }
+        while let Some(line) = self.next_line(deadline, "end") {
+            rest.push(line);
         }
+        rest
     }
 }

@@ -66,31 +66,36 @@ pub fn start(command: &mut Command) -> Running {
 }
 
 impl Running {
+    /// The child's next line, or `None` once its output has ended. Fails the test, showing what
+    /// the child printed, if no line and no end comes by `deadline`; `awaited` says what for.
+    fn next_line(&mut self, deadline: Instant, awaited: &str) -> Option<String> {
+        match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                self.printed.push(line.clone());
+                Some(line)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => {
+                let printed = &self.printed;
+                panic!("no {awaited} from the child within {DEADLINE:?}; it printed {printed:?}")
+            }
+        }
+    }
+
     /// Reads until a line holding `want`; the lines read, up to and with it. Fails the test if
     /// the child ends first, or prints no such line within [`DEADLINE`].
     pub fn until_line(&mut self, want: &str) -> Vec<String> {
         let deadline = Instant::now() + DEADLINE;
         let mut read = Vec::new();
         loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    self.printed.push(line.clone());
-                    let found = line.contains(want);
-                    read.push(line);
-                    if found {
-                        return read;
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let printed = &self.printed;
-                    panic!("the child ended before printing {want:?}; it printed {printed:?}")
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    let printed = &self.printed;
-                    panic!(
-                        "the child printed no {want:?} within {DEADLINE:?}; it printed {printed:?}"
-                    )
-                }
+            let Some(line) = self.next_line(deadline, &format!("{want:?}")) else {
+                let printed = &self.printed;
+                panic!("the child ended before printing {want:?}; it printed {printed:?}")
+            };
+            let found = line.contains(want);
+            read.push(line);
+            if found {
+                return read;
             }
         }
     }
@@ -100,18 +105,8 @@ impl Running {
     pub fn finish(&mut self) -> (Vec<String>, ExitStatus) {
         let deadline = Instant::now() + DEADLINE;
         let mut read = Vec::new();
-        loop {
-            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    self.printed.push(line.clone());
-                    read.push(line);
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
-                Err(RecvTimeoutError::Timeout) => {
-                    let printed = &self.printed;
-                    panic!("the child did not end within {DEADLINE:?}; it printed {printed:?}")
-                }
-            }
+        while let Some(line) = self.next_line(deadline, "end") {
+            read.push(line);
         }
         // Its stdout is closed: the child has exited, or is exiting.
         (read, self.process.wait().unwrap())
