@@ -54,16 +54,6 @@ const ALLOWED: &[(&str, &str, &str)] = &[
         "opening a SQLite store starts its retainer",
     ),
     (
-        "idem-runtime/src/store/sqlite/transaction.rs",
-        "idem-runtime/src/engine/mod.rs",
-        "a SQLite transactional call is built and run by the store, through the engine's Call",
-    ),
-    (
-        "idem-runtime/src/store/sqlite/transaction.rs",
-        "idem-runtime/src/engine/decide.rs",
-        "a SQLite transactional call decides by the engine's table (CallParts::next)",
-    ),
-    (
         "idem-runtime/src/store/sled.rs",
         "idem-runtime/src/remote/server.rs",
         "the sled store owns the admin socket's server",

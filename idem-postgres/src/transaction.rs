@@ -65,8 +65,9 @@ pub const DEFAULT_ATTEMPTS: u32 = 5;
 /// **The body must write only to this database, through the transaction it is given.** What it
 /// does elsewhere (an HTTP request, an email, a file) is not rolled back and may run again when
 /// the transaction is retried or rolled back; such effects belong in an ordinary idem call.
-/// A tool whose effects are all in the transaction is idempotent in the strict sense: classify
-/// it `#[idem::idempotent]` for MCP.
+/// A tool whose effects are all in the transaction is idempotent in the strict sense: give MCP
+/// its hints with [`tool_info`], not a second `#[idem::idempotent]` (which would write a second
+/// record).
 #[must_use = "a transactional call does nothing until it is run"]
 pub struct Transactional<'s> {
     store: &'s PgStore,

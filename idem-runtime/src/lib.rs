@@ -54,6 +54,8 @@ mod time;
 pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
 pub use engine::retention::Retention;
+#[cfg(feature = "sqlite")]
+pub use engine::transact_sqlite::SqliteTransactional;
 pub use engine::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
     InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept,
@@ -74,7 +76,7 @@ pub use store::memory::MemoryStore;
 pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]
-pub use store::sqlite::{SqliteStore, SqliteStoreBuilder, SqliteTransactional};
+pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
 

@@ -36,13 +36,6 @@ impl Current {
         self.may_have_landed.load(Ordering::SeqCst)
     }
 
-    /// Runs a sync body with this call as the innermost one while it lasts.
-    #[cfg(feature = "sqlite")]
-    pub(crate) fn enter<R>(&self, body: impl FnOnce() -> R) -> R {
-        let _scope = Running::enter(self);
-        body()
-    }
-
     /// Runs an async body with this call as the innermost one while each poll lasts.
     pub(crate) async fn enter_async<F: Future>(&self, body: F) -> F::Output {
         let mut body = pin!(body);

@@ -37,6 +37,9 @@ mod reconciler;
 pub(crate) mod retention;
 mod settle;
 mod sweep;
+mod transact;
+#[cfg(feature = "sqlite")]
+pub(crate) mod transact_sqlite;
 mod waiting;
 
 pub use self::args::Args;
@@ -545,13 +548,6 @@ impl CallParts<'_> {
 /// idem-postgres's transactional calls, runs its bodies so).
 pub(crate) async fn as_current<F: Future>(key: &Key, token: u64, body: F) -> F::Output {
     Current::new(key, token).enter_async(body).await
-}
-
-/// Runs the sync `body` as the call of `key` (fencing token `token`), on the caller's thread:
-/// the SQLite store's transactional calls run their bodies so.
-#[cfg(feature = "sqlite")]
-pub(crate) fn as_current_sync<R>(key: &Key, token: u64, body: impl FnOnce() -> R) -> R {
-    Current::new(key, token).enter(body)
 }
 
 /// A sync body as the run path's async body: it runs at the first poll, inside the call (the

@@ -17,6 +17,7 @@ pub(crate) mod sled;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 pub(crate) mod sync;
+pub(crate) mod transaction;
 
 /// The future a [`Store`] method returns: boxed, `Send`, and runnable on any executor (the sync
 /// engine drives it with a plain thread-parking loop, so a store must not need an ambient tokio
@@ -266,6 +267,7 @@ pub enum Inserted {
 
 // What a store implementor needs besides the trait, in one place.
 pub use self::notify::{Notifier, Watch};
+pub use self::transaction::{Committed, Transaction};
 pub use crate::error::StoreError;
 pub use crate::lifecycle::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;

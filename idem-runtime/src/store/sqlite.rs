@@ -20,13 +20,12 @@ mod open;
 mod owners;
 mod pages;
 mod schema;
-mod transaction;
+pub(crate) mod transaction;
 mod wake;
 mod writer;
 
 pub(crate) use self::open::begins_as_database;
 pub use self::open::SqliteStoreBuilder;
-pub use self::transaction::SqliteTransactional;
 
 /// How often a waiter reads its record again even when nothing told it of a change: the
 /// safety net under the announcements of other processes (see `sqlite/wake.rs`).

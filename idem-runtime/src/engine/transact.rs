@@ -1,0 +1,308 @@
+//! Transactional calls: the body's writes and the call's record commit in one transaction of
+//! the store's database, or neither does. This is the engine's run path for them, whatever the
+//! store: a store only lends a [`Transaction`] (idem's writes inside it, and its commit), and
+//! the engine decides what to write, with the same decision table as every call.
+//!
+//! One attempt ([`Call::attempt`]) runs inside one transaction:
+//!
+//! 1. Insert the call's record, in flight, with its `reserved` history row. A record already
+//!    there is decided by [`CallParts::next`]: a result replays, an expired one (or one in
+//!    doubt under `InDoubtPolicy::Rerun`) is taken over inside the transaction, a key in doubt
+//!    fails, and another call's record in flight is waited for, after the transaction ends.
+//! 2. Run the body with the transaction, for its writes, watched for a commit or rollback of
+//!    its own.
+//! 3. On `Ok`, write the record `done` with the result and commit, together. On `Err`, a panic,
+//!    a dropped future or a dead process, the transaction rolls back: the record and the body's
+//!    writes are gone together, and the key is free.
+//!
+//! [`Call::transact`] runs attempts until one ends the call: it waits for another owner between
+//! them, and counts the call's outcome once.
+
+use std::future::Future;
+use std::time::Instant;
+
+use super::machine::encode_for_replay;
+use super::{as_current, Call, CallParts, Codec, Next};
+use crate::error::{Error, StoreError};
+use crate::failpoint::failpoint;
+use crate::lifecycle::transition;
+use crate::lifecycle::{Owner, Record};
+use crate::meter::{self, Outcome};
+use crate::store::transaction::{Committed, Transaction};
+use crate::store::{Inserted, Store};
+use crate::time::deadline_after;
+
+/// How one attempt of a transactional call ended.
+pub(crate) enum Attempt<T, E> {
+    /// The call's value, committed by this attempt.
+    Fresh(T),
+    /// The call's value, replayed from the committed record.
+    Replay(T),
+    /// The call fails with this error, counted as this outcome; nothing of it was committed
+    /// (or, for an error in doubt, what was is recorded so).
+    Fail(E, Outcome),
+    /// Another call holds the key in flight: wait for it, then try again (the body did not run).
+    Wait(Box<Record>),
+}
+
+/// Where an attempt runs: the store's instance (whose owners it writes) and its clock.
+pub(crate) struct Site<'a> {
+    pub(crate) instance: &'a str,
+    pub(crate) clock: &'a (dyn Fn() -> u64 + Sync),
+}
+
+/// How the claim of the key inside the transaction ended.
+enum Claimed {
+    /// The key is this transaction's, with the record as written and its fencing token.
+    Mine(Record, u64),
+    /// A finished record: replay its result.
+    Replay(Record),
+    /// Another call holds the key.
+    Wait(Record),
+}
+
+impl Call {
+    /// Runs a transactional call to its end: `attempt` runs one transaction (which
+    /// [`Call::attempt`] fills), and is run again after waiting for another owner of the key on
+    /// `store`. Counts the call once. A call that needs a person's approval is refused before
+    /// anything is written: a transactional call asks no one.
+    pub(crate) async fn transact<T, E, A, Fut>(
+        &self,
+        codec: Codec<T, E>,
+        store: &dyn Store,
+        mut attempt: A,
+    ) -> Result<T, E>
+    where
+        A: FnMut() -> Fut,
+        Fut: Future<Output = Attempt<T, E>>,
+    {
+        let started = Instant::now();
+        let parts = self.parts();
+        let count = |outcome| meter::call(parts.tool, outcome, started.elapsed());
+        if parts.needs_approval() {
+            count(Outcome::Error);
+            return Err((codec.error)(parts.cannot_ask_in_a_transaction()));
+        }
+        let mut deadline = None;
+        loop {
+            let waited = deadline.is_some();
+            match attempt().await {
+                Attempt::Fresh(value) => {
+                    count(if waited { Outcome::Waited } else { Outcome::Fresh });
+                    return Ok(value);
+                }
+                Attempt::Replay(value) => {
+                    count(if waited { Outcome::Waited } else { Outcome::Replay });
+                    return Ok(value);
+                }
+                Attempt::Fail(e, outcome) => {
+                    count(outcome);
+                    return Err(e);
+                }
+                Attempt::Wait(record) => {
+                    let deadline = *deadline.get_or_insert_with(|| {
+                        let wait = parts.wait.unwrap_or_else(|| store.default_wait());
+                        deadline_after(Instant::now(), wait)
+                    });
+                    if let Err(e) = parts.wait_for_owner(store, *record, deadline).await {
+                        count(Outcome::of_error(&e));
+                        return Err((codec.error)(e));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One attempt inside `tx`, a transaction just begun: claim the key, run the body (taken
+    /// from `body` only when the key is this call's), record its result and commit. `store`
+    /// is where a record the body's own commit kept is marked in doubt.
+    pub(crate) async fn attempt<X, T, E, F>(
+        &self,
+        codec: Codec<T, E>,
+        site: &Site<'_>,
+        mut tx: X,
+        body: &mut Option<F>,
+        store: Option<&dyn Store>,
+    ) -> Attempt<T, E>
+    where
+        X: Transaction,
+        F: AsyncFnOnce(&mut X) -> Result<T, E>,
+    {
+        let parts = self.parts();
+        let fail = |e: Error| {
+            let outcome = Outcome::of_error(&e);
+            Attempt::Fail((codec.error)(e), outcome)
+        };
+        let (held, token) = match parts.claim_in(&mut tx, site).await {
+            Ok(Claimed::Mine(held, token)) => (held, token),
+            Ok(Claimed::Replay(record)) => {
+                return match parts.replay(&record, codec.decode) {
+                    Ok(value) => Attempt::Replay(value),
+                    Err(e) => fail(e),
+                };
+            }
+            Ok(Claimed::Wait(record)) => return Attempt::Wait(Box::new(record)),
+            Err(e) => return fail(e),
+        };
+        let Some(body) = body.take() else {
+            return fail(self.store_error(StoreError::new(
+                "the transactional call's body was already run by an earlier attempt",
+            )));
+        };
+        tx.body_starts();
+        // Called inside the current call's scope, so that a sync body's work (done when it is
+        // called) sees it too.
+        let ran = as_current(&self.key, token, async { body(&mut tx).await }).await;
+        match tx.body_ended().await {
+            Ok(None) => {}
+            Ok(Some(landed)) => return fail(self.ended_by_body(&held, landed, site, store).await),
+            Err(e) => return fail(self.store_error(e)),
+        }
+        let value = match ran {
+            Ok(value) => value,
+            // Dropping `tx` rolls back: the record and the body's writes go together.
+            Err(e) => return Attempt::Fail(e, Outcome::Released),
+        };
+        let json = match encode_for_replay(codec, &value) {
+            Ok(json) => json,
+            Err(reason) => {
+                let (key, tool) = (self.key.to_string(), self.tool.clone());
+                return fail(Error::Result { key, tool, reason });
+            }
+        };
+        let step = transition::complete(&held, json, self.ttl, (site.clock)());
+        let done = step.new.as_ref().expect("a completion leaves a record");
+        failpoint("txn_before_commit");
+        match tx.complete_and_commit(&held, done, &step.change).await {
+            Ok(Committed::Committed) => {}
+            Ok(Committed::NotAsLeft) => {
+                return fail(self.store_error(StoreError::new(
+                    "the record was not as the call left it when its result was written, so \
+                     nothing was committed: does the body write to idem's tables?",
+                )));
+            }
+            Ok(Committed::EndedByBody { landed }) => {
+                return fail(self.ended_by_body(&held, landed, site, store).await);
+            }
+            Err(e) => return fail(self.store_error(e)),
+        }
+        failpoint("txn_after_commit");
+        tracing::debug!(key = %self.key, tool = %self.tool, "idem: done, in one transaction");
+        Attempt::Fresh(value)
+    }
+
+    /// The error of a call whose body committed or rolled back its transaction itself. When
+    /// its commit may have kept its writes (and the record in flight with them), the record is
+    /// marked in doubt on `store`: what the body wrote is never reported as not landed.
+    async fn ended_by_body(
+        &self,
+        held: &Record,
+        landed: bool,
+        site: &Site<'_>,
+        store: Option<&dyn Store>,
+    ) -> Error {
+        const ADVICE: &str = "write through the transaction only, and let idem end it";
+        if !landed {
+            return self.store_error(
+                StoreError::new(format!(
+                    "the body ended the transaction itself (a COMMIT or ROLLBACK of its own); \
+                     idem turned it into a rollback, so nothing the body wrote was kept and the \
+                     key is free: {ADVICE}"
+                ))
+                .lasting(),
+            );
+        }
+        let reason = format!(
+            "the body committed the transaction itself, so what it wrote before that commit may \
+             have been kept without its result: {ADVICE}"
+        );
+        let step = transition::leave_in_doubt(held, reason.as_str(), (site.clock)());
+        if let Some(store) = store {
+            let marked = store.compare_and_swap(held, step.new.as_ref(), step.change).await;
+            if let Err(e) = marked {
+                tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot mark the key in doubt after the body's own commit");
+            }
+        }
+        tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: the body committed its transaction itself");
+        Error::InDoubt {
+            key: self.key.to_string(),
+            tool: self.tool.clone(),
+            since_ms: (site.clock)(),
+            reason: Some(reason),
+        }
+    }
+}
+
+impl CallParts<'_> {
+    /// Makes the key the transaction's: inserts the record when the key is absent, else
+    /// decides by [`CallParts::next`] about the record found. A transactional call asks no one:
+    /// a key in doubt, awaiting a decision or denied is refused.
+    async fn claim_in<X: Transaction>(
+        &self,
+        tx: &mut X,
+        site: &Site<'_>,
+    ) -> Result<Claimed, Error> {
+        let failed = |e| Error::store(Some(self.key.as_str()), Some(self.tool), e);
+        let owner = Owner::new_call(site.instance);
+        let now = (site.clock)();
+        let key = self.key.as_str();
+        let step = transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
+        let new = step.new.expect("a reservation leaves a record");
+        let mut found = match tx.insert_if_absent(&new, &step.change).await.map_err(failed)? {
+            Inserted::New { token } => return Ok(Claimed::Mine(new, token)),
+            Inserted::Existing(found) => Some(found),
+        };
+        // A record that changes under every swap is a store that does not hold its rows
+        // while the transaction runs: give up rather than loop.
+        for _ in 0..CLAIMS {
+            let Some(record) = found.take() else {
+                // Gone between the insert and the swap (a concurrent transaction rolled back):
+                // insert again.
+                let step =
+                    transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
+                let new = step.new.expect("a reservation leaves a record");
+                match tx.insert_if_absent(&new, &step.change).await.map_err(failed)? {
+                    Inserted::New { token } => return Ok(Claimed::Mine(new, token)),
+                    Inserted::Existing(now) => found = Some(now),
+                }
+                continue;
+            };
+            match self.next(Some(&record), now, site.instance, false)? {
+                Next::Replay => return Ok(Claimed::Replay(record)),
+                Next::Wait => return Ok(Claimed::Wait(record)),
+                Next::RefuseInDoubt => {
+                    return Err(Error::InDoubt {
+                        key: key.to_owned(),
+                        tool: self.tool.to_owned(),
+                        since_ms: record.updated_at,
+                        reason: None,
+                    })
+                }
+                Next::AwaitDecision => return Err(self.awaiting_approval(&record)),
+                Next::AskApproval | Next::Reconcile => {
+                    return Err(self.cannot_ask_in_a_transaction())
+                }
+                Next::Denied => {
+                    let history = tx.history(key).await.ok();
+                    return Err(self.denied(history.as_deref()));
+                }
+                Next::Claim => {
+                    let step = transition::take_over(&record, &owner, self.function, now);
+                    let new = step.new.expect("a takeover leaves a record");
+                    match tx.compare_and_swap(&record, &new, &step.change).await.map_err(failed)? {
+                        Some(token) => return Ok(Claimed::Mine(new, token)),
+                        // Changed by a transaction that committed meanwhile: decide again.
+                        None => found = tx.get(key).await.map_err(failed)?,
+                    }
+                }
+            }
+        }
+        Err(failed(StoreError::new(format!(
+            "key {key} changed under each of {CLAIMS} takeovers inside one transaction: does \
+             something write to idem's tables without taking their locks?"
+        ))))
+    }
+}
+
+/// How many times a claim inside one transaction reads the key again after a refused write.
+const CLAIMS: usize = 8;
