@@ -331,6 +331,11 @@ pub mod __private {
         StoreFromStatic,
     };
     pub use idem_runtime::{Call, InDoubtPolicy};
+    // A transactional tool (`transactional = "tx"`) on the SQLite store.
+    #[cfg(feature = "sqlite")]
+    pub use idem_runtime::for_macros::{
+        run_transactional, IntoTxStore, TxStoreFromFn, TxStoreFromStatic,
+    };
     // A tool with a reconciler (`reconcile = "…"`).
     pub use idem_runtime::for_macros::{
         ask_async, ask_sync, run_async_reconciled, run_sync_reconciled,

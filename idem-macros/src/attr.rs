@@ -20,7 +20,9 @@ mod kw {
     syn::custom_keyword!(approve_if);
     syn::custom_keyword!(approval_ttl);
     syn::custom_keyword!(approve_wait);
+    syn::custom_keyword!(transactional);
     syn::custom_keyword!(__idem_in_tools);
+    syn::custom_keyword!(__idem_transaction);
 }
 
 /// Which attribute is being expanded.
@@ -87,8 +89,14 @@ pub(crate) struct Options {
     pub(crate) approval_ttl: Option<Opt<LitStr>>,
     /// `approve_wait = "5m"`: how long a call waits for the decision.
     pub(crate) approve_wait: Option<Opt<LitStr>>,
+    /// `transactional = "tx"`: the body's effects are all writes through the transaction the
+    /// parameter `tx` receives, which commits with the call's record.
+    pub(crate) transactional: Option<Opt<LitStr>>,
     /// Written by `#[idem::tools]`, never by a user: the block the method sits in.
     pub(crate) in_tools: Option<Opt<InTools>>,
+    /// Written by `#[idem::tools]`, never by a user: the transaction parameter it took out of
+    /// the method's signature (so that a framework's macro does not see it).
+    pub(crate) transaction: Option<Opt<TxParam>>,
     /// Repeated options, reported with the rest once parsing is done.
     pub(crate) repeated: Option<syn::Error>,
 }
@@ -169,6 +177,20 @@ impl Parse for Options {
                 parse_option::<kw::approve_wait, _>(input, "approve_wait", &mut o.approve_wait, r)?;
             } else if lookahead.peek(kw::ignore) {
                 parse_option::<kw::ignore, _>(input, "ignore", &mut o.ignore, r)?;
+            } else if lookahead.peek(kw::transactional) {
+                parse_option::<kw::transactional, _>(
+                    input,
+                    "transactional",
+                    &mut o.transactional,
+                    r,
+                )?;
+            } else if input.peek(kw::__idem_transaction) {
+                parse_option::<kw::__idem_transaction, _>(
+                    input,
+                    "transaction",
+                    &mut o.transaction,
+                    r,
+                )?;
             } else if input.peek(kw::__idem_in_tools) {
                 parse_option::<kw::__idem_in_tools, _>(input, "in_tools", &mut o.in_tools, r)?;
             } else if lookahead.peek(Token![crate]) {
@@ -220,6 +242,48 @@ impl Parse for InTools {
             Some(content.parse()?)
         };
         Ok(InTools { function, name })
+    }
+}
+
+/// A transaction parameter, as `#[idem::tools]` hands it on: `(tx: &rusqlite::Transaction<'_>)`.
+pub(crate) struct TxParam {
+    pub(crate) name: syn::Ident,
+    pub(crate) ty: syn::Type,
+}
+
+impl Parse for TxParam {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let content;
+        syn::parenthesized!(content in input);
+        let name = content.parse()?;
+        content.parse::<Token![:]>()?;
+        let ty = content.parse()?;
+        Ok(TxParam { name, ty })
+    }
+}
+
+impl TxParam {
+    /// Takes the parameter named `name` out of `sig`, if it has one bound to a plain name.
+    pub(crate) fn take_from(sig: &mut syn::Signature, name: &str) -> Option<TxParam> {
+        let at = sig.inputs.iter().position(|input| match input {
+            syn::FnArg::Typed(typed) => {
+                matches!(&*typed.pat, syn::Pat::Ident(ident) if ident.ident == name)
+            }
+            syn::FnArg::Receiver(_) => false,
+        })?;
+        let inputs = std::mem::take(&mut sig.inputs);
+        let mut taken = None;
+        for (i, input) in inputs.into_iter().enumerate() {
+            match input {
+                syn::FnArg::Typed(typed) if i == at => {
+                    if let syn::Pat::Ident(ident) = *typed.pat {
+                        taken = Some(TxParam { name: ident.ident, ty: *typed.ty });
+                    }
+                }
+                other => sig.inputs.push(other),
+            }
+        }
+        taken
     }
 }
 

@@ -43,6 +43,8 @@ pub(crate) struct Tool {
     pub(crate) shape: Shape,
     /// The `Result<T, E>` the body produces.
     pub(crate) output: Option<Type>,
+    /// The transaction parameter of a `transactional` tool, taken out of its signature.
+    pub(crate) transaction: Option<crate::attr::TxParam>,
 }
 
 impl Tool {

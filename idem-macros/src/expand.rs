@@ -42,7 +42,10 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
             return with_errors(item.into_token_stream(), errors);
         }
     };
-    let tool = validate::tool(attr, options, &item, &param_options, &mut errors);
+    let mut options = options;
+    let transaction = validate::take_transaction(attr, &mut options, &mut item, &mut errors);
+    let mut tool = validate::tool(attr, options, &item, &param_options, &mut errors);
+    tool.transaction = transaction;
     if !errors.is_empty() {
         return with_errors(item.into_token_stream(), errors);
     }
@@ -109,6 +112,24 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         Some(_) => (quote!(run_sync_reconciled), quote!(run_async_reconciled)),
         None => (quote!(run_sync), quote!(run_async)),
     };
+    if let Some(transaction) = &tool.transaction {
+        // Validated: sync, with a store, no reconciler.
+        let run = respan(quote_spanned!(mixed=> #krate::__private::run_transactional), span);
+        let store = tool.store.as_ref().expect("validated: a transactional tool names its store");
+        let (name, ty) = (&transaction.name, &transaction.ty);
+        let body = &item.block;
+        *item.block = syn::parse_quote_spanned!(mixed=> {
+            #prepare
+            let __idem_body = move |#name: #ty| -> #output #body;
+            let __idem_store = {
+                #[allow(unused_imports)]
+                use #krate::__private::{TxStoreFromFn as _, TxStoreFromStatic as _};
+                (#store).__idem_tx_store()
+            };
+            #run(__idem_call, __idem_store, move |__idem_tx| __idem_body(__idem_tx) #unwrap) #rewrap
+        });
+        return;
+    }
     match tool.shape {
         Shape::Sync => {
             let run = respan(quote_spanned!(mixed=> #krate::__private::#run_sync), span);
@@ -277,7 +298,8 @@ fn prepare_call(tool: &Tool) -> TokenStream {
     let scope = tool.scope.as_ref().expect("validated: an idempotent tool has a scope");
     let (param, fields) = (&scope.param, &scope.fields);
     let scope_fn = respan(quote_spanned!(mixed=> #krate::__private::scope), param.span());
-    let store = tool.store.as_ref().map(|path| {
+    // A transactional tool's store is typed, and handed to the engine beside the call.
+    let store = tool.store.as_ref().filter(|_| tool.transaction.is_none()).map(|path| {
         quote_spanned! {mixed=>
             .and_then(|__idem_call| {
                 #[allow(unused_imports)]

@@ -23,7 +23,7 @@ use syn::{
     Attribute, Ident, ImplItem, ImplItemFn, ItemFn, ItemImpl, LitStr, Meta, Path, Token, Visibility,
 };
 
-use crate::attr::{Attr, Opt, Options};
+use crate::attr::{Attr, Opt, Options, TxParam};
 use crate::companion;
 use crate::router;
 use crate::signature::{self, Shape};
@@ -186,6 +186,14 @@ impl Collected {
         let function = format!("{type_name}::{method_name}");
         let framework = framework.map(|framework| framework.name);
         tell_the_attribute(&mut method.attrs[index], &function, framework.as_ref());
+        // A framework's macro (rmcp's router) reads the signature before the method's own
+        // attribute expands: the transaction parameter, which no caller passes, goes now.
+        let transactional = options.transactional.as_ref().map(|o| o.value.value());
+        if let Some(taken) =
+            transactional.and_then(|name| TxParam::take_from(&mut method.sig, &name))
+        {
+            hand_on_the_transaction(&mut method.attrs[index], &taken);
+        }
         if let Some(at) = rmcp {
             write_hints(&mut method.attrs[at], hints(attr, destructive));
         }
@@ -343,6 +351,17 @@ fn tell_the_attribute(attr: &mut Attribute, function: &str, name: Option<&syn::E
         }
         _ => syn::parse_quote!(#path(#told)),
     };
+}
+
+/// Hands the transaction parameter taken out of a method's signature on to its attribute.
+fn hand_on_the_transaction(attr: &mut Attribute, taken: &TxParam) {
+    let (name, ty) = (&taken.name, &taken.ty);
+    let told = quote!(__idem_transaction = (#name: #ty));
+    let path = attr.path().clone();
+    if let Meta::List(list) = &attr.meta {
+        let written = &list.tokens;
+        attr.meta = syn::parse_quote!(#path(#told, #written));
+    }
 }
 
 /// The self type's name as a record names it: `Bank` for `Bank<T>` or `crate::Bank`.

@@ -20,8 +20,10 @@ mod params;
 mod reconcile;
 mod result;
 mod scope;
+mod transaction;
 
 pub(crate) use reconcile::reconciler;
+pub(crate) use transaction::take as take_transaction;
 
 /// Checks `item` under `attr` with `options`; `param_options` holds each parameter's
 /// `#[idem(…)]`.
@@ -107,6 +109,7 @@ pub(crate) fn tool(
         approval,
         shape,
         output,
+        transaction: None,
     }
 }
 

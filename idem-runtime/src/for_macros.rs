@@ -436,3 +436,77 @@ pub fn tool_router_answers<S: rmcp::service::MaybeSend + 'static>(
 pub fn tool_router_answers<R>(router: R, _tools: &[crate::classify::ToolInfo]) -> R {
     router
 }
+
+/// What a transactional tool's `store = …` may give: the SQLite store whose file holds the
+/// tool's tables.
+#[cfg(feature = "sqlite")]
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not give the SQLite store a transactional tool runs on",
+    note = "`store = path` on a transactional tool names a function returning \
+            `Arc<idem::SqliteStore>` (or `Result<Arc<idem::SqliteStore>, idem::Error>`), or a \
+            static that derefs to `Arc<idem::SqliteStore>`: the tool's writes commit in that \
+            store's file, with its record"
+)]
+pub trait IntoTxStore {
+    /// The store.
+    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
+}
+
+#[cfg(feature = "sqlite")]
+impl IntoTxStore for Arc<crate::store::sqlite::SqliteStore> {
+    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
+        Ok(self)
+    }
+}
+
+#[cfg(feature = "sqlite")]
+impl<S: IntoTxStore> IntoTxStore for Result<S, Error> {
+    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
+        self.and_then(IntoTxStore::into_tx_store)
+    }
+}
+
+/// `store = f` on a transactional tool, where `f` is a function: call it.
+#[cfg(feature = "sqlite")]
+pub trait TxStoreFromFn {
+    /// The store the function gives.
+    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
+}
+
+#[cfg(feature = "sqlite")]
+impl<F: Fn() -> R, R: IntoTxStore> TxStoreFromFn for F {
+    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
+        self().into_tx_store()
+    }
+}
+
+/// `store = STATIC` on a transactional tool, where the static derefs to the store.
+#[cfg(feature = "sqlite")]
+pub trait TxStoreFromStatic {
+    /// The store the static holds.
+    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
+}
+
+#[cfg(feature = "sqlite")]
+impl<T: Deref<Target = Arc<crate::store::sqlite::SqliteStore>>> TxStoreFromStatic for T {
+    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
+        Ok(Arc::clone(self))
+    }
+}
+
+/// Runs a sync transactional tool's body through the engine, on the caller's thread: its
+/// writes through the transaction commit with the call's record, or neither does.
+#[cfg(feature = "sqlite")]
+pub fn run_transactional<T: ToolOutput, E: ToolError>(
+    call: Result<Call, Error>,
+    store: Result<Arc<crate::store::sqlite::SqliteStore>, Error>,
+    body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
+) -> Result<T, E> {
+    let raise = |e| E::from_idem(crate::retry::raise(e));
+    let (call, store) = (call.map_err(raise)?, store.map_err(raise)?);
+    let codec = Codec::<Stored<T>, Failed<E>>::serde();
+    store
+        .run_transactional(call, codec, |tx| body(tx).map(Stored).map_err(Failed))
+        .map(|stored| stored.0)
+        .map_err(|failed| failed.0)
+}
