@@ -156,7 +156,7 @@ fn wait_for(store: &Arc<dyn Store>, i: usize, waiting: impl FnOnce() + Send + 's
     let call = wake_call(store, i);
     let key = call.key().to_string();
     let watcher = std::thread::spawn(move || {
-        while idem_runtime::for_stores::waiting(&key) == 0 {
+        while idem_runtime::waiting(&key) == 0 {
             std::thread::sleep(Duration::from_micros(200));
         }
         waiting();

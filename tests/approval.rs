@@ -91,7 +91,7 @@ async fn an_async_call_waiting_for_approval_goes_on_once_approved() {
     .unwrap();
     let call = tokio::spawn(refund(request()));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while idem_runtime::for_stores::waiting(key.as_str()) == 0 {
+    while idem_runtime::waiting(key.as_str()) == 0 {
         assert!(Instant::now() < deadline, "the call never waited");
         tokio::task::yield_now().await;
     }

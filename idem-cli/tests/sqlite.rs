@@ -97,7 +97,7 @@ fn the_command_works_on_a_sqlite_store_that_an_agent_holds_open() {
 
     finish.0.send(()).unwrap();
     assert_eq!(runner.join().unwrap().unwrap(), "refunded late");
-    let record = idem_runtime::for_stores::block_on(store.get(running.key().as_str())).unwrap();
+    let record = idem_runtime::block_on(store.get(running.key().as_str())).unwrap();
     assert_eq!(record.map(|r| r.status), Some(Status::Done), "the agent's write landed");
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
-use idem_runtime::for_stores::deadline_after;
+use idem_runtime::deadline_after;
 use idem_runtime::history::Entry;
 use idem_runtime::store::{lease, now_ms, Inserted, Notifier, StoreError};
 use idem_runtime::{Record, Status};

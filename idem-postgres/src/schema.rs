@@ -205,6 +205,34 @@ pub(crate) struct Statements {
     pub(crate) notify: Sql,
     /// The table's channel ([`Names::channel`]), the first parameter of `notify`.
     pub(crate) channel: String,
+    /// `insert`, for a transactional call: the write that makes the key the transaction's also
+    /// marks the transaction as the call's (`idem.call`, which ends with the transaction).
+    pub(crate) call_insert: String,
+    /// `update`, for a transactional call, marking the transaction so too.
+    pub(crate) call_update: String,
+    /// `update`, for a transactional call's result: it writes only inside the transaction the
+    /// claim marked, never in one the body began after ending that one itself.
+    pub(crate) call_complete: String,
+    /// Key $1's record as one JSON text column, so that both drivers read it alike.
+    pub(crate) call_get: String,
+    /// Fails with SQLSTATE 22012 (a division by zero) unless the transaction is still the one
+    /// marked for key $1: the body has not committed or rolled it back itself.
+    pub(crate) call_check: String,
+}
+
+/// The SQL of a transactional call's claim, from the store's `insert` and `update`: each also
+/// marks its transaction as key's, in the row it returns.
+fn marking(insert: &str, update: &str) -> (String, String) {
+    const MARK: &str = "set_config('idem.call', key, true)";
+    let insert = match insert.rfind("RETURNING seq") {
+        Some(at) => format!("{}RETURNING seq, {MARK}{}", &insert[..at], &insert[at + 13..]),
+        None => insert.to_owned(),
+    };
+    let update = update.replace(
+        "SELECT e.seq, r.waiters FROM e, r",
+        "SELECT e.seq, r.waiters, set_config('idem.call', r.key, true) FROM e, r",
+    );
+    (insert, update)
 }
 
 /// The fence of `update`, `delete` and `purge`, the SQL form of `idem::store::admits`: the
@@ -326,6 +354,11 @@ impl Statements {
         let h = names.history();
         let in_flight = Status::InFlight.as_str();
         let Writes { insert, update, delete, purge } = Writes::new(&t, &h);
+        let (call_insert, call_update) = marking(&insert.text, &update.text);
+        let call_complete = update.text.replace(
+            " RETURNING key, status, waiters",
+            " AND current_setting('idem.call', true) = $1 RETURNING key, status, waiters",
+        );
         let of_key = |text: String| Sql::new(text, &[TEXT]);
         let bare = |text: String| Sql::new(text, &[]);
         Statements {
@@ -387,6 +420,13 @@ impl Statements {
             size: bare(format!("SELECT pg_total_relation_size('{t}')")),
             notify: Sql::new("SELECT pg_notify($1, $2)".to_owned(), &[TEXT, TEXT]),
             channel: names.channel(),
+            call_insert,
+            call_update,
+            call_complete,
+            call_get: format!("SELECT row_to_json(r)::text FROM {t} AS r WHERE r.key = $1"),
+            call_check:
+                "SELECT (1 / coalesce((current_setting('idem.call', true) = $1)::int, 0))::bigint"
+                    .to_owned(),
         }
     }
 }
@@ -397,6 +437,17 @@ mod tests {
 
     fn names(schema: &str, table: &str) -> Names {
         Names { schema: schema.to_owned(), table: table.to_owned() }
+    }
+
+    #[test]
+    fn a_transactional_claim_marks_its_transaction() {
+        let statements = super::Statements::new(&names("idem", "records"));
+        for marked in [&statements.call_insert, &statements.call_update] {
+            assert!(marked.contains("set_config('idem.call', "), "{marked}");
+        }
+        assert!(statements
+            .call_insert
+            .ends_with("RETURNING seq, set_config('idem.call', key, true)"));
     }
 
     #[test]

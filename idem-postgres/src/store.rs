@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use idem_runtime::for_stores::deadline_after;
+use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::{Retainer, RetentionStatus};
 use idem_runtime::store::{new_instance, Inserted, RecordPage, StoreError};
@@ -91,7 +91,7 @@ impl PgStoreBuilder {
     /// including one inside an async runtime (the work runs on the store's own runtime); in
     /// async code [`PgStoreBuilder::connect_async`] does not hold the thread.
     pub fn connect(self) -> Result<PgStore, idem_runtime::Error> {
-        idem_runtime::for_stores::block_on(self.connect_async())
+        idem_runtime::block_on(self.connect_async())
     }
 
     /// Connects without blocking; the future runs on any executor.
@@ -172,7 +172,7 @@ impl PgStore {
     /// DDL out of the agents' start-up.
     pub fn migrate(&self) -> Result<(), idem_runtime::Error> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::for_stores::block_on(
+        idem_runtime::block_on(
             self.runtime.spawn_store(async move { shared.migrate(shared.deadline()).await }),
         )
         .map_err(store_error)
@@ -439,10 +439,7 @@ impl Store for PgStore {
 
     fn size_on_disk(&self) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
-        idem_runtime::for_stores::block_on(
-            self.runtime.spawn_store(async move { shared.size().await }),
-        )
-        .ok()
+        idem_runtime::block_on(self.runtime.spawn_store(async move { shared.size().await })).ok()
     }
 
     fn default_wait(&self) -> Duration {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use idem_postgres::PgStore;
 use idem_runtime::admin::{self, Decision};
 use idem_runtime::history::Event;
-use idem_runtime::{for_stores, Call, Error, Key, Status, Store};
+use idem_runtime::{Call, Error, Key, Status, Store};
 
 fn connect(url: &str, schema: &str) -> Arc<dyn Store> {
     Arc::new(PgStore::builder(url).schema(schema).pool_size(4).connect().unwrap())
@@ -50,7 +50,7 @@ fn an_approval_from_another_instance_wakes_the_waiting_call_which_runs_once() {
     std::thread::scope(|s| {
         let waiter = s.spawn(|| run(call(), &runs));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while for_stores::waiting(key.as_str()) == 0 {
+        while idem_runtime::waiting(key.as_str()) == 0 {
             assert!(Instant::now() < deadline, "the call never started waiting");
             std::thread::yield_now();
         }

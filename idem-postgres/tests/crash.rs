@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
+use idem_runtime::block_on;
 use idem_runtime::conformance::transition;
-use idem_runtime::for_stores::block_on;
 use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{Call, Error, Key, Reconciled, Status, Store};
 
 const LEASE: Duration = Duration::from_secs(1);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{Call, Error, Store};
 
 /// Terminates, until told to stop, every backend whose `application_name` is `name` (and only

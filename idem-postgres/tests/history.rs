@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use idem_postgres::PgStore;
 use idem_runtime::admin;
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::history::Event;
 use idem_runtime::{Call, Error, Key, Status, Store};
 

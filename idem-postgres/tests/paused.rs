@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::history::Event;
 use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Resolution, Status, Store};

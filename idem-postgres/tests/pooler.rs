@@ -10,7 +10,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
-use idem_runtime::for_stores::waiting;
+use idem_runtime::waiting;
 use idem_runtime::{Call, Error, Store};
 
 /// The pooler's URL and a schema of the test's own, or `None` when no pooler runs here.

@@ -266,7 +266,7 @@ fn call(store: &Arc<dyn Store>) -> Call {
 /// Returns once some caller of this process waits for `key`.
 fn until_waiting(key: &str) {
     let until = Instant::now() + Duration::from_secs(30);
-    while idem_runtime::for_stores::waiting(key) == 0 {
+    while idem_runtime::waiting(key) == 0 {
         assert!(Instant::now() < until, "the waiter never began to wait");
         std::thread::sleep(Duration::from_millis(1));
     }

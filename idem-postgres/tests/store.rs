@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
+use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::for_stores::block_on;
 use idem_runtime::store::{lease, Inserted};
 use idem_runtime::{Call, Error, Status, Store};
 

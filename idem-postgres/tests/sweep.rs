@@ -21,7 +21,7 @@ fn leave_in_doubt(store: &Arc<dyn Store>, scope: &str) -> Key {
 }
 
 fn status(store: &Arc<dyn Store>, key: &str) -> Option<Status> {
-    idem_runtime::for_stores::block_on(store.get(key)).unwrap().map(|record| record.status)
+    idem_runtime::block_on(store.get(key)).unwrap().map(|record| record.status)
 }
 
 #[test]

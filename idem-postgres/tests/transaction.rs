@@ -395,7 +395,7 @@ async fn a_transactional_call_waits_for_a_plain_owner_and_replays_its_result() {
     let key = shop.call(17).key().clone();
     assert!(
         common::eventually(Duration::from_secs(10), || {
-            idem_runtime::for_stores::waiting(key.as_str()) > 0 || waiter.is_finished()
+            idem_runtime::waiting(key.as_str()) > 0 || waiter.is_finished()
         }),
         "the transactional call waits"
     );
@@ -538,4 +538,77 @@ async fn a_call_cancelled_at_any_point_commits_all_or_nothing() {
     }
     eprintln!("cancelled calls: {committed} committed, {rolled_back} rolled back");
     assert!(rolled_back > 0, "some calls were cancelled before their commit");
+}
+
+/// A body that ends idem's transaction itself (`COMMIT` or `ROLLBACK`, alone or followed by a
+/// `BEGIN`), writes again, then returns `Ok`: the call fails, naming the key, and the key is left
+/// in doubt, since what the body wrote may have been kept (a row before a `COMMIT` is, and a row
+/// written with no transaction open commits at once); idem records no result behind its back,
+/// and what the body wrote in a transaction it began itself is rolled back with the check that
+/// caught it. Both drivers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_ends_the_transaction_itself_leaves_the_key_in_doubt() {
+    let Some(shop) = Shop::open("txe").await else { return };
+    let pool = sqlx::PgPool::connect(&shop.url).await.unwrap();
+    let refunds = shop.refunds();
+    // Each own end, and the cents of the rows kept: 1 before it, 2 after.
+    let cases: [(&str, &[i64]); 4] = [
+        ("COMMIT", &[1, 2]),
+        ("COMMIT; BEGIN", &[1]),
+        ("ROLLBACK", &[2]),
+        ("ROLLBACK; BEGIN", &[]),
+    ];
+    for (n, (own_end, kept)) in cases.into_iter().enumerate() {
+        for sqlx in [false, true] {
+            let order = 100 + 10 * n as i64 + i64::from(sqlx);
+            let insert = format!("INSERT INTO {refunds} (order_id, cents) VALUES ({order}, 1)");
+            let after = format!("INSERT INTO {refunds} (order_id, cents) VALUES ({order}, 2)");
+            let ended: Result<i64, BoxError> = if sqlx {
+                let statements = [insert.clone(), own_end.to_owned(), after.clone()];
+                shop.store
+                    .transactional(shop.call(order))
+                    .run_sqlx(&pool, async |conn| {
+                        for sql in &statements {
+                            let _ = sqlx::raw_sql(sql).execute(&mut *conn).await;
+                        }
+                        Ok::<i64, BoxError>(order)
+                    })
+                    .await
+            } else {
+                shop.store
+                    .transactional(shop.call(order))
+                    .run(async |tx| {
+                        for sql in [&insert, own_end, &after] {
+                            let _ = tx.batch_execute(sql).await;
+                        }
+                        Ok::<i64, BoxError>(order)
+                    })
+                    .await
+            };
+            let error = ended.expect_err(&format!("{own_end}: the call is refused"));
+            let message = error.to_string();
+            let key = shop.call(order).key().to_string();
+            assert!(message.contains("ended the transaction itself"), "{own_end}: {message}");
+            assert!(message.contains(&key), "{own_end}: names the key: {message}");
+            let record = shop.record(&shop.call(order)).await;
+            let status = record.map(|record| record.status);
+            assert_eq!(status, Some(Status::InDoubt), "{own_end} (sqlx: {sqlx}): left in doubt");
+            let rows = format!("SELECT cents FROM {refunds} WHERE order_id = {order} ORDER BY id");
+            let cents: Vec<i64> = shop
+                .client()
+                .await
+                .query_typed(&rows, &[])
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            assert_eq!(cents, kept, "{own_end} (sqlx: {sqlx}): the rows kept");
+            // The next call of the key is refused, not run again.
+            let runs = AtomicUsize::new(0);
+            let again = shop.refund(order, &runs).await;
+            assert_eq!(runs.load(Ordering::SeqCst), 0, "{own_end}: the body does not run again");
+            assert!(again.unwrap_err().to_string().contains(&key));
+        }
+    }
 }

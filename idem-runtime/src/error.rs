@@ -12,12 +12,14 @@ pub struct StoreError {
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     /// Whether the same call could succeed later without anyone acting (see [`Error::is_retryable`]).
     retryable: bool,
+    /// Whether the database refused a transaction in a way that running it again cures.
+    transient: bool,
 }
 
 impl StoreError {
     /// A store error with a message that says what went wrong and what to do.
     pub fn new(message: impl Into<String>) -> Self {
-        StoreError { message: message.into(), source: None, retryable: true }
+        StoreError { message: message.into(), source: None, retryable: true, transient: false }
     }
 
     /// A store error caused by `source`.
@@ -25,7 +27,12 @@ impl StoreError {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        StoreError { message: message.into(), source: Some(Box::new(source)), retryable: true }
+        StoreError {
+            message: message.into(),
+            source: Some(Box::new(source)),
+            retryable: true,
+            transient: false,
+        }
     }
 
     /// Marks the failure as one that stays until someone acts (a store that cannot be created
@@ -39,6 +46,19 @@ impl StoreError {
     /// Whether calling again could succeed without anyone acting: true unless [`Self::lasting`].
     pub fn is_retryable(&self) -> bool {
         self.retryable
+    }
+
+    /// Marks the failure as one that ends a transactional call's transaction in a way another
+    /// attempt cures (a serialization failure, a deadlock, a broken connection): the engine
+    /// rolls it back and runs the transaction again, a bounded number of times.
+    pub fn transient(mut self) -> Self {
+        self.transient = true;
+        self
+    }
+
+    /// Whether another attempt of the transaction may cure the failure ([`Self::transient`]).
+    pub fn is_transient(&self) -> bool {
+        self.transient
     }
 }
 

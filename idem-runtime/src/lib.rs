@@ -60,6 +60,9 @@ pub use engine::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
     InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept,
 };
+// What a store crate's transactional API runs a call with (idem-postgres's): not for users.
+#[doc(hidden)]
+pub use engine::{Attempt, Codec, Retries, Site};
 pub use error::{Error, StoreError};
 pub use key::Key;
 pub use lifecycle::{Record, Resolution, Status};
@@ -80,30 +83,9 @@ pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
 pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
 pub use time::utc_timestamp;
 
-/// What the store crates of this workspace (idem-postgres) need from the runtime beyond the
-/// [`Store`] interface. Not a public API: it may change in any release.
+// What idem-postgres and the tests need beyond the `Store` interface: not a public API.
 #[doc(hidden)]
-pub mod for_stores {
-    pub use crate::engine::{waiting, CallParts, Next, Waiting};
-    pub use crate::exec::block_on;
-    pub use crate::lifecycle::transition;
-    /// Counts a call of a store's own run path in the metrics, as the engine counts its calls.
-    pub use crate::meter::{call as count_call, Outcome};
-    pub use crate::time::deadline_after;
-
-    /// Runs `body` as the call of `key` (its owner's fencing token `token`), so that
-    /// `current_key()` and `fencing_token()` answer inside it.
-    pub async fn as_current<F: std::future::Future>(
-        key: &crate::Key,
-        token: u64,
-        body: F,
-    ) -> F::Output {
-        crate::engine::as_current(key, token, body).await
-    }
-
-    /// The owner of a new call of the store instance `instance`: what a store's own run path
-    /// (idem-postgres's transactional calls) writes into the record it reserves.
-    pub fn new_call(instance: &str) -> crate::lifecycle::Owner {
-        crate::lifecycle::Owner::new_call(instance)
-    }
-}
+pub use engine::waiting;
+pub use exec::block_on;
+#[doc(hidden)]
+pub use time::deadline_after;

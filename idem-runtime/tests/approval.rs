@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Decision};
 use idem_runtime::history::Event;
-use idem_runtime::{for_stores, Call, Error, Key, SledStore, Status, Store};
+use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
 
 fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
@@ -188,7 +188,7 @@ fn a_call_waiting_for_the_decision_runs_once_it_is_approved() {
         let waiter = s.spawn(|| run(call(), &runs));
         // The call has recorded its request and waits on it: observed, not slept on.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while for_stores::waiting(key.as_str()) == 0 {
+        while idem_runtime::waiting(key.as_str()) == 0 {
             assert!(Instant::now() < deadline, "the call never started waiting");
             std::thread::yield_now();
         }
@@ -223,7 +223,7 @@ fn a_denial_wakes_a_waiting_call_with_the_note() {
     std::thread::scope(|s| {
         let waiter = s.spawn(|| run(call(), &runs));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while for_stores::waiting(key.as_str()) == 0 {
+        while idem_runtime::waiting(key.as_str()) == 0 {
             assert!(Instant::now() < deadline, "the call never started waiting");
             std::thread::yield_now();
         }
@@ -305,7 +305,7 @@ fn a_decision_through_the_admin_socket_wakes_the_waiting_call() {
     std::thread::scope(|s| {
         let waiter = s.spawn(|| run(call(), &runs));
         let deadline = Instant::now() + Duration::from_secs(30);
-        while for_stores::waiting(key.as_str()) == 0 {
+        while idem_runtime::waiting(key.as_str()) == 0 {
             assert!(Instant::now() < deadline, "the call never started waiting");
             std::thread::yield_now();
         }

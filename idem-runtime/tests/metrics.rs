@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Decision};
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{
     may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, Retention, SledStore,
     Store,
@@ -62,7 +62,7 @@ impl Seen {
 /// so it cannot miss it), as the conformance suite does: never a sleep in its place.
 fn until_waiting(call: &Call) {
     let until = Instant::now() + Duration::from_secs(20);
-    while idem_runtime::for_stores::waiting(call.key().as_str()) == 0 {
+    while idem_runtime::waiting(call.key().as_str()) == 0 {
         assert!(Instant::now() < until, "no caller ever waited for {}", call.key());
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Admin};
+use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::for_stores::block_on;
 use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::Inserted;
 use idem_runtime::{Call, Error, Key, SledStore, SqliteStore, Status, Store};

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{Call, Error, Record, SqliteStore, Status, Store};
 
 /// How long the store waits for the file's write lock before a write fails.

@@ -21,7 +21,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::store::{assess, Assessment};
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 

@@ -35,7 +35,7 @@ fn calls_on_a_sqlite_store_are_counted_by_outcome() {
         let waiter = scope.spawn(|| charge().run(|| -> Result<String, Error> { unreachable!() }));
         let key = charge().key().to_string();
         let until = Instant::now() + Duration::from_secs(20);
-        while idem_runtime::for_stores::waiting(&key) == 0 {
+        while idem_runtime::waiting(&key) == 0 {
             assert!(Instant::now() < until, "the second caller never waited");
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -51,7 +51,7 @@ fn calls_on_a_sqlite_store_are_counted_by_outcome() {
     let refund = |order: u32| Call::new("refund", format!("order-{order}"), &order).unwrap();
     type BoxError = Box<dyn std::error::Error + Send + Sync>;
     let run = |order: u32, ok: bool| -> Result<u32, BoxError> {
-        idem_runtime::for_stores::block_on(sqlite.transactional(refund(order)).run(move |tx| {
+        idem_runtime::block_on(sqlite.transactional(refund(order)).run(move |tx| {
             tx.execute_batch("CREATE TABLE IF NOT EXISTS refunds (order_id INTEGER)")?;
             tx.execute("INSERT INTO refunds VALUES (?1)", [order])?;
             if ok {

@@ -268,7 +268,7 @@ fn a_write_lock_held_past_the_busy_timeout_is_a_clear_error_and_writes_nothing()
     assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
     holder.execute_batch("ROLLBACK").unwrap();
     let key = call().key().clone();
-    assert!(idem_runtime::for_stores::block_on(store.get(key.as_str())).unwrap().is_none());
+    assert!(idem_runtime::block_on(store.get(key.as_str())).unwrap().is_none());
     assert_eq!(call().run(body).unwrap(), "sent");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
@@ -457,9 +457,9 @@ fn a_store_whose_wake_socket_file_was_removed_still_closes() {
     let key = call.key().clone();
     let _: u32 =
         call.store(Arc::new(SqliteStore::open(&path).unwrap())).run(|| Ok::<_, Error>(1)).unwrap();
-    let done = idem_runtime::for_stores::block_on(store.get(key.as_str())).unwrap().unwrap();
+    let done = idem_runtime::block_on(store.get(key.as_str())).unwrap().unwrap();
     let now = std::time::Instant::now();
-    idem_runtime::for_stores::block_on(store.watch(key.as_str(), &done, now)).unwrap();
+    idem_runtime::block_on(store.watch(key.as_str(), &done, now)).unwrap();
     // A tmp cleaner, or an operator, removes the files beside the store: its wake socket too.
     let beside = dir.path().join("idem.sqlite-idem");
     let sockets: Vec<_> = std::fs::read_dir(&beside)

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{Call, Durability, Error, Retention, SqliteStore, Store};
 use serde_json::json;
 

@@ -75,7 +75,7 @@ fn call_child(dir: &Path) {
         .wait(Duration::from_secs(120));
     let key = call.key().to_string();
     std::thread::spawn(move || {
-        while idem_runtime::for_stores::waiting(&key) == 0 {
+        while idem_runtime::waiting(&key) == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         println!("WAITING");

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::history::Event;
 use idem_runtime::{Call, Error, SqliteStore, Status, Store};
 
@@ -409,7 +409,7 @@ fn a_plain_call_in_flight_in_another_process_is_waited_for_not_overwritten() {
             block_on(refund(&store, 17, &runs))
         })
     };
-    while idem_runtime::for_stores::waiting(&key) == 0 {
+    while idem_runtime::waiting(&key) == 0 {
         std::thread::sleep(Duration::from_millis(1));
         assert!(!waiter.is_finished(), "the transactional call returned without waiting");
     }

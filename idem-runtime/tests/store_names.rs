@@ -59,7 +59,7 @@ fn idem_store_names_a_sqlite_file_for_the_first_call() {
     assert_eq!(run_child(&name), "sent", "the second process replays");
     assert!(path.is_file(), "the store is the file the name gives, parents created");
     let store = SqliteStore::open(&path).unwrap();
-    let record = idem_runtime::for_stores::block_on(store.get(&key())).unwrap().unwrap();
+    let record = idem_runtime::block_on(store.get(&key())).unwrap().unwrap();
     assert_eq!((record.status, record.result.as_deref()), (Status::Done, Some("\"sent\"")));
 }
 
@@ -90,7 +90,7 @@ fn set_default_store_named_opens_the_named_store() {
         .run(|| Ok::<_, Error>("sent".to_owned()))
         .unwrap();
     assert_eq!(got, "sent");
-    let record = idem_runtime::for_stores::block_on(store.get(&key())).unwrap();
+    let record = idem_runtime::block_on(store.get(&key())).unwrap();
     assert_eq!(record.map(|r| r.status), Some(Status::Done), "the call used the named store");
     let file = dir.path().join("notes");
     std::fs::write(&file, "x").unwrap();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use idem_runtime::for_stores::block_on;
+use idem_runtime::block_on;
 use idem_runtime::{Call, Durability, Error, SledStore, Store};
 
 /// A store whose reads need no sync, so that one poll takes a call as far as it can go.

@@ -112,6 +112,16 @@ impl DbError {
         }
     }
 
+    /// The SQLSTATE the server answered with, if it answered with one.
+    pub(crate) fn sqlstate(&self) -> Option<&str> {
+        match self {
+            DbError::Pg(e) => TransactionError::sqlstate(e),
+            #[cfg(feature = "sqlx")]
+            DbError::Sqlx(e) => TransactionError::sqlstate(e),
+            DbError::Worded(_) | DbError::Broken(_) => None,
+        }
+    }
+
     /// Worded for the user: `doing` says what the call was doing, then the server's reason.
     pub(crate) fn into_store_error(self, doing: &str) -> StoreError {
         match self {

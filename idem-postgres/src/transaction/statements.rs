@@ -99,11 +99,6 @@ pub(crate) fn update_params(
     params
 }
 
-/// The record under key $1 as one JSON text column, so that both drivers read it alike.
-pub(crate) fn get(qualified: &str) -> String {
-    format!("SELECT row_to_json(r)::text FROM {qualified} AS r WHERE r.key = $1")
-}
-
 /// A row of the records table as `row_to_json` writes it.
 #[derive(serde::Deserialize)]
 struct Row {

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use idem_runtime::Error;
+use idem_runtime::{Attempt, Call, Codec, Error};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sqlx::postgres::{PgArguments, PgConnection, PgPool, Postgres};
@@ -11,7 +11,7 @@ use sqlx::Row as _;
 
 use super::error::DbError;
 use super::statements::Param;
-use super::{failpoint, Driving, Ended, Exec, Run, TransactionError, Transactional};
+use super::{store_error, Driver, Exec, Finished, Run, TransactionError, Transactional};
 
 /// `sql` with its parameters bound, unnamed (not prepared on the session).
 fn bound<'q>(sql: &'q str, params: &[Param]) -> Query<'q, Postgres, PgArguments> {
@@ -84,47 +84,64 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
     {
-        if let Some(refused) = self.refused() {
-            return refused;
-        }
-        let run = Run::new(self.store, &self.call);
-        let mut driving = Driving::new();
-        loop {
-            let ended = once(&run, pool, &body).await;
-            if let Some(outcome) = self.next(&mut driving, ended).await {
-                return outcome;
-            }
-        }
+        let (codec, run) = (Codec::<T, E>::serde(), Run::new(self.store));
+        let attempt = || once(&run, &self.call, pool, codec, body.clone());
+        self.call.transact(codec, self.store, self.retries(), attempt).await
     }
 }
 
-/// One run: a transaction on the pool, the claim, the body, the commit.
-async fn once<T, E, F>(run: &Run<'_>, pool: &PgPool, body: &F) -> Ended<T, E>
+/// One attempt: a transaction on the pool, and the engine's attempt inside it.
+async fn once<T, E, F>(
+    run: &Run<'_>,
+    call: &Call,
+    pool: &PgPool,
+    codec: Codec<T, E>,
+    body: F,
+) -> Attempt<T, E>
 where
-    T: Serialize + DeserializeOwned,
-    E: From<Error> + TransactionError,
-    F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
+    E: TransactionError,
+    F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E>,
 {
-    let mut tx = match pool.begin().await {
+    let tx = match pool.begin().await {
         Ok(tx) => tx,
-        Err(e) => return run.failed("begin the transaction of", e.into()),
+        Err(e) => {
+            let e = store_error("cannot begin the transaction of", call.key().as_str(), e.into());
+            return Attempt::failed(call, codec, e);
+        }
     };
-    match run.within(&mut *tx, body).await {
-        Ok((value, completion)) => {
-            let written = tx.int(run.completion_sql(), &completion).await;
-            if let Err(ended) = run.completed(written) {
-                let _ = tx.rollback().await;
-                return ended;
-            }
-            failpoint("txn_before_commit");
-            match tx.commit().await {
-                Ok(()) => Ended::Fresh(value),
-                Err(e) => run.failed("commit", e.into()),
-            }
+    // Dropped without a commit, sqlx's transaction rolls back as its connection goes back.
+    run.attempt(call, codec, Sqlx(tx), async move |conn: &mut PgConnection| body(conn).await).await
+}
+
+/// A sqlx transaction lent to the engine; the body gets its connection.
+struct Sqlx<'c>(sqlx::Transaction<'c, Postgres>);
+
+impl Driver for Sqlx<'_> {
+    type Body = PgConnection;
+    type Exec = PgConnection;
+
+    fn body(&mut self) -> &mut PgConnection {
+        &mut self.0
+    }
+
+    fn exec(&mut self) -> &mut PgConnection {
+        &mut self.0
+    }
+
+    /// The check, then the result's write, then the commit, one after the other (sqlx does not
+    /// pipeline); a failed check or write rolls back instead.
+    async fn finish(mut self, check: (&str, &[Param]), write: (&str, &[Param])) -> Finished {
+        let checked = self.0.int(check.0, check.1).await.map(drop);
+        if checked.is_err() {
+            let _ = self.0.rollback().await;
+            return Finished { check: checked, written: Ok(None), committed: Ok(()) };
         }
-        Err(ended) => {
-            let _ = tx.rollback().await;
-            ended
+        let written = self.0.int(write.0, write.1).await;
+        if !matches!(written, Ok(Some(_))) {
+            let _ = self.0.rollback().await;
+            return Finished { check: Ok(()), written, committed: Ok(()) };
         }
+        let committed = self.0.commit().await.map_err(DbError::from);
+        Finished { check: Ok(()), written, committed }
     }
 }

@@ -1,13 +1,13 @@
 //! Transactional calls through tokio-postgres, on a connection of the store's own pool.
 
-use idem_runtime::Error;
+use idem_runtime::{Attempt, Call, Codec, Error};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::error::DbError;
 use super::statements::Param;
-use super::{failpoint, Driving, Ended, Exec, Run, TransactionError, Transactional};
+use super::{store_error, Driver, Exec, Finished, Run, TransactionError, Transactional};
 use crate::fault::Fault;
 
 /// The parameters with their types, as `query_typed` takes them.
@@ -72,6 +72,9 @@ impl Transactional<'_> {
     /// last, when the database refuses one with a serialization failure or a deadlock, or its
     /// connection breaks. A body that captures references still makes a `Send` future.
     ///
+    /// A body that commits or rolls back the transaction itself is refused: the key is left in
+    /// doubt (what it wrote before its own commit may have been kept), and the error says so.
+    ///
     /// The body's error type converts from [`idem_runtime::Error`] (the store's own failures,
     /// a key in doubt, a result that cannot be stored) and says whether it carries a
     /// serialization failure or deadlock ([`TransactionError`]).
@@ -81,74 +84,72 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
     {
-        if let Some(refused) = self.refused() {
-            return refused;
-        }
-        let run = Run::new(self.store, &self.call);
-        let mut driving = Driving::new();
-        loop {
-            let ended = once(&run, &body).await;
-            if let Some(outcome) = self.next(&mut driving, ended).await {
-                return outcome;
-            }
-        }
+        let (codec, run) = (Codec::<T, E>::serde(), Run::new(self.store));
+        let attempt = || once(&run, &self.call, codec, body.clone());
+        self.call.transact(codec, self.store, self.retries(), attempt).await
     }
 }
 
-/// One run: a pooled connection, a transaction, the claim, the body, the commit.
-async fn once<T, E, F>(run: &Run<'_>, body: &F) -> Ended<T, E>
+/// One attempt: a pooled connection, a transaction, and the engine's attempt inside it.
+async fn once<T, E, F>(run: &Run<'_>, call: &Call, codec: Codec<T, E>, body: F) -> Attempt<T, E>
 where
-    T: Serialize + DeserializeOwned,
-    E: From<Error> + TransactionError,
-    F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
+    E: TransactionError,
+    F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E>,
 {
+    let key = call.key().as_str();
     let mut pooled = match lend(run).await {
         Ok(pooled) => pooled,
-        Err(e) => return run.failed("connect for", e),
+        Err(e) => return Attempt::failed(call, codec, store_error("cannot connect for", key, e)),
     };
     let client: &mut tokio_postgres::Client = &mut pooled;
-    let mut tx = match client.transaction().await {
+    let tx = match client.transaction().await {
         Ok(tx) => tx,
-        Err(e) => return run.failed("begin the transaction of", e.into()),
+        Err(e) => {
+            let e = store_error("cannot begin the transaction of", key, e.into());
+            return Attempt::failed(call, codec, e);
+        }
     };
-    match run.within(&mut tx, body).await {
-        Ok((value, completion)) => {
-            failpoint("txn_before_commit");
-            match complete_and_commit(run, tx, &completion).await {
-                Ok(()) => Ended::Fresh(value),
-                Err(ended) => ended,
-            }
-        }
-        Err(ended) => {
-            // Dropped, the transaction sends its `ROLLBACK` without waiting for the answer: the
-            // connection goes back to the pool with it queued ahead of anything else.
-            drop(tx);
-            ended
-        }
-    }
+    // Dropped without a commit, the transaction sends its `ROLLBACK` without waiting for the
+    // answer: the connection goes back to the pool with it queued ahead of anything else.
+    run.attempt(call, codec, Tokio(tx), body).await
 }
 
-/// Writes the result and commits, in one round trip: the `COMMIT` is pipelined behind the
-/// result's write on the connection. When the write fails, the server has aborted the
-/// transaction and answers that `COMMIT` with a rollback, so nothing commits.
-async fn complete_and_commit<T, E: From<Error>>(
-    run: &Run<'_>,
-    tx: tokio_postgres::Transaction<'_>,
-    completion: &[Param],
-) -> Result<(), Ended<T, E>> {
-    let typed = typed(completion);
-    let (written, committed) =
-        tokio::join!(tx.query_typed(run.completion_sql(), &typed), tx.batch_execute("COMMIT"));
-    // The `COMMIT` above ended the transaction, which tokio-postgres does not know: dropped,
-    // it would send a `ROLLBACK` outside any transaction (a warning in the server's log). It
-    // holds only the borrow of the client.
-    std::mem::forget(tx);
-    let written = written.map_err(DbError::from).and_then(|rows| match rows.first() {
-        Some(row) => Ok(Some(row.try_get::<_, i64>(0)?)),
-        None => Ok(None),
-    });
-    run.completed(written)?;
-    committed.map_err(|e| run.failed("commit", e.into()))
+/// A tokio-postgres transaction lent to the engine.
+struct Tokio<'c>(tokio_postgres::Transaction<'c>);
+
+impl<'c> Driver for Tokio<'c> {
+    type Body = tokio_postgres::Transaction<'c>;
+    type Exec = tokio_postgres::Transaction<'c>;
+
+    fn body(&mut self) -> &mut Self::Body {
+        &mut self.0
+    }
+
+    fn exec(&mut self) -> &mut Self::Exec {
+        &mut self.0
+    }
+
+    /// The check, the result's write and the `COMMIT`, pipelined: one round trip. A failed
+    /// check or write aborts the transaction, and the server answers the `COMMIT` with a
+    /// rollback, so nothing commits.
+    async fn finish(self, check: (&str, &[Param]), write: (&str, &[Param])) -> Finished {
+        let tx = self.0;
+        let (check_params, write_params) = (typed(check.1), typed(write.1));
+        let (checked, written, committed) = tokio::join!(
+            tx.query_typed(check.0, &check_params),
+            tx.query_typed(write.0, &write_params),
+            tx.batch_execute("COMMIT")
+        );
+        // The `COMMIT` above ended the transaction, which tokio-postgres does not know: dropped,
+        // it would send a `ROLLBACK` outside any transaction (a warning in the server's log). It
+        // holds only the borrow of the client.
+        std::mem::forget(tx);
+        Finished {
+            check: checked.map(drop).map_err(DbError::from),
+            written: written.map_err(DbError::from).and_then(|rows| first(&rows)),
+            committed: committed.map_err(DbError::from),
+        }
+    }
 }
 
 /// A connection of the store's pool. An idle one is taken right here, with no timer and no

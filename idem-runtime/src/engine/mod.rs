@@ -46,11 +46,12 @@ pub use self::args::Args;
 pub use self::context::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token,
 };
-pub use self::decide::Next;
+pub(crate) use self::decide::Next;
 pub(crate) use self::reconciler::erred;
 pub use self::reconciler::Reconciled;
 pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
-pub use self::waiting::{waiting, Waiting};
+pub use self::transact::{Attempt, Retries, Site};
+pub use self::waiting::waiting;
 
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -236,17 +237,14 @@ impl Call {
         &self.key
     }
 
-    /// What a store's own run path needs of the call (idem-postgres's transactional calls):
-    /// not a public API.
-    #[doc(hidden)]
-    pub fn parts(&self) -> CallParts<'_> {
+    /// The call's name, key and policy, as the engine's decisions read them.
+    pub(crate) fn parts(&self) -> CallParts<'_> {
         CallParts {
             tool: &self.tool,
             function: self.function.as_deref(),
             scope: &self.scope,
             key: &self.key,
             wait: self.wait,
-            ttl: self.ttl,
             in_doubt: self.in_doubt,
             approval: self.approval,
         }
@@ -428,10 +426,9 @@ impl Call {
     }
 }
 
-/// A call's name, key and policy, as a store's own run path reads them ([`Call::parts`]).
-#[doc(hidden)]
+/// A call's name, key and policy, as the engine's decisions read them ([`Call::parts`]).
 #[derive(Clone, Copy, Debug)]
-pub struct CallParts<'a> {
+pub(crate) struct CallParts<'a> {
     /// The tool's name.
     pub tool: &'a str,
     /// The calling function's path, when the call names one.
@@ -442,8 +439,6 @@ pub struct CallParts<'a> {
     pub key: &'a Key,
     /// How long to wait for another owner (the store's default when `None`).
     pub wait: Option<Duration>,
-    /// How long a result replays (for ever when `None`).
-    pub ttl: Option<Duration>,
     /// What to do with a key in doubt.
     pub in_doubt: InDoubtPolicy,
     /// Whether the call needs a person's approval, and for how long one stays good.

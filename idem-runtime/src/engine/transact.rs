@@ -32,8 +32,12 @@ use crate::store::transaction::{Committed, Transaction};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
 
-/// How one attempt of a transactional call ended.
-pub(crate) enum Attempt<T, E> {
+/// How one attempt of a transactional call ended: what [`Call::attempt`] answers, and what a
+/// store's own failure before it (a connection it could not lend) is, for [`Call::transact`].
+#[doc(hidden)]
+pub struct Attempt<T, E>(Ended<T, E>);
+
+enum Ended<T, E> {
     /// The call's value, committed by this attempt.
     Fresh(T),
     /// The call's value, replayed from the committed record.
@@ -41,14 +45,67 @@ pub(crate) enum Attempt<T, E> {
     /// The call fails with this error, counted as this outcome; nothing of it was committed
     /// (or, for an error in doubt, what was is recorded so).
     Fail(E, Outcome),
+    /// Rolled back for a reason another attempt may cure; the error if none is left.
+    Again(E, Outcome),
     /// Another call holds the key in flight: wait for it, then try again (the body did not run).
     Wait(Box<Record>),
 }
 
+impl<T, E> Attempt<T, E> {
+    /// An attempt that ended before it began: the store could not lend a transaction. Another
+    /// attempt runs when the error is [`StoreError::is_transient`].
+    pub fn failed(call: &Call, codec: Codec<T, E>, source: StoreError) -> Attempt<T, E> {
+        let again = source.is_transient();
+        let error = (codec.error)(call.store_error(source));
+        Attempt(if again {
+            Ended::Again(error, Outcome::Error)
+        } else {
+            Ended::Fail(error, Outcome::Error)
+        })
+    }
+
+    fn fail(codec: Codec<T, E>, error: Error) -> Attempt<T, E> {
+        let outcome = Outcome::of_error(&error);
+        let again = matches!(&error, Error::Store { source, .. } if source.is_transient());
+        let error = (codec.error)(error);
+        Attempt(if again { Ended::Again(error, outcome) } else { Ended::Fail(error, outcome) })
+    }
+}
+
+/// How a transactional call's transaction is run again after a failure another attempt may
+/// cure: at most `attempts` times in all, and `transient` says which of the body's own errors
+/// are such failures (the store's say so themselves, [`StoreError::is_transient`]).
+#[doc(hidden)]
+pub struct Retries<E> {
+    /// How many attempts at most (at least 1).
+    pub attempts: u32,
+    /// Whether the body's error is one another attempt may cure.
+    pub transient: fn(&E) -> bool,
+}
+
+impl<E> Clone for Retries<E> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E> Copy for Retries<E> {}
+
+impl<E> Retries<E> {
+    /// One attempt: nothing is run again (SQLite, whose `BEGIN IMMEDIATE` leaves it no
+    /// serialization failure or deadlock to report).
+    pub fn once() -> Retries<E> {
+        Retries { attempts: 1, transient: |_| false }
+    }
+}
+
 /// Where an attempt runs: the store's instance (whose owners it writes) and its clock.
-pub(crate) struct Site<'a> {
-    pub(crate) instance: &'a str,
-    pub(crate) clock: &'a (dyn Fn() -> u64 + Sync),
+#[doc(hidden)]
+pub struct Site<'a> {
+    /// The instance the store writes owners as.
+    pub instance: &'a str,
+    /// The store's clock, in milliseconds.
+    pub clock: &'a (dyn Fn() -> u64 + Sync),
 }
 
 /// How the claim of the key inside the transaction ended.
@@ -66,10 +123,12 @@ impl Call {
     /// [`Call::attempt`] fills), and is run again after waiting for another owner of the key on
     /// `store`. Counts the call once. A call that needs a person's approval is refused before
     /// anything is written: a transactional call asks no one.
-    pub(crate) async fn transact<T, E, A, Fut>(
+    #[doc(hidden)]
+    pub async fn transact<T, E, A, Fut>(
         &self,
         codec: Codec<T, E>,
         store: &dyn Store,
+        retries: Retries<E>,
         mut attempt: A,
     ) -> Result<T, E>
     where
@@ -83,23 +142,33 @@ impl Call {
             count(Outcome::Error);
             return Err((codec.error)(parts.cannot_ask_in_a_transaction()));
         }
-        let mut deadline = None;
+        let (mut deadline, mut failed) = (None, 0);
         loop {
             let waited = deadline.is_some();
-            match attempt().await {
-                Attempt::Fresh(value) => {
+            let Attempt(ended) = attempt().await;
+            match ended {
+                Ended::Fresh(value) => {
                     count(if waited { Outcome::Waited } else { Outcome::Fresh });
                     return Ok(value);
                 }
-                Attempt::Replay(value) => {
+                Ended::Replay(value) => {
                     count(if waited { Outcome::Waited } else { Outcome::Replay });
                     return Ok(value);
                 }
-                Attempt::Fail(e, outcome) => {
+                Ended::Fail(e, outcome) => {
                     count(outcome);
                     return Err(e);
                 }
-                Attempt::Wait(record) => {
+                Ended::Again(e, outcome) => {
+                    failed += 1;
+                    if failed >= retries.attempts.max(1) {
+                        count(outcome);
+                        return Err(e);
+                    }
+                    tracing::debug!(key = %self.key, tool = %self.tool, failed, "idem: the transaction failed; running it again");
+                    crate::exec::sleep_until(Instant::now() + backoff(failed)).await;
+                }
+                Ended::Wait(record) => {
                     let deadline = *deadline.get_or_insert_with(|| {
                         let wait = parts.wait.unwrap_or_else(|| store.default_wait());
                         deadline_after(Instant::now(), wait)
@@ -116,32 +185,32 @@ impl Call {
     /// One attempt inside `tx`, a transaction just begun: claim the key, run the body (taken
     /// from `body` only when the key is this call's), record its result and commit. `store`
     /// is where a record the body's own commit kept is marked in doubt.
-    pub(crate) async fn attempt<X, T, E, F>(
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    pub async fn attempt<X, T, E, F>(
         &self,
         codec: Codec<T, E>,
         site: &Site<'_>,
         mut tx: X,
         body: &mut Option<F>,
         store: Option<&dyn Store>,
+        transient: fn(&E) -> bool,
     ) -> Attempt<T, E>
     where
         X: Transaction,
-        F: AsyncFnOnce(&mut X) -> Result<T, E>,
+        F: AsyncFnOnce(&mut X::Body) -> Result<T, E>,
     {
         let parts = self.parts();
-        let fail = |e: Error| {
-            let outcome = Outcome::of_error(&e);
-            Attempt::Fail((codec.error)(e), outcome)
-        };
+        let fail = |e: Error| Attempt::fail(codec, e);
         let (held, token) = match parts.claim_in(&mut tx, site).await {
             Ok(Claimed::Mine(held, token)) => (held, token),
             Ok(Claimed::Replay(record)) => {
                 return match parts.replay(&record, codec.decode) {
-                    Ok(value) => Attempt::Replay(value),
+                    Ok(value) => Attempt(Ended::Replay(value)),
                     Err(e) => fail(e),
                 };
             }
-            Ok(Claimed::Wait(record)) => return Attempt::Wait(Box::new(record)),
+            Ok(Claimed::Wait(record)) => return Attempt(Ended::Wait(Box::new(record))),
             Err(e) => return fail(e),
         };
         let Some(body) = body.take() else {
@@ -152,7 +221,7 @@ impl Call {
         tx.body_starts();
         // Called inside the current call's scope, so that a sync body's work (done when it is
         // called) sees it too.
-        let ran = as_current(&self.key, token, async { body(&mut tx).await }).await;
+        let ran = as_current(&self.key, token, async { body(tx.body()).await }).await;
         match tx.body_ended().await {
             Ok(None) => {}
             Ok(Some(landed)) => return fail(self.ended_by_body(&held, landed, site, store).await),
@@ -161,7 +230,8 @@ impl Call {
         let value = match ran {
             Ok(value) => value,
             // Dropping `tx` rolls back: the record and the body's writes go together.
-            Err(e) => return Attempt::Fail(e, Outcome::Released),
+            Err(e) if transient(&e) => return Attempt(Ended::Again(e, Outcome::Released)),
+            Err(e) => return Attempt(Ended::Fail(e, Outcome::Released)),
         };
         let json = match encode_for_replay(codec, &value) {
             Ok(json) => json,
@@ -188,7 +258,7 @@ impl Call {
         }
         failpoint("txn_after_commit");
         tracing::debug!(key = %self.key, tool = %self.tool, "idem: done, in one transaction");
-        Attempt::Fresh(value)
+        Attempt(Ended::Fresh(value))
     }
 
     /// The error of a call whose body committed or rolled back its transaction itself. When
@@ -213,14 +283,22 @@ impl Call {
             );
         }
         let reason = format!(
-            "the body committed the transaction itself, so what it wrote before that commit may \
-             have been kept without its result: {ADVICE}"
+            "the body ended the transaction itself (a COMMIT or ROLLBACK of its own), so what it \
+             wrote may have been kept without its result: {ADVICE}"
         );
         let step = transition::leave_in_doubt(held, reason.as_str(), (site.clock)());
-        if let Some(store) = store {
-            let marked = store.compare_and_swap(held, step.new.as_ref(), step.change).await;
+        if let (Some(store), Some(in_doubt)) = (store, step.new.as_ref()) {
+            // The body's commit kept the record in flight: mark it. A rollback of the body's
+            // took it away, though what the body wrote after may have landed: put it back in
+            // doubt.
+            let marked =
+                match store.compare_and_swap(held, Some(in_doubt), step.change.clone()).await {
+                    Ok(Some(_)) => Ok(()),
+                    Ok(None) => store.insert_if_absent(in_doubt, step.change).await.map(drop),
+                    Err(e) => Err(e),
+                };
             if let Err(e) = marked {
-                tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot mark the key in doubt after the body's own commit");
+                tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot mark the key in doubt after the body ended its transaction");
             }
         }
         tracing::warn!(key = %self.key, tool = %self.tool, "idem: in doubt: the body committed its transaction itself");
@@ -302,6 +380,14 @@ impl CallParts<'_> {
              something write to idem's tables without taking their locks?"
         ))))
     }
+}
+
+/// The pause before attempt `failed + 1`: 5 ms doubling, with a little spread so that two
+/// transactions that deadlocked do not meet again at once.
+fn backoff(failed: u32) -> std::time::Duration {
+    let base = 5u64 << failed.min(6);
+    let spread = crate::lifecycle::now_ms() % base.max(1);
+    std::time::Duration::from_millis(base + spread / 2)
 }
 
 /// How many times a claim inside one transaction reads the key again after a refused write.

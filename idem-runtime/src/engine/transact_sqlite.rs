@@ -14,13 +14,12 @@ use std::sync::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::transact::{Attempt, Site};
+use super::transact::{Attempt, Retries, Site};
 use super::{Call, Codec};
 use crate::error::{Error, StoreError};
 use crate::exec::block_on;
 use crate::lifecycle::now_ms;
-use crate::meter::Outcome;
-use crate::store::sqlite::transaction::{Lender, SqliteTransaction};
+use crate::store::sqlite::transaction::Lender;
 use crate::store::sqlite::SqliteStore;
 
 /// A transactional call on a [`SqliteStore`]: [`SqliteStore::transactional`] makes one, and
@@ -61,7 +60,7 @@ impl SqliteStore {
     ///     })
     ///     .await?;
     /// # assert_eq!(refund_id, 1); Ok(()) }
-    /// # idem_runtime::for_stores::block_on(refund()).unwrap();
+    /// # idem_runtime::block_on(refund()).unwrap();
     /// ```
     pub fn transactional(&self, call: Call) -> SqliteTransactional<'_> {
         SqliteTransactional { store: self, call }
@@ -105,7 +104,7 @@ impl SqliteTransactional<'_> {
                 ended
             }
         };
-        call.transact(codec, store, attempt).await
+        call.transact(codec, store, Retries::once(), attempt).await
     }
 }
 
@@ -124,7 +123,9 @@ impl SqliteStore {
     {
         let body = RefCell::new(Some(body));
         let lender = self.lender();
-        block_on(call.transact(codec, self, || attempt(&lender, &call, codec, &body)))
+        block_on(
+            call.transact(codec, self, Retries::once(), || attempt(&lender, &call, codec, &body)),
+        )
     }
 }
 
@@ -143,7 +144,7 @@ where
     F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E> + Send + 'static,
 {
     type Answer<T, E, F> = Result<(Attempt<T, E>, Option<F>), Box<dyn Any + Send>>;
-    let (key, tool) = (call.key().to_string(), call.parts().tool.to_owned());
+    let named = call.clone();
     let (answer, answered) = tokio::sync::oneshot::channel::<Answer<T, E, F>>();
     let spawned =
         std::thread::Builder::new().name("idem-sqlite-transaction".into()).spawn(move || {
@@ -155,10 +156,7 @@ where
             // The caller may have gone: the attempt has ended all the same.
             let _ = answer.send(ran);
         });
-    let stopped = |reason: StoreError| {
-        let error = Error::store(Some(&key), Some(&tool), reason);
-        (Attempt::Fail((codec.error)(error), Outcome::Error), None)
-    };
+    let stopped = |reason: StoreError| (Attempt::failed(&named, codec, reason), None);
     if let Err(e) = spawned {
         return stopped(StoreError::with_source(
             "cannot start a thread for the transaction: the system refused one",
@@ -182,10 +180,7 @@ async fn attempt<T, E, F>(
 where
     F: FnOnce(&rusqlite::Transaction<'_>) -> Result<T, E>,
 {
-    let failed = |e: StoreError| {
-        let error = Error::store(Some(call.key().as_str()), Some(call.parts().tool), e);
-        Attempt::Fail((codec.error)(error), Outcome::Error)
-    };
+    let failed = |e: StoreError| Attempt::failed(call, codec, e);
     let lent = match lender.lend() {
         Ok(lent) => lent,
         Err(e) => return failed(e),
@@ -198,10 +193,10 @@ where
     let site = Site { instance: lender.instance(), clock: &clock };
     // Borrows `body`, so that a body the attempt does not run stays there.
     let unused = body.borrow().is_some();
-    let mut run = unused.then_some(|tx: &mut SqliteTransaction<'_>| {
+    let mut run = unused.then_some(|tx: &mut rusqlite::Transaction<'_>| {
         let taken = body.borrow_mut().take();
         ready(match taken {
-            Some(body) => body(tx.rusqlite()),
+            Some(body) => body(tx),
             None => Err((codec.error)(Error::store(
                 Some(call.key().as_str()),
                 Some(call.parts().tool),
@@ -209,5 +204,5 @@ where
             ))),
         })
     });
-    call.attempt(codec, &site, tx, &mut run, None).await
+    call.attempt(codec, &site, tx, &mut run, None, |_| false).await
 }

@@ -13,6 +13,12 @@ use crate::lifecycle::Record;
 /// transactional calls run on (the SQLite store lends one on its file, idem-postgres on its
 /// database). Storage only: what to write is the engine's decision. Dropping it rolls back.
 pub trait Transaction {
+    /// What the body writes through: the driver's transaction (or its connection).
+    type Body;
+
+    /// The body's handle on the transaction.
+    fn body(&mut self) -> &mut Self::Body;
+
     /// The record of `key`, as this transaction sees it.
     fn get(&mut self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>>;
 

@@ -92,17 +92,18 @@ impl<'c> SqliteTransaction<'c> {
         }
     }
 
-    /// The transaction, for the body's writes.
-    pub(crate) fn rusqlite(&self) -> &rusqlite::Transaction<'c> {
-        &self.tx
-    }
-
     fn failed(&self, doing: &str, key: &str, e: rusqlite::Error) -> StoreError {
         fault::store_error(&self.shared.what, &format!("{doing} key {key}"), e)
     }
 }
 
-impl Transaction for SqliteTransaction<'_> {
+impl<'c> Transaction for SqliteTransaction<'c> {
+    type Body = rusqlite::Transaction<'c>;
+
+    fn body(&mut self) -> &mut rusqlite::Transaction<'c> {
+        &mut self.tx
+    }
+
     async fn get(&mut self, key: &str) -> Result<Option<Record>, StoreError> {
         self.shared.stored(&self.tx, key).map_err(|e| self.failed("cannot read", key, e))
     }
