@@ -249,6 +249,8 @@ impl Parse for InTools {
 pub(crate) struct TxParam {
     pub(crate) name: syn::Ident,
     pub(crate) ty: syn::Type,
+    /// Where it was in the signature it was taken from (`None`: handed on by `#[idem::tools]`).
+    pub(crate) at: Option<usize>,
 }
 
 impl Parse for TxParam {
@@ -258,7 +260,7 @@ impl Parse for TxParam {
         let name = content.parse()?;
         content.parse::<Token![:]>()?;
         let ty = content.parse()?;
-        Ok(TxParam { name, ty })
+        Ok(TxParam { name, ty, at: None })
     }
 }
 
@@ -277,7 +279,7 @@ impl TxParam {
             match input {
                 syn::FnArg::Typed(typed) if i == at => {
                     if let syn::Pat::Ident(ident) = *typed.pat {
-                        taken = Some(TxParam { name: ident.ident, ty: *typed.ty });
+                        taken = Some(TxParam { name: ident.ident, ty: *typed.ty, at: Some(at) });
                     }
                 }
                 other => sig.inputs.push(other),

@@ -42,8 +42,12 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
             return with_errors(item.into_token_stream(), errors);
         }
     };
-    let mut options = options;
+    let (mut options, mut param_options) = (options, param_options);
     let transaction = validate::take_transaction(attr, &mut options, &mut item, &mut errors);
+    // The parameters' options follow the signature, which no longer has the transaction's.
+    if let Some(at) = transaction.as_ref().and_then(|taken| taken.at) {
+        param_options.remove(at);
+    }
     let mut tool = validate::tool(attr, options, &item, &param_options, &mut errors);
     tool.transaction = transaction;
     if !errors.is_empty() {
