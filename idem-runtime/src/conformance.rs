@@ -45,6 +45,7 @@ pub use self::history::{
 };
 pub use self::reconcile::{
     cancelled_reconciliation_leaves_it_in_doubt,
+    reconciler_answer_refused_by_the_fence_is_not_returned,
     reconciler_failure_of_any_text_leaves_it_in_doubt_with_its_reason,
     reconciler_that_cannot_tell_leaves_it_in_doubt,
     reconciler_that_errs_or_panics_leaves_it_in_doubt,
@@ -99,6 +100,7 @@ macro_rules! conformance_suite {
             reconciler_failure_of_any_text_leaves_it_in_doubt_with_its_reason,
             two_callers_on_a_key_in_doubt_reconcile_once,
             cancelled_reconciliation_leaves_it_in_doubt,
+            reconciler_answer_refused_by_the_fence_is_not_returned,
             sweep_settles_every_key_in_doubt_of_its_tools,
             history_follows_a_key_through_doubt_takeover_and_replay,
             history_follows_a_key_through_a_reconcile,

@@ -1,5 +1,6 @@
 //! The checks of reconcilers: each answer a reconciler can give, one that errs or panics, two
-//! callers on one key in doubt, a reconciliation cancelled midway, and a sweep.
+//! callers on one key in doubt, a reconciliation cancelled midway, an answer the fence refuses,
+//! and a sweep.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,7 +14,8 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::MAX_NOTE;
-use crate::lifecycle::Status;
+use crate::lifecycle::transition::{self, Step};
+use crate::lifecycle::{Record, Status};
 use crate::store::Store;
 
 /// Leaves the key of (`tool`, `scope`) in doubt, as a call whose answer was lost does.
@@ -74,6 +76,56 @@ pub fn reconciler_that_finds_it_did_not_land_runs_the_body(store: Arc<dyn Store>
     assert_eq!(got.unwrap(), "ch_2");
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
     assert_eq!(status(&store, &key), Some(Status::Done));
+}
+
+/// While the reconciler runs, the key moves on: `settle` makes a step from the reconciling
+/// record, written as its owner (whom the fence admits, as it admits a fleet peer once the
+/// reconciling call's lease lapsed), so that the write of the reconciler's answer is refused.
+fn move_on_while_asking(
+    store: &Arc<dyn Store>,
+    key: &Key,
+    settle: impl FnOnce(&Record, u64) -> Step<'_>,
+) {
+    let held = block_on(store.get(key.as_str())).unwrap().expect("the reconciling call's record");
+    assert_eq!(held.status, Status::InFlight, "the reconciling call holds the key");
+    let step = settle(&held, store.clock());
+    let moved = block_on(store.compare_and_swap(&held, step.new.as_ref(), step.change));
+    assert!(moved.unwrap().is_some(), "the key moved on while the reconciler ran");
+}
+
+/// An answer whose write the fence refused is not the key's result: the caller gets what the
+/// key records, or the error of a key in doubt, never `Ok` with the refused answer. Found by the
+/// lifecycle model (`tests/lifecycle_model.rs`, property 2).
+pub fn reconciler_answer_refused_by_the_fence_is_not_returned(store: Arc<dyn Store>) {
+    let (done, doubt) = (scope("refused-answer"), scope("refused-answer-in-doubt"));
+    let key = leave_in_doubt(&store, "charge_card", &done);
+    let got: Result<String, Error> = call(&store, "charge_card", &done).run_reconciled(
+        |_| {
+            move_on_while_asking(&store, &key, |held, now| {
+                transition::complete(held, r#""ch_peer""#.to_owned(), None, now)
+            });
+            Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string()))
+        },
+        || -> Result<String, Error> { panic!("the key is done: the body must not run") },
+    );
+    assert_eq!(got.unwrap(), "ch_peer", "the caller gets what the key records");
+    let replayed: String = call(&store, "charge_card", &done)
+        .run(|| -> Result<String, Error> { panic!("the body must not run on replay") })
+        .unwrap();
+    assert_eq!(replayed, "ch_peer", "as every later caller does");
+
+    let key = leave_in_doubt(&store, "charge_card", &doubt);
+    let got: Result<String, Error> = call(&store, "charge_card", &doubt).run_reconciled(
+        |_| {
+            move_on_while_asking(&store, &key, |held, now| {
+                transition::leave_in_doubt(held, "a peer's run was interrupted", now)
+            });
+            Ok::<_, String>(Reconciled::Landed("ch_vendor".to_string()))
+        },
+        || -> Result<String, Error> { panic!("in doubt under `fail`: the body must not run") },
+    );
+    assert!(matches!(got, Err(Error::InDoubt { .. })), "never Ok with a refused answer: {got:?}");
+    assert_eq!(status(&store, &key), Some(Status::InDoubt));
 }
 
 pub fn reconciler_that_cannot_tell_leaves_it_in_doubt(store: Arc<dyn Store>) {

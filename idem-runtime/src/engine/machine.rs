@@ -52,7 +52,8 @@ enum Reconciliation<T> {
     Released,
     /// The key is in doubt again, for `reason`; the record as written.
     InDoubt { record: Box<Record>, reason: String },
-    /// Someone else took the record over or settled it first: nothing was asked.
+    /// Someone else took the record over or settled it first (before the reconciler was asked,
+    /// or before its answer was stored): here it is now.
     Moved(Option<Record>),
 }
 
@@ -499,7 +500,11 @@ impl Call {
                         .await
                         .map_err(failed)?;
                     if !stored {
+                        // Its answer is not what the key records: the call decides again over
+                        // what the store holds, as a caller whose result was refused does.
                         tracing::warn!(key = %self.key, tool = %self.tool, "idem: the record changed hands while the reconciler ran; its answer was not stored");
+                        let now = store.get(self.key.as_str()).await.map_err(failed)?;
+                        return Ok(Reconciliation::Moved(now));
                     }
                     return Ok(Reconciliation::Landed(value));
                 }
