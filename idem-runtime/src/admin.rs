@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::Entry;
-use crate::lifecycle::{assess, Assessment, Liveness, Record, Status};
+use crate::lifecycle::{assess, Assessment, Record, Status};
 use crate::lifecycle::{retention, transition};
 use crate::meter::{self, ApprovalEvent};
 use crate::store::Store;
@@ -325,8 +325,8 @@ pub fn resolve(
             status: current.status,
         });
     }
-    if let (Status::InFlight, Liveness::Alive { pid }, false) =
-        (current.status, current.owner.liveness(), force)
+    if let (Some(pid), false) =
+        (transition::owner_may_resume(&current, &current.owner.liveness()), force)
     {
         return Err(Error::OwnerAlive { key: key.to_string(), tool: current.tool, pid });
     }

@@ -28,7 +28,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::owner::Owner;
+use super::owner::{Liveness, Owner};
 use super::record::Record;
 use super::status::Status;
 use crate::lifecycle::history::{Answer, Change, Event};
@@ -279,6 +279,18 @@ pub fn resolve<'a>(
         change = change.with_note(note);
     }
     Step { new, change }
+}
+
+/// Whether an operator's [`resolve`] of `current` must be refused because its owner may still
+/// run the body: the record is still in flight (its lease ran out, or it was found so) and its
+/// owner's process runs on this host (`liveness`, from [`Owner::liveness`]), stopped or slow.
+/// Settling it then could let the effect happen twice when the owner resumes. The owner's pid
+/// when refused; an operator may still force it.
+pub fn owner_may_resume(current: &Record, liveness: &Liveness) -> Option<u32> {
+    match (current.status, liveness) {
+        (Status::InFlight, Liveness::Alive { pid }) => Some(*pid),
+        _ => None,
+    }
 }
 
 /// done or denied → absent, with the key's history: an operator (`by`) purges a finished record.
