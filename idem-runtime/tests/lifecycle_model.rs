@@ -1,0 +1,191 @@
+//! A model checker of the lifecycle (issue 43): stateright explores every interleaving of the
+//! callers of one key, their crashes (the effect landed or not), restarts, pauses past the
+//! lease, clock skew, takeovers under `in_doubt = "rerun"` and under a reconciler's answer, an
+//! operator's resolve, approvals (ask, approve, deny, expiry), retention, and a transactional
+//! call, and checks seven properties in every reachable state (`properties.rs`; DESIGN.md,
+//! "The model of the lifecycle"). The model is built from the lifecycle's own functions, called
+//! as the engine calls them (`model.rs`).
+//!
+//! `IDEM_MODEL_MUTANT=<name>` plants one bug and expects a counterexample;
+//! `IDEM_MODEL_MUTANT=list` prints the planted bugs (run with `--nocapture`), and
+//! `IDEM_MODEL_SCENARIO=<name>` explores one scenario (`scenario.rs`) alone. Without them,
+//! `every_schedule_keeps_the_properties` explores every scenario and prints its bounds and the
+//! states it visited, and `every_planted_bug_is_found` runs each planted bug in the scenario
+//! that exposes it and prints its counterexample.
+
+#[path = "lifecycle_model/model.rs"]
+mod model;
+#[path = "lifecycle_model/properties.rs"]
+mod properties;
+#[path = "lifecycle_model/scenario.rs"]
+mod scenario;
+#[path = "lifecycle_model/state.rs"]
+mod state;
+
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+use self::model::{Action, Lifecycle};
+use self::scenario::{Mutant, Scenario};
+use self::state::{Phase, State};
+
+/// What one exploration found: the states visited, and each broken property with its trace.
+struct Explored {
+    states: usize,
+    broken: Vec<(&'static str, String)>,
+}
+
+fn explore(scenario: Scenario, mutant: Option<Mutant>) -> Explored {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let model = Lifecycle::new(scenario, mutant);
+    let builder = model.checker().threads(threads);
+    if mutant.is_some() {
+        found(builder.finish_when(HasDiscoveries::AnyFailures).spawn_bfs().join())
+    } else {
+        found(builder.spawn_dfs().join())
+    }
+}
+
+fn found(checker: impl Checker<Lifecycle>) -> Explored {
+    let mut broken: Vec<(&'static str, String)> = checker
+        .discoveries()
+        .into_iter()
+        .map(|(name, path)| (name, trace(checker.model(), path.into_vec())))
+        .collect();
+    broken.sort_by_key(|(name, _)| *name);
+    Explored { states: checker.unique_state_count(), broken }
+}
+
+/// A counterexample as a person reads it: one line per step, with what it left.
+fn trace(model: &Lifecycle, steps: Vec<(State, Option<Action>)>) -> String {
+    let mut out = String::new();
+    if let Some((first, _)) = steps.first() {
+        out.push_str(&format!("  start: {}\n", summary(model, first)));
+    }
+    for window in steps.windows(2) {
+        let (_, action) = &window[0];
+        let (after, _) = &window[1];
+        let action = action.as_ref().map_or_else(String::new, |a| format!("{a:?}"));
+        out.push_str(&format!("  {action:<22} -> {}\n", summary(model, after)));
+    }
+    out
+}
+
+/// A state in one line: the clock, each key's record and ghost counts, and each caller.
+fn summary(model: &Lifecycle, s: &State) -> String {
+    let keys: Vec<String> = s
+        .keys
+        .iter()
+        .map(|k| {
+            let record = match &k.record {
+                None => "absent".to_owned(),
+                Some(r) => {
+                    let r = &r.0;
+                    let mut text = format!("{} by {}", r.status, r.owner);
+                    if let Some(until) = r.lease_until {
+                        text.push_str(&format!(" lease<{until}"));
+                    }
+                    if let Some(result) = &r.result {
+                        text.push_str(&format!(" result {result}"));
+                    }
+                    text
+                }
+            };
+            format!("[{record}; effects {}]", k.effects)
+        })
+        .collect();
+    let callers: Vec<String> = s
+        .callers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let phase = match &c.phase {
+                Phase::Idle => "idle".to_owned(),
+                Phase::Owned(h) => format!("owns(token {}, {:?})", h.token, h.effect),
+                Phase::Reconciling(_) => "reconciling".to_owned(),
+                Phase::Tx(run) => format!("in transaction(token {})", run.token),
+                Phase::Ended => format!("returned {:?}", c.outcome.as_ref().expect("an outcome")),
+                Phase::Crashed => "crashed".to_owned(),
+            };
+            let paused = if c.paused { ", paused" } else { "" };
+            format!("c{i}@{} {phase}{paused}", model.clock(s, i))
+        })
+        .collect();
+    format!("t={} {} | {}", s.now, keys.join(" "), callers.join("; "))
+}
+
+fn planted() -> Option<String> {
+    std::env::var("IDEM_MODEL_MUTANT").ok().filter(|name| !name.is_empty())
+}
+
+/// Runs `mutant` in its scenario; the property it broke, printed with its trace.
+fn counterexample(mutant: Mutant) -> Vec<&'static str> {
+    let scenario = Scenario::named(mutant.scenario());
+    let started = Instant::now();
+    let explored = explore(scenario, Some(mutant));
+    println!(
+        "mutant {} in scenario {}: {} states, {:.1} s",
+        mutant.name(),
+        mutant.scenario(),
+        explored.states,
+        started.elapsed().as_secs_f64()
+    );
+    for (property, trace) in &explored.broken {
+        println!("  broken: {property}\n{trace}");
+    }
+    explored.broken.iter().map(|(property, _)| *property).collect()
+}
+
+#[test]
+fn every_schedule_keeps_the_properties() {
+    match planted().as_deref() {
+        Some("list") => {
+            for mutant in Mutant::ALL {
+                println!("mutant: {}", mutant.name());
+            }
+            return;
+        }
+        Some(name) => {
+            let mutant = Mutant::named(name)
+                .unwrap_or_else(|| panic!("no planted bug named {name}: IDEM_MODEL_MUTANT=list"));
+            let broken = counterexample(mutant);
+            assert!(!broken.is_empty(), "the model found no counterexample for {name}");
+            return;
+        }
+        None => {}
+    }
+    let (mut total, started) = (0, Instant::now());
+    let only = std::env::var("IDEM_MODEL_SCENARIO").ok();
+    for scenario in Scenario::all() {
+        if only.as_deref().is_some_and(|name| name != scenario.name) {
+            continue;
+        }
+        println!("bounds: {scenario}");
+        let at = Instant::now();
+        let explored = explore(scenario, None);
+        println!("  {} states visited, {:.1} s", explored.states, at.elapsed().as_secs_f64());
+        for (property, trace) in &explored.broken {
+            println!("  broken: {property}\n{trace}");
+        }
+        assert!(explored.broken.is_empty(), "a property broke: see the trace above");
+        total += explored.states;
+    }
+    println!("{total} states visited in all, {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+fn every_planted_bug_is_found() {
+    if planted().is_some() {
+        return;
+    }
+    for mutant in Mutant::ALL {
+        let broken = counterexample(mutant);
+        assert!(
+            broken.contains(&mutant.breaks()),
+            "{} should break \"{}\", and broke {broken:?}",
+            mutant.name(),
+            mutant.breaks()
+        );
+    }
+}
