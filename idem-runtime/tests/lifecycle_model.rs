@@ -13,6 +13,10 @@
 //! states it visited, and `every_planted_bug_is_found` runs each planted bug in the scenario
 //! that exposes it and prints its counterexample.
 
+#[path = "lifecycle_model/admin.rs"]
+mod admin;
+#[path = "lifecycle_model/caller.rs"]
+mod caller;
 #[path = "lifecycle_model/model.rs"]
 mod model;
 #[path = "lifecycle_model/properties.rs"]
@@ -21,6 +25,8 @@ mod properties;
 mod scenario;
 #[path = "lifecycle_model/state.rs"]
 mod state;
+#[path = "lifecycle_model/store.rs"]
+mod store;
 
 use std::time::Instant;
 

@@ -1,0 +1,107 @@
+//! The store of the model: one atomic operation per step, as the PostgreSQL store makes it. A
+//! write is an insert if absent or a compare-and-swap that `admits` (the fence) lets through,
+//! on the writer's reading of the clock and through its instance; an in-flight record gets a
+//! lease from that reading, which its running owner's heartbeat renews at every tick. Where a
+//! write lands, the ghost counters the properties read are kept.
+
+use idem_runtime::{Record, Status};
+
+use super::model::{result_of, Lifecycle};
+use super::state::{Effect, Rec, Slot, State};
+
+/// Who writes (`writer`: an owner, an operator, a person, a store instance), on which reading
+/// of the store's clock, through which store instance: what the fence asks of a write.
+#[derive(Clone, Copy)]
+pub(crate) struct Writer<'a> {
+    pub(crate) writer: &'a str,
+    pub(crate) now: u64,
+    pub(crate) instance: &'a str,
+}
+
+impl Lifecycle {
+    /// What the store writes of `new` at `now`: an in-flight record with a lease from the
+    /// writer's reading of the clock, any other without one (as the PostgreSQL store does).
+    pub(crate) fn leased(&self, mut new: Record, now: u64) -> Record {
+        new.lease_until =
+            (new.status == Status::InFlight).then(|| now + self.scenario.bounds.lease);
+        new
+    }
+
+    /// `insert_if_absent`: the token, or `Err` when a record is there.
+    pub(crate) fn insert(&self, s: &mut State, k: usize, new: Record, now: u64) -> Result<u64, ()> {
+        if s.keys[k].record.is_some() {
+            return Err(());
+        }
+        Ok(self.land(s, k, Some(new), now))
+    }
+
+    /// `compare_and_swap`, fenced by `admits` on the writer's clock and instance: the token, or
+    /// `None` when refused.
+    pub(crate) fn swap(
+        &self,
+        s: &mut State,
+        k: usize,
+        expected: &Record,
+        new: Option<Record>,
+        by: Writer<'_>,
+    ) -> Option<u64> {
+        let Writer { writer, now, instance } = by;
+        let stored = s.keys[k].record.clone()?;
+        if !self.admits(expected, &stored.0, writer, now, instance) {
+            return None;
+        }
+        // An owner's own write (a settling write) must find its own record as it left it.
+        if expected.owner.as_str() == writer && stored.0.fence() != expected.fence() {
+            s.broken.stale_write = true;
+        }
+        Some(self.land(s, k, new, now))
+    }
+
+    /// Makes the write: the next token, the lease, and the ghost record of results.
+    pub(crate) fn land(&self, s: &mut State, k: usize, new: Option<Record>, now: u64) -> u64 {
+        s.seq += 1;
+        let new = new.map(|r| self.leased(r, now));
+        let slot = &mut s.keys[k];
+        if let Some(done) = new.as_ref().filter(|r| r.status == Status::Done) {
+            slot.recorded.insert(done.result.clone().unwrap_or_default());
+        }
+        slot.record = new.map(Rec);
+        s.seq
+    }
+
+    /// The system of record takes the effect of the run with `token`; one that deduplicates the
+    /// key answers a repeat with the first answer, and no second effect.
+    pub(crate) fn send_effect(&self, slot: &mut Slot, token: u64) -> Effect {
+        if let (true, Some(first)) = (self.scenario.keyed_vendor, &slot.landed) {
+            return Effect::Landed(first.clone());
+        }
+        slot.effects += 1;
+        slot.landed = Some(result_of(token));
+        Effect::Landed(result_of(token))
+    }
+
+    /// The store's clock advances 1 ms.
+    pub(crate) fn tick(&self, s: &mut State) {
+        s.now += 1;
+        // Each running owner's heartbeat renews its lease, as the PostgreSQL store's renewal
+        // does: only a lease that has not lapsed, on the owner's reading of the clock.
+        for k in 0..s.keys.len() {
+            let Some(Rec(record)) = &s.keys[k].record else { continue };
+            if record.status != Status::InFlight {
+                continue;
+            }
+            let owner = s.callers.iter().enumerate().find(|(i, c)| {
+                c.alive() && !c.paused && self.instance(s, *i) == record.owner.instance()
+            });
+            if let Some((i, _)) = owner {
+                let now = self.clock(s, i);
+                if record.lease_until.is_some_and(|until| until > now) {
+                    let renewed = now + self.scenario.bounds.lease;
+                    if let Some(Rec(r)) = &mut s.keys[k].record {
+                        r.lease_until = Some(renewed);
+                    }
+                }
+            }
+        }
+    }
+}
