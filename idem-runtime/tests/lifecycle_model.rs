@@ -33,8 +33,106 @@ use std::time::Instant;
 use stateright::{Checker, HasDiscoveries, Model};
 
 use self::model::{Action, Lifecycle};
-use self::scenario::{Mutant, Scenario};
+use self::scenario::Scenario;
 use self::state::{Phase, State};
+
+/// The planted bugs: each replaces or wraps the answer of one of the lifecycle's functions
+/// inside the model (the library has no switch for it), with the property it breaks and the
+/// scenario that shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    /// The fence admits a write from the owner named in what it expects, whatever is stored.
+    FenceAdmitsStaleWriter,
+    /// An owner whose final write was refused returns its own result anyway.
+    LateResultReturned,
+    /// A caller reads an in-flight record as running whatever its lease says.
+    LeaseHoldsForever,
+    /// A call under `in_doubt = "fail"` takes a key in doubt over and runs it again.
+    RerunUnderFail,
+    /// The operator's resolve ignores that the owner's process still runs.
+    OperatorIgnoresLiveOwner,
+    /// The key leaves the amount out, so an approval covers other arguments.
+    ApprovalIgnoresArguments,
+    /// A call of a tool that needs approval runs without asking.
+    ApprovalNotAsked,
+    /// A run that failed puts its approval back (`undo`) instead of releasing the key.
+    ApprovalGivenBack,
+    /// Retention takes a record in doubt for a finished one.
+    RetentionRemovesInDoubt,
+    /// A retention pass deletes the record as it finds it at the delete, not the one it read.
+    RetentionDeleteUnfenced,
+    /// A transactional body's effect commits on its own, before the record.
+    TransactionCommitsEffectEarly,
+}
+
+impl Mutant {
+    pub const ALL: [Mutant; 11] = [
+        Mutant::FenceAdmitsStaleWriter,
+        Mutant::LateResultReturned,
+        Mutant::LeaseHoldsForever,
+        Mutant::RerunUnderFail,
+        Mutant::OperatorIgnoresLiveOwner,
+        Mutant::ApprovalIgnoresArguments,
+        Mutant::ApprovalNotAsked,
+        Mutant::ApprovalGivenBack,
+        Mutant::RetentionRemovesInDoubt,
+        Mutant::RetentionDeleteUnfenced,
+        Mutant::TransactionCommitsEffectEarly,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::FenceAdmitsStaleWriter => "fence-admits-stale-writer",
+            Mutant::LateResultReturned => "late-result-returned",
+            Mutant::LeaseHoldsForever => "lease-holds-forever",
+            Mutant::RerunUnderFail => "rerun-under-fail",
+            Mutant::OperatorIgnoresLiveOwner => "operator-ignores-live-owner",
+            Mutant::ApprovalIgnoresArguments => "approval-ignores-arguments",
+            Mutant::ApprovalNotAsked => "approval-not-asked",
+            Mutant::ApprovalGivenBack => "approval-given-back",
+            Mutant::RetentionRemovesInDoubt => "retention-removes-in-doubt",
+            Mutant::RetentionDeleteUnfenced => "retention-delete-unfenced",
+            Mutant::TransactionCommitsEffectEarly => "transaction-commits-effect-early",
+        }
+    }
+
+    /// The scenario that exposes it.
+    pub fn scenario(self) -> &'static str {
+        match self {
+            // Under `fail` no one moves a paused owner's key on: a rerun does.
+            Mutant::FenceAdmitsStaleWriter | Mutant::LateResultReturned => "rerun",
+            Mutant::LeaseHoldsForever
+            | Mutant::RerunUnderFail
+            | Mutant::OperatorIgnoresLiveOwner => "fail",
+            Mutant::ApprovalIgnoresArguments
+            | Mutant::ApprovalNotAsked
+            | Mutant::ApprovalGivenBack => "approval",
+            Mutant::RetentionRemovesInDoubt | Mutant::RetentionDeleteUnfenced => "retention",
+            Mutant::TransactionCommitsEffectEarly => "transactional",
+        }
+    }
+
+    /// The property it breaks.
+    pub fn breaks(self) -> &'static str {
+        match self {
+            Mutant::FenceAdmitsStaleWriter => properties::FENCED_WRITE,
+            Mutant::LateResultReturned => properties::RECORDED_RESULT,
+            Mutant::LeaseHoldsForever => properties::NOT_IN_FLIGHT_FOREVER,
+            Mutant::RerunUnderFail | Mutant::OperatorIgnoresLiveOwner => properties::AT_MOST_ONCE,
+            Mutant::ApprovalIgnoresArguments
+            | Mutant::ApprovalNotAsked
+            | Mutant::ApprovalGivenBack => properties::APPROVAL_ONCE,
+            Mutant::RetentionRemovesInDoubt | Mutant::RetentionDeleteUnfenced => {
+                properties::RETENTION_KEEPS
+            }
+            Mutant::TransactionCommitsEffectEarly => properties::TX_TOGETHER,
+        }
+    }
+
+    pub fn named(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
 
 /// What one exploration found: the states visited, and each broken property with its trace.
 struct Explored {

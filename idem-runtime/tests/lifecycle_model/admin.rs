@@ -7,9 +7,9 @@ use idem_runtime::Resolution;
 
 use super::model::RETAINER_INSTANCE;
 use super::model::{awaiting, fresh_epoch, Lifecycle, OPERATOR, OPERATOR_INSTANCE, PERSON};
-use super::scenario::Mutant;
 use super::state::State;
 use super::store::Writer;
+use super::Mutant;
 
 impl Lifecycle {
     /// A key the operator would find in doubt (`idem ls --status in-doubt`, on its clock).

@@ -8,9 +8,9 @@ use idem_runtime::store::{Answer, Owner};
 use idem_runtime::{Record, Status};
 
 use super::model::{fresh_epoch, result_of, Lifecycle, FUNCTION, SCOPE, TOOL};
-use super::scenario::Mutant;
 use super::state::{Effect, Held, Outcome, Phase, Rec, State, TxRun};
 use super::store::Writer;
+use super::Mutant;
 
 impl Lifecycle {
     pub(crate) fn owner(&self, s: &State, i: usize) -> Owner {

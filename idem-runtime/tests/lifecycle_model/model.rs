@@ -14,8 +14,9 @@ use idem_runtime::store::{Liveness, Owner};
 use idem_runtime::{Call, Error, Record, Status};
 use stateright::Model;
 
-use super::scenario::{Mutant, Scenario};
+use super::scenario::Scenario;
 use super::state::{Caller, Effect, Outcome, Phase, Reader, Slot, State};
+use super::Mutant;
 
 /// The store's clock when the model starts (ms): above every skew, so no reading underflows.
 pub const START: u64 = 10;
