@@ -263,11 +263,12 @@ fn every_schedule_keeps_the_properties() {
         None => {}
     }
     let (mut total, started) = (0, Instant::now());
-    let only = std::env::var("IDEM_MODEL_SCENARIO").ok();
-    for scenario in Scenario::all() {
-        if only.as_deref().is_some_and(|name| name != scenario.name) {
-            continue;
-        }
+    let only = std::env::var("IDEM_MODEL_SCENARIO").ok().filter(|name| !name.is_empty());
+    let scenarios = match only.as_deref() {
+        Some(name) => vec![Scenario::named(name)],
+        None => Scenario::all(),
+    };
+    for scenario in scenarios {
         println!("bounds: {scenario}");
         let at = Instant::now();
         let explored = explore(scenario, None, false);

@@ -160,7 +160,10 @@ impl Scenario {
     }
 
     pub fn named(name: &str) -> Scenario {
-        Scenario::all().into_iter().find(|s| s.name == name).expect("a scenario of that name")
+        let all = Scenario::all();
+        let names: Vec<&str> = all.iter().map(|s| s.name).collect();
+        let message = format!("no scenario named {name}; the scenarios are {names:?}");
+        all.into_iter().find(|s| s.name == name).expect(&message)
     }
 }
 
