@@ -88,12 +88,13 @@ pub use time::utc_timestamp;
 /// the code rather than a copy of it. Not a public API: it may change in any release.
 #[doc(hidden)]
 pub mod for_model {
+    pub use crate::engine::Next;
     pub use crate::lifecycle::retention::outlived;
     pub use crate::lifecycle::{admits, assess, transition, Assessment};
 
     /// What `call` does about `found` (`None`: absent) at `now` on the store's clock, seen from
     /// the store instance `instance`, with a reconciler to ask or not: the engine's decision
-    /// table (`CallParts::next`), its answer by name.
+    /// table (`CallParts::next`) itself.
     pub fn next(
         call: &crate::engine::Call,
         found: Option<&crate::lifecycle::Record>,
@@ -101,44 +102,7 @@ pub mod for_model {
         instance: &str,
         reconciler: bool,
     ) -> Result<Next, crate::error::Error> {
-        call.parts().next(found, now, instance, reconciler).map(Next::from)
-    }
-
-    /// The engine's answer (its own type is the crate's), one variant for each of its.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Next {
-        /// Return the recorded result.
-        Replay,
-        /// Another owner runs the body: wait for the record to change.
-        Wait,
-        /// Ask the reconciler whether the effect of the key in doubt landed.
-        Reconcile,
-        /// The key is in doubt and the call may not run.
-        RefuseInDoubt,
-        /// A person denied the key.
-        Denied,
-        /// The key waits for a person's decision.
-        AwaitDecision,
-        /// Record the key as awaiting a person's approval.
-        AskApproval,
-        /// Reserve the key, or take the record over.
-        Claim,
-    }
-
-    impl From<crate::engine::Next> for Next {
-        fn from(next: crate::engine::Next) -> Next {
-            use crate::engine::Next as Engine;
-            match next {
-                Engine::Replay => Next::Replay,
-                Engine::Wait => Next::Wait,
-                Engine::Reconcile => Next::Reconcile,
-                Engine::RefuseInDoubt => Next::RefuseInDoubt,
-                Engine::Denied => Next::Denied,
-                Engine::AwaitDecision => Next::AwaitDecision,
-                Engine::AskApproval => Next::AskApproval,
-                Engine::Claim => Next::Claim,
-            }
-        }
+        call.parts().next(found, now, instance, reconciler)
     }
 }
 

@@ -8,8 +8,9 @@ use crate::error::{Error, StoreError};
 use crate::lifecycle::{assess, Assessment, Record, Status};
 
 /// What a call does next about the record it found (see [`CallParts::next`]).
+#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Next {
+pub enum Next {
     /// Return the recorded result.
     Replay,
     /// Another owner is running the body: wait for the record to change.

@@ -46,7 +46,7 @@ pub use self::args::Args;
 pub use self::context::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token,
 };
-pub(crate) use self::decide::Next;
+pub use self::decide::Next;
 pub(crate) use self::reconciler::erred;
 pub use self::reconciler::Reconciled;
 pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
