@@ -264,9 +264,23 @@ fn read_all(store: &dyn Store) -> Result<(Vec<Record>, Vec<Error>), Error> {
     Ok((records, unreadable))
 }
 
-/// Records matching `filter`, newest first, and every record that could not be read.
+/// `record` with the status a call would act on: a record in flight whose owner is gone (its
+/// process died, its lease lapsed) is in doubt, as `show` and every call say, so that a listing
+/// by status and the counts find the keys an operator must settle.
+fn as_assessed(store: &dyn Store, mut record: Record) -> Record {
+    let gone = assess(Some(&record), store.clock(), store.instance()) == Assessment::InDoubt;
+    if record.status == Status::InFlight && gone {
+        record.status = Status::InDoubt;
+    }
+    record
+}
+
+/// Records matching `filter`, newest first, and every record that could not be read. A record
+/// in flight whose owner is gone is listed in doubt, as a call assesses it.
 pub fn scan(store: &dyn Store, filter: &Filter) -> Result<Listing, Error> {
-    let (mut records, unreadable) = read_all(store)?;
+    let (records, unreadable) = read_all(store)?;
+    let mut records: Vec<Record> =
+        records.into_iter().map(|record| as_assessed(store, record)).collect();
     records.retain(|r| {
         filter.status.is_none_or(|s| r.status == s)
             && filter.tool.as_deref().is_none_or(|t| r.tool == t)
@@ -428,7 +442,8 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
     Ok(purged)
 }
 
-/// Counts records by status and by tool.
+/// Counts records by status (a record in flight whose owner is gone counts in doubt, as a call
+/// assesses it) and by tool.
 pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
     let (records, unreadable) = read_all(store)?;
     let mut stats = Stats {
@@ -437,9 +452,9 @@ pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
         retention: store.retention(),
         ..Stats::default()
     };
-    for record in &records {
+    for record in records.into_iter().map(|record| as_assessed(store, record)) {
         *stats.by_status.entry(record.status.to_string()).or_default() += 1;
-        *stats.by_tool.entry(record.tool.clone()).or_default() += 1;
+        *stats.by_tool.entry(record.tool).or_default() += 1;
     }
     Ok(stats)
 }

@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Store};
+use idem_runtime::admin::{self, Filter};
+use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 
 use self::children::{start, Running};
 
@@ -215,6 +216,15 @@ fn in_doubt_after_kill_at(point: &str, lines_at_crash: usize) {
     owner.process.kill().unwrap(); // SIGKILL
     owner.process.wait().unwrap();
     assert_eq!(ledger(dir.path()).len(), lines_at_crash, "the ledger at the crash");
+    // The operator finds it where the model was told to look: `idem ls --status in-doubt`
+    // and `idem stats` count the record in flight under a dead owner as in doubt.
+    let looking = store(dir.path());
+    let in_doubt = admin::list(looking.as_ref(), &Filter::new().status(Status::InDoubt)).unwrap();
+    assert_eq!(in_doubt.len(), 1, "listed in doubt after a kill at {point}: {in_doubt:?}");
+    let counted = admin::stats(looking.as_ref()).unwrap().by_status;
+    assert_eq!(counted.get("in-doubt"), Some(&1), "{counted:?}");
+    assert_eq!(counted.get("in-flight"), None, "{counted:?}");
+    drop(looking);
     for _ in 0..2 {
         assert_eq!(
             call_once(dir.path(), "fail"),
