@@ -17,6 +17,26 @@ mod tool_result;
 
 pub use self::ask::ask_for_approval;
 
+/// Marks a tool result with `isError: true` as the final answer for its intent, to be recorded
+/// and replayed to every later call with the same arguments (a vendor's "card declined" for this
+/// exact charge). Without it, an error result is not recorded: it tells the model of a failure,
+/// the key is released (or left in doubt, when the body said its effect may have landed), and a
+/// later call runs the body again.
+///
+/// ```
+/// use rmcp::model::{CallToolResult, ContentBlock};
+///
+/// let declined = CallToolResult::error(vec![ContentBlock::text("card declined")]);
+/// let declined = idem_runtime::mcp::final_error(declined);
+/// assert_eq!(declined.meta.unwrap().0["io.idem/final"], true);
+/// ```
+pub fn final_error(mut result: rmcp::model::CallToolResult) -> rmcp::model::CallToolResult {
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0.insert(crate::engine::FINAL_ERROR.to_owned(), serde_json::Value::Bool(true));
+    result.meta = Some(meta);
+    result
+}
+
 impl From<Error> for ErrorData {
     /// Arguments that have no key (and a text that is not one) are the caller's to fix (`invalid_params`); everything else is
     /// the server's (`internal_error`). The message is idem's, which names the key and says what

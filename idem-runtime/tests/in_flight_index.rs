@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::admin::{self, Filter};
+use idem_runtime::admin;
 use idem_runtime::store::now_ms;
 use idem_runtime::{Call, Error, Key, SledStore, Status, Store};
 use serde_json::json;
@@ -43,8 +43,11 @@ fn charge(order: usize) -> Call {
     Call::new("charge_card", format!("order-{order}"), &json!({"amount": 4200})).unwrap()
 }
 
+/// The statuses as stored (in flight, done, in doubt), not as `idem ls` assesses them: what an
+/// open wrote, or left.
 fn statuses(store: &dyn Store) -> (usize, usize, usize) {
-    let records = admin::list(store, &Filter::default()).unwrap();
+    let scanned = idem_runtime::block_on(store.scan()).unwrap();
+    let records: Vec<_> = scanned.into_iter().map(Result::unwrap).collect();
     let count = |status| records.iter().filter(|r| r.status == status).count();
     (count(Status::InFlight), count(Status::Done), count(Status::InDoubt))
 }

@@ -427,8 +427,9 @@ impl Call {
         Ok(taken)
     }
 
-    /// Records `value` as the call's result. The effect has landed by now, so a failure leaves
-    /// the record in doubt. Only a result that reads back into `T` is recorded. When the write
+    /// Records `json` (the body's result as [`encode_for_replay`] wrote it, or why it cannot be
+    /// stored) as the call's result. The effect has landed by now, so a failure leaves the record
+    /// in doubt. Only a result that reads back into `T` is recorded. When the write
     /// is refused because the key moved on while the body ran, the caller gets what the store
     /// holds instead (`Some`: the result recorded in its place), or [`Error::Superseded`]: never
     /// its own result as if it were recorded.
@@ -436,9 +437,9 @@ impl Call {
         &self,
         codec: Codec<T, E>,
         owned: Box<Reservation>,
-        value: &T,
+        json: Result<String, String>,
     ) -> Result<Option<T>, Error> {
-        let json = match encode_for_replay(codec, value) {
+        let json = match json {
             Ok(json) => json,
             Err(reason) => {
                 owned.leave_in_doubt("its result could not be stored").await;

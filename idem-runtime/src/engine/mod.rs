@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use self::context::Current;
-use self::machine::Acquired;
+use self::machine::{encode_for_replay, Acquired};
 use crate::canonical::canonical_json_for;
 use crate::error::Error;
 use crate::exec::block_on;
@@ -412,7 +412,16 @@ impl Call {
         match call.enter_async(body()).await {
             Ok(value) => {
                 failpoint("after_body");
-                let recorded = self.complete(codec, owned, &value).await.map_err(fail)?;
+                let json = encode_for_replay(codec, &value);
+                if json.as_deref().is_ok_and(reports_failure) {
+                    // A result that says it failed (an MCP tool result with `isError: true`)
+                    // is the body's error, told to the model: not recorded, so that a later
+                    // call runs the body again.
+                    tracing::debug!(key = %self.key, tool = %self.tool, "idem: the result says it failed; not recorded");
+                    self.after_error(owned, call.may_have_landed()).await;
+                    return Ok(value);
+                }
+                let recorded = self.complete(codec, owned, json).await.map_err(fail)?;
                 meter::call(&self.tool, Outcome::Fresh, started.elapsed());
                 failpoint("after_complete");
                 // The key moved on while the body ran: every caller gets what is recorded.
@@ -537,6 +546,35 @@ impl CallParts<'_> {
         })
     }
 }
+
+/// Whether a result's JSON says the call failed: an MCP tool result with `isError: true` (rmcp's
+/// `CallToolResult::error`), which is how a tool tells the model of an error it may act on. Such
+/// a result is the body's error, not its effect's record: the engine does not record it (the
+/// key is released, or left in doubt when the body said the effect may have landed), so that a
+/// later call runs the body again rather than replay the error for ever.
+pub(crate) fn reports_failure(json: &str) -> bool {
+    // Most results are not MCP tool results: a look for the field first, then a parse.
+    if !json.contains("\"isError\"") {
+        return false;
+    }
+    #[derive(serde::Deserialize)]
+    struct ToolResult {
+        #[serde(rename = "isError")]
+        is_error: Option<bool>,
+        content: Option<serde_json::Value>,
+        #[serde(rename = "_meta")]
+        meta: Option<serde_json::Map<String, serde_json::Value>>,
+    }
+    serde_json::from_str::<ToolResult>(json).is_ok_and(|result| {
+        // A tool records an error as the intent's final answer only by saying so.
+        let last = result.meta.as_ref().and_then(|meta| meta.get(FINAL_ERROR));
+        result.is_error == Some(true) && result.content.is_some() && last != Some(&true.into())
+    })
+}
+
+/// The `_meta` entry of an MCP tool result with `isError: true` that asks idem to record it as
+/// the intent's answer (`idem::mcp::final_error`), replayed to every later call.
+pub(crate) const FINAL_ERROR: &str = "io.idem/final";
 
 /// Runs `body` as the call of `key`, whose owner has fencing token `token`: inside it,
 /// `current_key()` and `fencing_token()` answer for that call (a store's own run path,

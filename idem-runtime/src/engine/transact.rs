@@ -22,7 +22,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use super::machine::encode_for_replay;
-use super::{as_current, Call, CallParts, Codec, Next};
+use super::{as_current, reports_failure, Call, CallParts, Codec, Next};
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;
@@ -49,6 +49,9 @@ enum Ended<T, E> {
     Again(E, Outcome),
     /// Another call holds the key in flight: wait for it, then try again (the body did not run).
     Wait(Box<Record>),
+    /// The body's value says it failed (`reports_failure`): rolled back, and handed to the
+    /// caller unrecorded.
+    Unrecorded(T),
 }
 
 impl<T, E> Attempt<T, E> {
@@ -155,6 +158,10 @@ impl Call {
                     count(if waited { Outcome::Waited } else { Outcome::Replay });
                     return Ok(value);
                 }
+                Ended::Unrecorded(value) => {
+                    count(Outcome::Released);
+                    return Ok(value);
+                }
                 Ended::Fail(e, outcome) => {
                     count(outcome);
                     return Err(e);
@@ -234,6 +241,8 @@ impl Call {
             Err(e) => return Attempt(Ended::Fail(e, Outcome::Released)),
         };
         let json = match encode_for_replay(codec, &value) {
+            // The body told the model it failed: its writes roll back with the record.
+            Ok(json) if reports_failure(&json) => return Attempt(Ended::Unrecorded(value)),
             Ok(json) => json,
             Err(reason) => {
                 let (key, tool) = (self.key.to_string(), self.tool.clone());
