@@ -92,6 +92,9 @@
 //! - `rmcp`: rmcp tool signatures with no glue (`Result<Json<T>, ErrorData>`,
 //!   `Result<CallToolResult, ErrorData>`), idem's outcomes as tool results the model reads, and
 //!   `mcp::annotate`, which fills a router's MCP hints from the classification.
+//! - `sqlite`: the SQLite store (`SqliteStore`, `sqlite:PATH` in `$IDEM_STORE` and
+//!   [`open_store`]), and transactional tools on it (`#[idempotent(…, transactional = "tx")]`).
+//! - `postgres`: `postgres://…` in `$IDEM_STORE` and [`open_store`], through `idem-postgres`.
 //!
 //! ## Further reading
 //!

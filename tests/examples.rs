@@ -102,11 +102,11 @@ fn idem_command() -> std::path::PathBuf {
     let idem = dir.join(format!("idem{}", std::env::consts::EXE_SUFFIX));
     if !idem.exists() {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "-p", "idem-cli"])
+            .args(["build", "--quiet", "-p", "idem-agent-cli"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("cargo runs");
-        assert!(status.success(), "cargo build -p idem-cli failed");
+        assert!(status.success(), "cargo build -p idem-agent-cli failed");
     }
     idem
 }

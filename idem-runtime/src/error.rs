@@ -78,18 +78,18 @@ impl std::error::Error for StoreError {
     }
 }
 
-/// Formats the key and tool of a store error, as far as they are known.
+/// Formats the key and tool of a store error, as far as they are known, as the start of its
+/// message (`key K (tool `t`): `); nothing when neither is, so that a store error outside a
+/// call reads as one problem, not two.
 struct Subject<'a>(&'a Option<String>, &'a Option<String>);
 
 impl fmt::Display for Subject<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(key) => write!(f, "key {key}")?,
-            None => f.write_str("no key")?,
-        }
-        match self.1 {
-            Some(tool) => write!(f, " (tool `{tool}`)"),
-            None => Ok(()),
+        match (self.0, self.1) {
+            (Some(key), Some(tool)) => write!(f, "key {key} (tool `{tool}`): "),
+            (Some(key), None) => write!(f, "key {key}: "),
+            (None, Some(tool)) => write!(f, "tool `{tool}`: "),
+            (None, None) => Ok(()),
         }
     }
 }
@@ -362,7 +362,7 @@ pub enum Error {
     },
 
     /// The store failed.
-    #[error("{}: the store failed: {source}", Subject(key, tool))]
+    #[error("{}the store failed: {source}", Subject(key, tool))]
     Store {
         /// The key being worked on, when there was one.
         key: Option<String>,
@@ -449,5 +449,27 @@ impl Error {
 impl From<Error> for String {
     fn from(error: Error) -> Self {
         error.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, StoreError};
+
+    #[test]
+    fn a_store_error_names_what_it_knows_and_nothing_else() {
+        let failed = |key: Option<&str>, tool: Option<&str>| {
+            Error::store(key, tool, StoreError::new("the disk is full")).to_string()
+        };
+        assert_eq!(failed(None, None), "the store failed: the disk is full");
+        assert_eq!(
+            failed(None, Some("refund")),
+            "tool `refund`: the store failed: the disk is full"
+        );
+        assert_eq!(failed(Some("k1"), None), "key k1: the store failed: the disk is full");
+        assert_eq!(
+            failed(Some("k1"), Some("refund")),
+            "key k1 (tool `refund`): the store failed: the disk is full"
+        );
     }
 }
