@@ -119,9 +119,16 @@ async fn crash_at(url: &str, point: &str) -> Result<(), BoxError> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     } else {
+        // Read on a thread of its own, so that a child that never gets there fails the run
+        // after two minutes instead of hanging it.
         let stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
-        let reached = stdout.lines().map_while(Result::ok).any(|line| line.ends_with(point));
-        assert!(reached, "the child reached {point}");
+        let (told, reached) = std::sync::mpsc::channel();
+        let wanted = point.to_owned();
+        std::thread::spawn(move || {
+            let _ = told.send(stdout.lines().map_while(Result::ok).any(|l| l.ends_with(&wanted)));
+        });
+        let reached = reached.recv_timeout(Duration::from_secs(120)).unwrap_or(false);
+        assert!(reached, "the child reached {point} within two minutes");
     }
     child.kill()?; // SIGKILL
     child.wait()?;
