@@ -23,8 +23,7 @@ mod common;
 #[cfg(all(feature = "rmcp", feature = "sqlite", unix))]
 mod desk {
     use std::collections::HashMap;
-    use std::os::fd::OwnedFd;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
     use std::process::{Child, Command, Stdio};
     use std::sync::{Arc, Mutex};
 
@@ -32,25 +31,10 @@ mod desk {
     use axum::http::{header, HeaderMap};
     use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
     use rmcp::service::RunningService;
-    use rmcp::{RoleClient, ServiceExt};
+    use rmcp::RoleClient;
     use serde_json::{json, Value};
 
-    use super::common::Lines;
-
-    fn server_binary() -> &'static Path {
-        static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-        BINARY.get_or_init(|| {
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "help_desk"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("cargo runs");
-            assert!(status.success(), "cargo build --example help_desk failed");
-            let exe = std::env::current_exe().expect("the test binary's path");
-            let debug = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
-            debug.join("examples").join("help_desk")
-        })
-    }
+    use super::common::{self, Lines};
 
     /// The vendor: every order it takes, by the `Idempotency-Key` it came with. It does not
     /// deduplicate, so that a second order would show.
@@ -88,7 +72,7 @@ mod desk {
 
     impl Server {
         fn start(db: &Path, vendor: &str) -> Server {
-            let mut child = Command::new(server_binary())
+            let mut child = Command::new(common::example("help_desk", "rmcp,sqlite"))
                 .env("HELP_DESK_DB", db)
                 .env("HELP_DESK_VENDOR", vendor)
                 .stdin(Stdio::piped())
@@ -102,11 +86,7 @@ mod desk {
         }
 
         async fn client(&mut self) -> RunningService<RoleClient, ()> {
-            let stdout = OwnedFd::from(self.child.stdout.take().expect("piped stdout"));
-            let stdin = OwnedFd::from(self.child.stdin.take().expect("piped stdin"));
-            let reading = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
-            let writing = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
-            ().serve((reading, writing)).await.expect("the client initializes")
+            common::mcp_client(&mut self.child).await
         }
 
         /// What it wrote to stderr until it exited (its stdin closed with its client).

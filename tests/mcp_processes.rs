@@ -6,35 +6,20 @@
 
 mod common;
 
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::RoleClient;
 use serde_json::json;
 
 use self::common::Lines;
 
-/// The example's binary, built (once per test binary) by the cargo that runs these tests, so
-/// that it is never stale.
-fn server_binary() -> &'static Path {
-    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BINARY.get_or_init(build_server)
-}
-
-fn build_server() -> PathBuf {
-    let status = Command::new(env!("CARGO"))
-        // `sqlite` too, as `tests/mcp_sqlite.rs` builds it: one binary for both.
-        .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "mcp_in_doubt"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "cargo build --example mcp_in_doubt failed");
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let debug = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
-    debug.join("examples").join("mcp_in_doubt")
+/// The example's binary, with `sqlite` too, as `tests/mcp_sqlite.rs` builds it: one binary for
+/// both.
+fn server_binary() -> std::path::PathBuf {
+    common::example("mcp_in_doubt", "rmcp,sqlite")
 }
 
 /// A server process, and the lines it writes to stderr, as they come.
@@ -83,11 +68,7 @@ impl Server {
 
     /// An MCP client speaking to the server over its stdin and stdout.
     async fn client(&mut self) -> RunningService<RoleClient, ()> {
-        let stdout = OwnedFd::from(self.child.stdout.take().expect("piped stdout"));
-        let stdin = OwnedFd::from(self.child.stdin.take().expect("piped stdin"));
-        let reading = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
-        let writing = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
-        ().serve((reading, writing)).await.expect("the client initializes")
+        common::mcp_client(&mut self.child).await
     }
 
     /// Kills the server with SIGKILL (what `Child::kill` sends on Unix), as a crash would.

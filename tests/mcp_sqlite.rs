@@ -7,30 +7,17 @@
 
 mod common;
 
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::RoleClient;
 use serde_json::json;
 
 use self::common::Lines;
 
-fn server_binary() -> &'static Path {
-    static BINARY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BINARY.get_or_init(|| {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "--quiet", "--features", "rmcp,sqlite", "--example", "mcp_in_doubt"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("cargo runs");
-        assert!(status.success(), "cargo build --example mcp_in_doubt failed");
-        let exe = std::env::current_exe().expect("the test binary's path");
-        let debug = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
-        debug.join("examples").join("mcp_in_doubt")
-    })
+fn server_binary() -> std::path::PathBuf {
+    common::example("mcp_in_doubt", "rmcp,sqlite")
 }
 
 struct Server {
@@ -57,11 +44,7 @@ impl Server {
     }
 
     async fn client(&mut self) -> RunningService<RoleClient, ()> {
-        let stdout = OwnedFd::from(self.child.stdout.take().expect("piped stdout"));
-        let stdin = OwnedFd::from(self.child.stdin.take().expect("piped stdin"));
-        let reading = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).unwrap();
-        let writing = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).unwrap();
-        ().serve((reading, writing)).await.expect("the client initializes")
+        common::mcp_client(&mut self.child).await
     }
 
     /// What it wrote to stderr until it exited (its stdin closed with its client).

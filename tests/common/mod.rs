@@ -76,3 +76,40 @@ impl Lines {
         rest
     }
 }
+
+/// The binary of example `name`, built with `features` by the cargo that runs these tests (so
+/// that it is never stale), once per test binary and name.
+pub fn example(name: &str, features: &str) -> std::path::PathBuf {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+    static BUILT: Mutex<BTreeMap<String, std::path::PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--features", features, "--example", name])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cargo build --features {features} --example {name} failed");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let debug = exe.parent().and_then(|deps| deps.parent()).expect("target/debug/deps/…");
+    let path = debug.join("examples").join(name);
+    built.insert(name.to_owned(), path.clone());
+    path
+}
+
+/// An rmcp client session on a child MCP server's stdout and stdin (both piped), initialized.
+#[cfg(all(feature = "rmcp", unix))]
+pub async fn mcp_client(
+    child: &mut std::process::Child,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    use std::os::fd::OwnedFd;
+    let stdout = OwnedFd::from(child.stdout.take().expect("piped stdout"));
+    let stdin = OwnedFd::from(child.stdin.take().expect("piped stdin"));
+    let reading = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout).expect("a pipe");
+    let writing = tokio::net::unix::pipe::Sender::from_owned_fd(stdin).expect("a pipe");
+    ().serve((reading, writing)).await.expect("the client initializes")
+}
