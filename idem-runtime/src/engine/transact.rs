@@ -333,18 +333,13 @@ impl CallParts<'_> {
         let owner = Owner::new_call(site.instance);
         let now = (site.clock)();
         let key = self.key.as_str();
-        let step = transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
-        let new = step.new.expect("a reservation leaves a record");
-        let mut found = match tx.insert_if_absent(&new, &step.change).await.map_err(failed)? {
-            Inserted::New { token } => return Ok(Claimed::Mine(new, token)),
-            Inserted::Existing(found) => Some(found),
-        };
+        // Absent at first: the insert reads the record only when there is one.
+        let mut found = None;
         // A record that changes under every swap is a store that does not hold its rows
         // while the transaction runs: give up rather than loop.
         for _ in 0..CLAIMS {
             let Some(record) = found.take() else {
-                // Gone between the insert and the swap (a concurrent transaction rolled back):
-                // insert again.
+                // Absent (at first, or after a concurrent transaction rolled its insert back).
                 let step =
                     transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
                 let new = step.new.expect("a reservation leaves a record");
@@ -399,5 +394,6 @@ fn backoff(failed: u32) -> std::time::Duration {
     std::time::Duration::from_millis(base + spread / 2)
 }
 
-/// How many times a claim inside one transaction reads the key again after a refused write.
+/// How many writes a claim inside one transaction tries (inserts, and takeovers the store
+/// refused) before it gives up.
 const CLAIMS: usize = 8;
