@@ -215,6 +215,13 @@ struct PgTransaction<'r, D> {
 /// SQLSTATE 22012: the check's division by zero, which says the mark is gone.
 const NOT_THE_CALLS: &str = "22012";
 
+/// SQLSTATE 26000, an unnamed statement that is gone between its parse and its execution: what
+/// a pooler in transaction mode answers once the body's own end released the server connection
+/// (outside a transaction it may run the two on different connections). Inside idem's
+/// transaction the connection is pinned, so this too says the transaction is no longer the
+/// call's.
+const RELEASED_BY_POOLER: &str = "26000";
+
 impl<D: Driver> Transaction for PgTransaction<'_, D> {
     type Body = D::Body;
 
@@ -299,7 +306,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
             self.driver.finish((self.run.check, &check), (self.run.complete, &params)).await;
         match finished.check {
             Ok(()) => {}
-            Err(e) if e.sqlstate() == Some(NOT_THE_CALLS) => {
+            Err(e) if matches!(e.sqlstate(), Some(NOT_THE_CALLS | RELEASED_BY_POOLER)) => {
                 return Ok(Committed::EndedByBody { landed: true });
             }
             Err(e) => return Err(store_error("cannot record the result of", key, e)),
