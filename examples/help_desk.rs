@@ -172,8 +172,9 @@ impl HelpDesk {
     ) -> Result<Json<VendorOrder>, ErrorData> {
         let url = format!("{}/v1/replacements", self.vendor);
         let body = serde_json::json!({ "ticket": req.ticket_id, "model": req.model });
-        let sent = self.http.post(url).json(&body).idempotent().send_json().await;
-        Ok(Json(sent.map_err(failed)?))
+        // idem-reqwest's `rmcp` feature makes its error an `ErrorData` that tells the model
+        // whether the vendor may have acted and whether to call again.
+        Ok(Json(self.http.post(url).json(&body).idempotent().send_json().await?))
     }
 }
 

@@ -72,6 +72,10 @@
 //!   once, before the middleware runs, so that a retry middleware's every attempt carries the
 //!   same key. This crate's `Attempts` middleware, added innermost, sees each attempt, so that a
 //!   refusal at the last one releases the key only when no attempt before it may have landed.
+//! - `rmcp`: `From<Error>` for rmcp's `ErrorData`, so that an rmcp tool ends a request with `?`.
+//!   A router under `#[idem::tools]` answers it as a tool result with `isError: true` that tells
+//!   the model what happened and whether to call again: a refusal it has to fix, a vendor it could
+//!   not reach (call again later), or an effect that may have landed (do not call again).
 
 // docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -81,6 +85,8 @@ mod attempts;
 mod classify;
 mod error;
 mod lookup;
+#[cfg(feature = "rmcp")]
+mod mcp;
 mod redirect;
 mod request;
 

@@ -42,7 +42,8 @@ pub(crate) fn tool_result(tool: &str, error: &ErrorData) -> Option<CallToolResul
     let kind = idem.get("error")?.as_str()?;
     let key = idem.get("key").and_then(|key| key.as_str()).unwrap_or("none");
     let retryable = idem.get("retryable").and_then(|r| r.as_bool()).unwrap_or(false);
-    let next = what_to_do(tool, kind, key, retryable, &error.message);
+    let status = idem.get("status").and_then(|status| status.as_u64());
+    let next = what_to_do(tool, kind, key, retryable, status, &error.message);
     let details = format!("For the operator: {}", error.message);
     let mut result =
         CallToolResult::error(vec![ContentBlock::text(next), ContentBlock::text(details)]);
@@ -52,8 +53,19 @@ pub(crate) fn tool_result(tool: &str, error: &ErrorData) -> Option<CallToolResul
 
 /// What the model should do next, by the error's kind: wait, call again unchanged, or stop and
 /// tell the user. Never "try other arguments" for an effect that may have happened: that is how
-/// a retry becomes a second payment.
-fn what_to_do(tool: &str, kind: &str, key: &str, retryable: bool, message: &str) -> String {
+/// a retry becomes a second payment. The kinds are idem's own ([`Error::kind`]) and those of
+/// idem-reqwest's errors (`not-landed`, `may-have-landed`, `other-intent`, `outside-call`,
+/// `cannot-tell`), which carry the vendor's `status` when it answered.
+///
+/// [`Error::kind`]: crate::Error::kind
+fn what_to_do(
+    tool: &str,
+    kind: &str,
+    key: &str,
+    retryable: bool,
+    status: Option<u64>,
+    message: &str,
+) -> String {
     match kind {
         "in-doubt" => format!(
             "Do not call `{tool}` again for this request, with these or with other arguments: \
@@ -96,6 +108,38 @@ fn what_to_do(tool: &str, kind: &str, key: &str, retryable: bool, message: &str)
             "`{tool}` did not run and will not: a person denied this request (idem key {key}): \
              {message}. Do not call `{tool}` again for it, with these or with other arguments \
              to get around the decision; tell the user it was denied and why."
+        ),
+        "not-landed" if retryable => format!(
+            "`{tool}` did not take effect: {why}, so nothing happened (idem key {key} is \
+             released). Call `{tool}` again with the same arguments in a while; if it keeps \
+             failing, tell the user.",
+            why = match status {
+                Some(code) => format!("the vendor asked to wait (it answered {code})"),
+                None => "its request cannot have reached the vendor".to_owned(),
+            }
+        ),
+        "not-landed" => format!(
+            "The vendor refused `{tool}`'s request{answered}, so nothing happened (idem key {key} \
+             is released). Calling again with the same arguments gets the same answer: read the \
+             vendor's reason below, change the argument it objects to if that is yours to \
+             change, or else tell the user.",
+            answered = status.map(|code| format!(" (it answered {code})")).unwrap_or_default()
+        ),
+        "may-have-landed" | "cannot-tell" => format!(
+            "`{tool}`'s request may have reached the vendor, but no usable answer came back, so \
+             it is not known whether it took effect (idem key {key}). Do not call `{tool}` again \
+             for this request, with these or with other arguments: that could do it twice. Tell \
+             the user that the outcome is not known yet and is being checked."
+        ),
+        "other-intent" => format!(
+            "The vendor already holds a different request under `{tool}`'s idem key {key}, so \
+             something was done for this request before. Do not call `{tool}` again for it; \
+             tell the user that an operator has to check what the vendor holds."
+        ),
+        "outside-call" => format!(
+            "`{tool}` did not send its request: the server sends a keyed request from outside an \
+             idempotent call, which is a fault in the server. Do not retry; tell the user that \
+             the server needs fixing."
         ),
         "key" => format!(
             "`{tool}` did not run: its arguments cannot identify the request ({message}). \
@@ -170,6 +214,34 @@ mod tests {
             assert_eq!(result.structured_content.as_ref().unwrap()["idem"]["error"], kind);
             let text = serde_json::to_string(&result.content).unwrap();
             assert!(text.contains(told), "{kind}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_vendors_answer_tells_the_model_whether_calling_again_can_help() {
+        use serde_json::json;
+        let data = |kind: &str, retryable: bool, status: Option<u16>| {
+            let idem = serde_json::json!({
+                "error": kind, "key": "k1", "retryable": retryable, "status": status,
+            });
+            ErrorData::internal_error(
+                "POST https://vendor.example failed",
+                Some(json!({ "idem": idem })),
+            )
+        };
+        for (error, told) in [
+            (data("not-landed", true, None), "cannot have reached the vendor"),
+            (data("not-landed", true, Some(429)), "asked to wait (it answered 429)"),
+            (data("not-landed", false, Some(400)), "gets the same answer"),
+            (data("may-have-landed", false, None), "Do not call `pay` again"),
+            (data("other-intent", false, Some(422)), "a different request"),
+            (data("outside-call", false, None), "Do not retry"),
+        ] {
+            let result = tool_result("pay", &error).expect("an idem-reqwest error");
+            assert_eq!(result.is_error, Some(true));
+            let text = serde_json::to_string(&result.content).unwrap();
+            assert!(text.contains(told), "{text}");
+            assert!(text.contains("POST https://vendor.example failed"), "the operator's details");
         }
     }
 
