@@ -3,7 +3,8 @@
 //! request with `?` and nothing else: idem-reqwest's `rmcp` feature turns the error into rmcp's
 //! `ErrorData`, and `#[idem::tools]` answers it as a tool result with `isError: true` that names
 //! the next step. Covered here: a vendor that refused (4xx), one that cannot be reached, one that
-//! went silent (then the key in doubt), and a call still in flight elsewhere.
+//! went silent (then the key in doubt), a call still in flight elsewhere, and a tool's own
+//! `isError` result, which is not recorded unless the tool marks it final.
 //! `tests/mcp_approval.rs` covers awaiting approval and a denial the same way.
 //!
 //! Needs the `rmcp` feature (`cargo test --workspace --features idem/rmcp,idem/sqlite`, as
@@ -35,7 +36,9 @@ mod mcp {
     use idem_reqwest::IdempotentRequest;
     use rmcp::handler::server::router::tool::ToolRouter;
     use rmcp::handler::server::wrapper::{Json, Parameters};
-    use rmcp::model::{CallToolRequestParams, CallToolResult, ServerCapabilities, ServerConfig};
+    use rmcp::model::{
+        CallToolRequestParams, CallToolResult, ContentBlock, ServerCapabilities, ServerConfig,
+    };
     use rmcp::schemars::JsonSchema;
     use rmcp::service::{RoleClient, RunningService};
     use rmcp::{tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
@@ -88,6 +91,48 @@ mod mcp {
             let request = self.http.post(&order.url).timeout(Duration::from_millis(500));
             let body = json!({ "ticket": order.ticket_id });
             Ok(Json(request.json(&body).idempotent().send_json().await?))
+        }
+    }
+
+    #[derive(Debug, Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Hold {
+        pub ticket_id: String,
+        /// What the warehouse says: `busy` (try again later) or `discontinued` (final).
+        pub answer: String,
+    }
+
+    /// How many times `hold_part`'s body ran.
+    static HOLDS: AtomicU32 = AtomicU32::new(0);
+
+    #[idem::tools]
+    #[tool_router(router = hold_router)]
+    impl Warehouse {
+        /// Tells the model of a failure as MCP does, with an `isError` result of its own.
+        #[tool(description = "Hold a part in the warehouse for a ticket")]
+        #[idem::idempotent(scope = "ticket_id", store = STORE)]
+        async fn hold_part(
+            &self,
+            #[idem(flatten)] Parameters(hold): Parameters<Hold>,
+        ) -> Result<CallToolResult, ErrorData> {
+            HOLDS.fetch_add(1, Ordering::SeqCst);
+            let said = vec![ContentBlock::text(format!("the warehouse says: {}", hold.answer))];
+            Ok(match hold.answer.as_str() {
+                "discontinued" => idem::mcp::final_error(CallToolResult::error(said)),
+                _ => CallToolResult::error(said),
+            })
+        }
+    }
+
+    #[derive(Clone)]
+    pub struct Warehouse {
+        tool_router: ToolRouter<Warehouse>,
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Warehouse {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
         }
     }
 
@@ -250,5 +295,38 @@ mod mcp {
         assert_eq!(later.structured_content, first.structured_content, "replayed");
         assert_eq!(later.structured_content.expect("content")["order_id"], "ord-1");
         assert_eq!(vendor.gated.load(Ordering::SeqCst), 1, "the vendor saw one order");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_error_result_is_not_recorded_unless_the_tool_says_it_is_final() {
+        let warehouse = Warehouse { tool_router: Warehouse::hold_router() };
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(warehouse.serve(tokio::io::split(server_io)));
+        let client = ().serve(tokio::io::split(client_io)).await.expect("the client initializes");
+        let running = server.await.expect("the server task").expect("the server initializes");
+        tokio::spawn(async move { running.waiting().await });
+        let hold = |answer: &str| {
+            let Value::Object(arguments) = json!({ "ticket_id": "t-9", "answer": answer }) else {
+                unreachable!()
+            };
+            CallToolRequestParams::new("hold_part").with_arguments(arguments)
+        };
+
+        // "Busy, try again": the model reads the tool's own error, and the next call runs again.
+        for _ in 0..2 {
+            let busy = client.call_tool(hold("busy")).await.unwrap();
+            assert_eq!(busy.is_error, Some(true));
+            let text = serde_json::to_string(&busy.content).unwrap();
+            assert!(text.contains("the warehouse says: busy"), "{text}");
+        }
+        assert_eq!(HOLDS.load(Ordering::SeqCst), 2, "an error result is not replayed");
+
+        // "Discontinued", marked final: recorded once and replayed.
+        let first = client.call_tool(hold("discontinued")).await.unwrap();
+        let again = client.call_tool(hold("discontinued")).await.unwrap();
+        assert_eq!(first.is_error, Some(true));
+        assert_eq!(again.content, first.content, "the final error is replayed");
+        assert_eq!(HOLDS.load(Ordering::SeqCst), 3, "the final error ran once");
+        client.cancel().await.expect("the client closes");
     }
 }
