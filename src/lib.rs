@@ -263,7 +263,9 @@ pub use idem_macros::retry;
 /// and record, and each rmcp `#[tool]` gets the MCP hints it leaves unset written into it. It
 /// stacks with `#[tool_router]` in either order, and makes the router `#[tool_router]` generates
 /// answer idem's outcomes (in doubt, in flight elsewhere, …) as tool results the model reads
-/// (with the `rmcp` feature; see `idem::mcp::annotate`, which it calls).
+/// (with the `rmcp` feature; see `idem::mcp::annotate`, which it calls). An rmcp `#[tool]`
+/// classified in a block without it fails to build, whichever of the two attributes is above,
+/// with a message that names the method and this fix.
 /// When some of the block's tools name a reconciler (`reconcile = "…"`), the type also gains
 /// `idem_sweep(&self) -> Sweep`, a [`Sweep`] of those tools asking through `self` (which it
 /// shares, so the type must be `Sync`), to run at start-up: `bank.idem_sweep().run()`.
@@ -357,11 +359,13 @@ pub mod __private {
     // rmcp's router under `#[idem::tools]`: idem's answers as tool results.
     pub use idem_macros::wrap_tool_router;
     pub use idem_runtime::for_macros::tool_router_answers;
+    // A method classified outside `#[idem::tools]`: the check that it is not an rmcp `#[tool]`.
+    pub use idem_runtime::for_macros::{not_an_rmcp_tool, NoToolAttr};
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{
-        ApprovalCondition, AsyncReconciler, FlattenParam, IntoStore, KeyParam, ReconcilerAnswer,
-        ScopeValue, SyncReconciler, ToolError, ToolOutput,
+        ApprovalCondition, AsyncReconciler, FlattenParam, IntoStore, KeyParam, NotAnRmcpTool,
+        ReconcilerAnswer, ScopeValue, SyncReconciler, ToolError, ToolOutput,
     };
 }
 

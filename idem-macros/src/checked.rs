@@ -45,6 +45,9 @@ pub(crate) struct Tool {
     pub(crate) output: Option<Type>,
     /// The transaction parameter of a `transactional` tool, taken out of its signature.
     pub(crate) transaction: Option<crate::attr::TxParam>,
+    /// A method (its signature says so) that `#[idem::tools]` did not mark: its body checks that
+    /// it is not an rmcp `#[tool]`, whose attribute, written above ours, has expanded unseen.
+    pub(crate) unmarked_method: bool,
 }
 
 impl Tool {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned, ToTokens};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{ItemFn, Path};
@@ -57,7 +57,42 @@ pub(crate) fn attribute(attr: Attr, options: TokenStream, item: TokenStream) -> 
     if attr == Attr::Idempotent {
         wrap_body(&tool, &mut item);
     }
+    if tool.unmarked_method {
+        item.block.stmts.insert(0, not_an_rmcp_tool(&tool.krate, &item.sig.ident));
+    }
     quote!(#item #companion)
+}
+
+/// The check that a method outside `#[idem::tools]` is not an rmcp `#[tool]` written above ours,
+/// which has expanded and taken itself off before ours runs (see the runtime's
+/// `for_macros/rmcp_tool.rs`): a fallback `<method>_tool_attr()`, which the inherent function
+/// rmcp's `#[tool]` adds would shadow, named in a closure that is never called, so that it costs
+/// nothing at run time. Located at the method's name; the type it passes is named like the
+/// method, so that the message names it.
+fn not_an_rmcp_tool(krate: &Path, method: &syn::Ident) -> syn::Stmt {
+    let mixed = Span::mixed_site();
+    let mut marker = method.clone();
+    marker.set_span(mixed);
+    // rmcp's `format_ident!("{}_tool_attr", …)` drops the `r#` of a raw name.
+    let tool_attr = format_ident!("{}_tool_attr", method.unraw(), span = mixed);
+    let fallback = syn::Ident::new("Fallback", mixed);
+    let this = quote_spanned!(Span::call_site()=> Self);
+    let check = respan(
+        quote_spanned!(mixed=> #krate::__private::not_an_rmcp_tool(#marker, #this::#tool_attr)),
+        method.span(),
+    );
+    syn::parse_quote_spanned! {mixed=>
+        {
+            struct #marker;
+            trait #fallback {
+                fn #tool_attr() -> #krate::__private::NoToolAttr {
+                    #krate::__private::NoToolAttr
+                }
+            }
+            impl<T: ?::core::marker::Sized> #fallback for T {}
+            let _ = || #check;
+        }
+    }
 }
 
 /// The companion the attribute declares beside `item`, if it declares one there.

@@ -88,6 +88,7 @@ pub(crate) fn tool(
         approval::covers_every_input(&options, &params, scope.as_ref(), errors);
     }
 
+    let unmarked_method = options.in_tools.is_none() && signature::is_surely_in_impl(sig);
     let pinned = options.tool.is_some();
     let (named_by, function) = record_names(options.in_tools.map(|o| o.value), pinned, &name);
 
@@ -110,6 +111,7 @@ pub(crate) fn tool(
         shape,
         output,
         transaction: None,
+        unmarked_method,
     }
 }
 

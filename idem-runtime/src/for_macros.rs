@@ -18,6 +18,9 @@ use crate::exec::block_on;
 use crate::key::Key;
 use crate::store::Store;
 
+mod rmcp_tool;
+pub use rmcp_tool::{not_an_rmcp_tool, NoToolAttr, NotAnRmcpTool};
+
 /// The error type of an idempotent tool: it must carry an [`Error`].
 #[diagnostic::on_unimplemented(
     message = "the error type `{Self}` of an idempotent tool cannot carry an `idem::Error`",

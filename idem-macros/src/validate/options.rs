@@ -33,7 +33,8 @@ pub(super) fn one_classification(
 
 /// An rmcp `#[tool]` method (below ours, so not yet expanded) in a block without
 /// `#[idem::tools]`: it would be keyed by its Rust name rather than rmcp's, lack its MCP hints,
-/// and answer idem's outcomes as protocol errors the model never reads.
+/// and answer idem's outcomes as protocol errors the model never reads. A `#[tool]` above ours
+/// has expanded unseen: the check `expand` puts in the method's body catches that one.
 pub(super) fn rmcp_tool_needs_the_block(
     item: &ItemFn,
     in_tools: bool,
