@@ -53,7 +53,7 @@ pub(super) fn rmcp_tool_needs_the_block(
             tool,
             format!(
                 "`{fn_name}` is an rmcp `#[tool]`, and its `impl` block has no `#[idem::tools]`: \
-                 put `#[idem::tools]` on the block, beside `#[tool_router]`. It names the tool \
+                 put `#[idem::tools]` on the block, above `#[tool_router]`. It names the tool \
                  as rmcp does (in its key and record), writes idem's MCP hints into its \
                  `#[tool]`, and makes the router answer idem's outcomes (in doubt, in flight) as \
                  tool results the model reads"
