@@ -364,7 +364,8 @@ pub mod __private {
     // Named by the compiler's messages when a bound above fails, so that they read
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{
-        ApprovalCondition, AsyncReconciler, FlattenParam, IntoStore, KeyParam, NotAnRmcpTool,
+        ApprovalCondition, AsyncReconciler, Attempted, FlattenParam, IntoStore, KeyParam,
+        NotAnRmcpTool,
         ReconcilerAnswer, ScopeValue, SyncReconciler, ToolError, ToolOutput,
     };
 }

@@ -253,7 +253,9 @@ impl<T: Deref<Target = Arc<dyn Store>>> StoreFromStatic for T {
     }
 }
 
-pub use crate::retry::{attempt_async, attempt_sync, pause, pause_blocking, retry_any, Retrying};
+pub use crate::retry::{
+    attempt_async, attempt_sync, pause, pause_blocking, retry_any, Attempted, Retrying,
+};
 
 /// The arguments of `tool`, none yet, ready for [`key_arg`].
 pub fn args(tool: &str) -> Result<Args, Error> {
