@@ -45,8 +45,8 @@ impl Args {
 
     /// Makes parameter `name` the whole argument object (`#[idem(flatten)]`): the key is derived
     /// over its fields, the `arguments` of a `tools/call` as the parameter's type reads and
-    /// writes them, with every member whose value is `null` left out at every depth (see the
-    /// README's "Keys"). It must serialize as a JSON object and be the only parameter in the key.
+    /// writes them, with every member whose value is `null` left out at every depth (see
+    /// DESIGN.md, "Keys"). It must serialize as a JSON object and be the only parameter in the key.
     pub fn flatten<V: Serialize + ?Sized>(
         mut self,
         name: &'static str,
