@@ -64,7 +64,7 @@ fn run(keep: Duration, rate: u64, multiple: u64, retained: bool) {
     for span in 1..=multiple {
         let store = open(&path, policy.clone());
         let started = Instant::now();
-        let reached = load(&store, keep, rate, &mut written);
+        let reached = load(&(store.clone() as Arc<dyn Store>), keep, rate, &mut written);
         loaded += started.elapsed();
         let status = store.retention().unwrap_or_default();
         let stats = idem::admin::stats(store.as_ref()).expect("stats");
@@ -87,7 +87,7 @@ fn run(keep: Duration, rate: u64, multiple: u64, retained: bool) {
     println!();
 }
 
-fn open(path: &Path, retention: Option<Retention>) -> Arc<dyn Store> {
+fn open(path: &Path, retention: Option<Retention>) -> Arc<SledStore> {
     Arc::new(
         SledStore::builder(path)
             .admin_socket(false)

@@ -163,7 +163,7 @@ fn audit_store() -> Arc<dyn idem::Store> {
     Arc::clone(AUDIT.get().expect("opened at start-up"))
 }
 
-#[idem::idempotent(scope = "entry", store = audit_store, ttl = "24h")]
+#[idem::idempotent(scope = "entry", store = audit_store, ttl = "24h", wait = "10s")]
 fn record_audit(entry: &str) -> Result<u32, idem::Error> {
     Ok(entry.len() as u32)
 }
@@ -174,7 +174,6 @@ fn a_tool_names_its_own_store() {
     let dir = tempfile::tempdir().unwrap();
     let audit = idem::SledStore::builder(dir.path().join("audit.sled"))
         .durability(idem::Durability::Flush)
-        .default_wait(Duration::from_secs(10))
         .open()
         .unwrap();
     AUDIT.set(Arc::new(audit)).ok();

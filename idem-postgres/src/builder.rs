@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use idem_runtime::{Retention, DEFAULT_WAIT};
+use idem_runtime::Retention;
 
 /// How long an owner's lease lasts unless its heartbeat renews it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
-/// Options for [`PgStore`](crate::PgStore): lease, heartbeat, pool size, default wait, schema
-/// and table. [`PgStoreBuilder::connect`] opens the store.
+/// Options for [`PgStore`](crate::PgStore): lease, heartbeat, pool size, schema, table and
+/// retention. [`PgStoreBuilder::connect`] opens the store.
 #[derive(Clone, Debug)]
 pub struct PgStoreBuilder {
     pub(crate) url: String,
@@ -17,7 +17,6 @@ pub struct PgStoreBuilder {
     pub(crate) lease: Duration,
     pub(crate) heartbeat: Option<Duration>,
     pub(crate) pool_size: usize,
-    pub(crate) default_wait: Duration,
     pub(crate) schema: String,
     pub(crate) table: String,
     pub(crate) create: bool,
@@ -39,7 +38,6 @@ impl PgStoreBuilder {
             lease: DEFAULT_LEASE,
             heartbeat: None,
             pool_size: 16,
-            default_wait: DEFAULT_WAIT,
             schema,
             table,
             create: true,
@@ -81,12 +79,6 @@ impl PgStoreBuilder {
     /// ```
     pub fn listen_url(mut self, url: &str) -> Self {
         self.listen_url = Some(url.to_owned());
-        self
-    }
-
-    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
-    pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
         self
     }
 

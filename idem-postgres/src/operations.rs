@@ -32,7 +32,6 @@ pub(crate) struct Table {
     pub(crate) owner: String,
     pub(crate) lease: Duration,
     pub(crate) heartbeat: Duration,
-    pub(crate) default_wait: Duration,
     /// The database clock minus this machine's, in milliseconds.
     pub(crate) clock_offset: AtomicI64,
     pub(crate) listener: Arc<Listener>,

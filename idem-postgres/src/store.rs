@@ -140,7 +140,6 @@ impl PgStore {
             owner: new_instance("pg"),
             lease: options.lease,
             heartbeat,
-            default_wait: options.default_wait,
             clock_offset: AtomicI64::new(0),
             listener: Arc::new(Listener::default()),
             leases: Leases::default(),
@@ -203,6 +202,12 @@ impl PgStore {
     /// The records table, schema-qualified.
     pub fn table(&self) -> String {
         format!("{}.{}", self.shared.names.schema, self.shared.names.table)
+    }
+
+    /// The retention policy this store runs in the background, and what its passes removed
+    /// so far; `None` when it runs none.
+    pub fn retention(&self) -> Option<RetentionStatus> {
+        self.retainer.as_ref().map(Retainer::status)
     }
 
     /// The lease an owner holds without a heartbeat.
@@ -424,10 +429,6 @@ impl Store for PgStore {
             .spawn_store(async move { shared.histories_page(after.as_deref(), limit).await })
     }
 
-    fn retention(&self) -> Option<RetentionStatus> {
-        self.retainer.as_ref().map(Retainer::status)
-    }
-
     fn clock(&self) -> u64 {
         self.shared.db_now()
     }
@@ -440,10 +441,6 @@ impl Store for PgStore {
     fn size_on_disk(&self) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
         idem_runtime::block_on(self.runtime.spawn_store(async move { shared.size().await })).ok()
-    }
-
-    fn default_wait(&self) -> Duration {
-        self.shared.default_wait
     }
 }
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::retention::RetainerView;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
@@ -184,12 +185,20 @@ pub(crate) mod sealed {
 #[derive(Clone)]
 pub struct Local {
     store: Arc<dyn Store>,
+    /// The retention passes this process runs on the store, which `stats` reports.
+    retention: Option<RetainerView>,
 }
 
 impl Local {
     /// Runs the operations on `store`.
     pub fn new(store: Arc<dyn Store>) -> Local {
-        Local { store }
+        Local { store, retention: None }
+    }
+
+    /// Runs the operations on `store`, on which this process runs the retention passes that
+    /// `retention` reads: [`Admin::stats`] reports them.
+    pub fn with_retention(store: Arc<dyn Store>, retention: Option<RetainerView>) -> Local {
+        Local { store, retention }
     }
 }
 
@@ -238,7 +247,8 @@ impl Admin for Local {
     }
 
     fn stats(&mut self) -> Result<Stats, Error> {
-        stats(self.store.as_ref())
+        let retention = self.retention.as_ref().map(RetainerView::status);
+        Ok(Stats { retention, ..stats(self.store.as_ref())? })
     }
 
     fn assess(&self, record: &Record) -> Assessment {
@@ -443,13 +453,13 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
 }
 
 /// Counts records by status (a record in flight whose owner is gone counts in doubt, as a call
-/// assesses it) and by tool.
+/// assesses it) and by tool. The store runs no retention: whoever runs the passes reports them
+/// ([`Local::with_retention`]).
 pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
     let (records, unreadable) = read_all(store)?;
     let mut stats = Stats {
         size_on_disk: store.size_on_disk(),
         unreadable: unreadable.len() as u64,
-        retention: store.retention(),
         ..Stats::default()
     };
     for record in records.into_iter().map(|record| as_assessed(store, record)) {

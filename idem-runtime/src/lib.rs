@@ -58,7 +58,7 @@ pub use engine::retention::Retention;
 pub use engine::transact_sqlite::SqliteTransactional;
 pub use engine::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
-    InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept,
+    InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept, DEFAULT_WAIT,
 };
 // What a store crate's transactional API runs a call with (idem-postgres's): not for users.
 #[doc(hidden)]
@@ -80,7 +80,7 @@ pub use store::name::{open_store, StoreName};
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};
-pub use store::{Durability, Store, StoreFuture, DEFAULT_WAIT};
+pub use store::{Durability, Store, StoreFuture};
 pub use time::utc_timestamp;
 
 /// What the model checker of the lifecycle (`idem-runtime/tests/lifecycle_model.rs`) calls: the

@@ -12,7 +12,7 @@ fn idem_retain_sets_the_retention_a_builder_leaves_unset() {
 
     std::env::set_var("IDEM_RETAIN", "30d");
     let store = open("a").expect("a duration opens");
-    let status = idem_runtime::Store::retention(&store).expect("30d from the environment");
+    let status = store.retention().expect("30d from the environment");
     assert_eq!(status.keep_ms, 30 * 86_400_000);
     assert_eq!(status.every_ms, 3_600_000, "a pass an hour for a bound of 30 days");
     drop(store);
@@ -22,13 +22,13 @@ fn idem_retain_sets_the_retention_a_builder_leaves_unset() {
         .retain(Duration::from_secs(60))
         .open()
         .unwrap();
-    let status = idem_runtime::Store::retention(&given).expect("the builder's bound");
+    let status = given.retention().expect("the builder's bound");
     assert_eq!(status.keep_ms, 60_000, "the builder wins over the environment");
     drop(given);
 
     std::env::set_var("IDEM_RETAIN", "off");
     let store = open("c").expect("off opens");
-    assert_eq!(idem_runtime::Store::retention(&store), None);
+    assert_eq!(store.retention(), None);
     drop(store);
 
     std::env::set_var("IDEM_RETAIN", "a month");

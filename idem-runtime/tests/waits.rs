@@ -1,5 +1,5 @@
-//! A wait of `Duration::MAX` means "as long as it takes": set on the call, as the store's
-//! default or as the lock wait, it never overflows the clock into a panic.
+//! A wait of `Duration::MAX` means "as long as it takes": set on the call or as the lock wait,
+//! it never overflows the clock into a panic. A call that sets none waits the engine's default.
 
 use std::future::Future;
 use std::pin::pin;
@@ -12,13 +12,9 @@ use idem_runtime::block_on;
 use idem_runtime::{Call, Durability, Error, SledStore, Store};
 
 /// A store whose reads need no sync, so that one poll takes a call as far as it can go.
-fn store(default_wait: Duration) -> (Arc<dyn Store>, tempfile::TempDir) {
+fn store() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let store = SledStore::builder(dir.path())
-        .durability(Durability::None)
-        .default_wait(default_wait)
-        .open()
-        .unwrap();
+    let store = SledStore::builder(dir.path()).durability(Durability::None).open().unwrap();
     (Arc::new(store), dir)
 }
 
@@ -54,13 +50,13 @@ fn waiter_gets_the_result(store: &Arc<dyn Store>, configure: impl FnOnce(Call) -
 
 #[test]
 fn a_call_waiting_duration_max_waits_instead_of_panicking() {
-    let (store, _dir) = store(Duration::from_secs(30));
+    let (store, _dir) = store();
     waiter_gets_the_result(&store, |call| call.wait(Duration::MAX));
 }
 
 #[test]
-fn a_store_default_wait_of_duration_max_waits_instead_of_panicking() {
-    let (store, _dir) = store(Duration::MAX);
+fn a_call_that_sets_no_wait_waits_the_engines_default() {
+    let (store, _dir) = store();
     waiter_gets_the_result(&store, |call| call);
 }
 

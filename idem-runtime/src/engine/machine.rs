@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use super::decide::Next;
 use super::reconciler::{ask, Reconciled};
 use super::settle::{self, Unsettled};
-use super::{Call, Codec};
+use super::{Call, Codec, DEFAULT_WAIT};
 use crate::error::{Error, StoreError};
 use crate::key::Key;
 use crate::lifecycle::history::{Answer, Change};
@@ -346,7 +346,7 @@ impl Call {
                     let existing = found.take().expect("a wait has a record");
                     let deadline = *deadline.get_or_insert_with(|| {
                         let now = *waited_since.insert(Instant::now());
-                        deadline_after(now, self.wait.unwrap_or_else(|| store.default_wait()))
+                        deadline_after(now, self.wait.unwrap_or(DEFAULT_WAIT))
                     });
                     found = parts.wait_for_owner(store.as_ref(), existing, deadline).await?;
                     continue;

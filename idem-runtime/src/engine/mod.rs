@@ -53,6 +53,10 @@ pub use self::sweep::{Sweep, SweepOutcome, SweepReport, Swept};
 pub use self::transact::{Attempt, Retries, Site};
 pub use self::waiting::waiting;
 
+/// How long a call waits for another owner of its key when it sets no [`Call::wait`]: the
+/// engine's, whatever the store (a store holds records, not a caller's patience).
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
+
 /// What a call does when it finds its key in doubt (or left in flight by a dead owner).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -166,7 +170,7 @@ impl Call {
         self
     }
 
-    /// How long to wait for a concurrent owner of the key (the store's default otherwise).
+    /// How long to wait for a concurrent owner of the key; [`DEFAULT_WAIT`] otherwise.
     pub fn wait(mut self, wait: Duration) -> Call {
         self.wait = Some(wait);
         self
@@ -446,7 +450,7 @@ pub(crate) struct CallParts<'a> {
     pub scope: &'a str,
     /// The key.
     pub key: &'a Key,
-    /// How long to wait for another owner (the store's default when `None`).
+    /// How long to wait for another owner ([`DEFAULT_WAIT`] when `None`).
     pub wait: Option<Duration>,
     /// What to do with a key in doubt.
     pub in_doubt: InDoubtPolicy,

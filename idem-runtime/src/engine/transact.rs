@@ -22,7 +22,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use super::machine::encode_for_replay;
-use super::{as_current, reports_failure, Call, CallParts, Codec, Next};
+use super::{as_current, reports_failure, Call, CallParts, Codec, Next, DEFAULT_WAIT};
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;
@@ -177,7 +177,7 @@ impl Call {
                 }
                 Ended::Wait(record) => {
                     let deadline = *deadline.get_or_insert_with(|| {
-                        let wait = parts.wait.unwrap_or_else(|| store.default_wait());
+                        let wait = parts.wait.unwrap_or(DEFAULT_WAIT);
                         deadline_after(Instant::now(), wait)
                     });
                     if let Err(e) = parts.wait_for_owner(store, *record, deadline).await {

@@ -23,6 +23,7 @@ use serde_json::Value;
 use super::seats::{self, Occupant, Seats};
 use super::wire::{self, Answer, Request, WireError};
 use crate::admin::{Admin, Filter, Local};
+use crate::engine::retention::RetainerView;
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::Store;
@@ -45,7 +46,12 @@ pub(crate) struct Server {
 impl Server {
     /// Serves `store` on `<dir>/admin.sock`, replacing a socket left by a dead process: the
     /// caller holds the store's exclusive lock, so no live process can be serving it.
-    pub(crate) fn start(dir: &Path, store: Arc<dyn Store>) -> std::io::Result<Server> {
+    /// `idem stats` reports the retention passes `retention` reads, which this process runs.
+    pub(crate) fn start(
+        dir: &Path,
+        store: Arc<dyn Store>,
+        retention: Option<RetainerView>,
+    ) -> std::io::Result<Server> {
         let path = dir.join(wire::SOCKET_FILE);
         match std::fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(&path)?,
@@ -67,7 +73,7 @@ impl Server {
         let (wake, woken) = UnixStream::pair()?;
         let thread = std::thread::Builder::new()
             .name("idem-admin".to_owned())
-            .spawn(move || accept_loop(&listener, &woken, &store))?;
+            .spawn(move || accept_loop(&listener, &woken, &store, retention.as_ref()))?;
         Ok(Server { path, identity, wake, thread: Some(thread) })
     }
 }
@@ -88,7 +94,12 @@ impl Drop for Server {
 
 /// Waits for a connection or the wake-up, without a timeout: `poll` on both, so that dropping
 /// the server stops the thread even when no client ever comes.
-fn accept_loop(listener: &UnixListener, woken: &UnixStream, store: &Arc<dyn Store>) {
+fn accept_loop(
+    listener: &UnixListener,
+    woken: &UnixStream,
+    store: &Arc<dyn Store>,
+    retention: Option<&RetainerView>,
+) {
     let mut seats = Seats::default();
     loop {
         let mut fds = [
@@ -117,12 +128,17 @@ fn accept_loop(listener: &UnixListener, woken: &UnixStream, store: &Arc<dyn Stor
                 continue;
             }
         };
-        admit(stream, store, &mut seats);
+        admit(stream, store, retention, &mut seats);
     }
 }
 
 /// Checks who connected, then hands the connection to a thread of its own.
-fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, seats: &mut Seats) {
+fn admit(
+    mut stream: UnixStream,
+    store: &Arc<dyn Store>,
+    retention: Option<&RetainerView>,
+    seats: &mut Seats,
+) {
     let refuse = |stream: &mut UnixStream, message: String| {
         let _ = stream.write_all(wire::error_line(WireError::Refused { message }).as_bytes());
     };
@@ -143,9 +159,10 @@ fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, seats: &mut Seats) {
         Err(e) => return refuse(&mut stream, format!("no seat for this connection: {e}")),
     };
     let store = Arc::downgrade(store);
+    let retention = retention.cloned();
     let spawned = std::thread::Builder::new()
         .name("idem-admin-conn".to_owned())
-        .spawn(move || serve(stream, &store, &seat));
+        .spawn(move || serve(stream, &store, retention, &seat));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "idem: no thread for an admin connection");
     }
@@ -153,7 +170,12 @@ fn admit(mut stream: UnixStream, store: &Arc<dyn Store>, seats: &mut Seats) {
 
 /// Answers requests on one connection until the client closes it, misbehaves, is too slow, or
 /// its seat is given to another client.
-fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Occupant) {
+fn serve(
+    mut stream: UnixStream,
+    store: &Weak<dyn Store>,
+    retention: Option<RetainerView>,
+    seat: &Occupant,
+) {
     let mut pending = Vec::new();
     loop {
         // Giving the seat up ends the reads (`None`), or comes between a request read and its
@@ -181,10 +203,12 @@ fn serve(mut stream: UnixStream, store: &Weak<dyn Store>, seat: &Occupant) {
         let response = match Request::from_line(&line) {
             Err(message) => wire::error_line(WireError::Refused { message }),
             Ok(request) => match store.upgrade() {
-                Some(store) => match perform(&mut Local::new(store), request) {
-                    Ok(value) => wire::ok_line(value),
-                    Err(error) => wire::error_line(error.into()),
-                },
+                Some(store) => {
+                    match perform(&mut Local::with_retention(store, retention.clone()), request) {
+                        Ok(value) => wire::ok_line(value),
+                        Err(error) => wire::error_line(error.into()),
+                    }
+                }
                 None => wire::error_line(WireError::Refused {
                     message: "the store is closing; run the command again".to_owned(),
                 }),

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::lifecycle::Record;
 
@@ -226,25 +226,11 @@ pub trait Store: Send + Sync + 'static {
     fn size_on_disk(&self) -> Option<u64> {
         None
     }
-
-    /// The retention policy this store runs in the background, and what its passes removed,
-    /// for `idem stats`; `None` (the default) when it runs none.
-    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
-        None
-    }
-
-    /// How long a caller waits for an in-flight owner when the call sets no `wait`.
-    fn default_wait(&self) -> Duration {
-        DEFAULT_WAIT
-    }
 }
 
 /// A page of records in key order, each beside its key, with an `Err` for one that cannot be
 /// read ([`Store::scan_page`]).
 pub type RecordPage = Vec<(String, Result<Record, StoreError>)>;
-
-/// The wait used when neither the call nor the store sets one.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 
 /// What [`Store::insert_if_absent`] found.
 // Returned once per reservation and taken apart at once: boxing the record would only add an

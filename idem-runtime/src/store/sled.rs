@@ -9,7 +9,7 @@ use self::history::History;
 use self::write::Swapped;
 use super::notify::Notifier;
 use super::sync::Syncer;
-use super::{Detached, Durability, Inserted, Store, StoreFuture, DEFAULT_WAIT};
+use super::{Detached, Durability, Inserted, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::fence::admits_stored;
 use crate::lifecycle::history::{Change, Entry};
@@ -87,7 +87,6 @@ pub struct SledStore {
     path: PathBuf,
     owner: String,
     durability: Durability,
-    default_wait: Duration,
     /// Shared with the admin socket's handle, so that both see one poisoning and one group
     /// commit.
     syncer: Option<std::sync::Arc<Syncer>>,
@@ -123,7 +122,6 @@ impl SledStore {
             path: path.as_ref().to_owned(),
             durability: Durability::Fsync,
             cache_bytes: 64 * 1024 * 1024,
-            default_wait: DEFAULT_WAIT,
             create: true,
             lock_wait: Duration::ZERO,
             admin_socket: true,
@@ -137,6 +135,12 @@ impl SledStore {
     /// The directory this store lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The retention policy this store runs in the background, and what its passes removed
+    /// so far; `None` when it runs none.
+    pub fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 
     /// The durability this store was opened with.
@@ -477,10 +481,6 @@ impl Store for SledStore {
         })
     }
 
-    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
-    }
-
     fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
         Box::pin(async move {
             let mut records = Vec::new();
@@ -523,10 +523,6 @@ impl Store for SledStore {
                 None => Ok(None),
             }
         })
-    }
-
-    fn default_wait(&self) -> Duration {
-        self.default_wait
     }
 }
 

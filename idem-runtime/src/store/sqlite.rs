@@ -75,7 +75,7 @@ pub struct SqliteStore {
     /// Declared first: dropped, it stops the retention passes (and drops their handle of the
     /// store) before the writer goes.
     retainer: Option<crate::engine::retention::Retainer>,
-    /// What the passes report, for [`Store::retention`].
+    /// What the passes report, for [`SqliteStore::retention`].
     retention: Option<crate::engine::retention::RetainerView>,
     /// Dropping its last handle makes the writes still queued before the rest goes.
     writer: Arc<Writer>,
@@ -139,6 +139,12 @@ impl SqliteStore {
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.shared.options.path
+    }
+
+    /// The retention policy this store runs in the background, and what its passes removed
+    /// so far; `None` when it runs none.
+    pub fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
+        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 
     /// The durability this store was opened with.
@@ -440,14 +446,6 @@ impl Store for SqliteStore {
         wal.push("-wal");
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         Some(size(path) + size(Path::new(&wal)))
-    }
-
-    fn default_wait(&self) -> Duration {
-        self.shared.options.default_wait
-    }
-
-    fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 }
 

@@ -22,13 +22,12 @@ use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
 
-/// Options for [`SledStore`]: durability, cache size and the default wait.
+/// Options for [`SledStore`]: durability, cache size, locking, the admin socket, retention.
 #[derive(Clone, Debug)]
 pub struct SledStoreBuilder {
     pub(super) path: PathBuf,
     pub(super) durability: Durability,
     pub(super) cache_bytes: u64,
-    pub(super) default_wait: Duration,
     pub(super) create: bool,
     pub(super) lock_wait: Duration,
     pub(super) admin_socket: bool,
@@ -49,12 +48,6 @@ impl SledStoreBuilder {
     /// sled's page cache, in bytes; 64 MiB by default (sled's own default is 1 GiB).
     pub fn cache_capacity(mut self, bytes: u64) -> Self {
         self.cache_bytes = bytes;
-        self
-    }
-
-    /// How long a caller waits for an in-flight owner when the call sets no `wait`; 30 s.
-    pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
         self
     }
 
@@ -173,7 +166,6 @@ impl SledStore {
             path,
             owner,
             durability: options.durability,
-            default_wait: options.default_wait,
             syncer,
             notifier: Arc::new(Notifier::default()),
             key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
@@ -210,7 +202,6 @@ impl SledStore {
             path: self.path.clone(),
             owner: self.owner.clone(),
             durability: self.durability,
-            default_wait: self.default_wait,
             syncer: self.syncer.clone(),
             notifier: Arc::clone(&self.notifier),
             key_locks: std::sync::Arc::clone(&self.key_locks),
@@ -222,7 +213,8 @@ impl SledStore {
     #[cfg(unix)]
     fn serve_admin(&self) -> Option<crate::remote::Server> {
         let handle = self.handle();
-        match crate::remote::Server::start(&self.path, std::sync::Arc::new(handle)) {
+        let retention = self.retention.clone();
+        match crate::remote::Server::start(&self.path, std::sync::Arc::new(handle), retention) {
             Ok(server) => Some(server),
             Err(e) => {
                 tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");

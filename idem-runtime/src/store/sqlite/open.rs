@@ -16,7 +16,7 @@ use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
 use crate::store::access::Access;
 use crate::store::notify::Notifier;
-use crate::store::{Durability, DEFAULT_WAIT};
+use crate::store::Durability;
 
 /// How long a write waits for another process's write lock by default.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,7 +28,6 @@ pub struct SqliteStoreBuilder {
     pub(super) path: PathBuf,
     pub(super) durability: Durability,
     pub(super) busy_timeout: Duration,
-    pub(super) default_wait: Duration,
     pub(super) create: bool,
     /// `None` until `retain` or `retention` is called: then `$IDEM_RETAIN` decides at open.
     pub(super) retention: Option<Option<Retention>>,
@@ -41,7 +40,6 @@ impl SqliteStoreBuilder {
             path: path.to_owned(),
             durability: Durability::Fsync,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            default_wait: DEFAULT_WAIT,
             create: true,
             retention: None,
             access: Access::User,
@@ -60,12 +58,6 @@ impl SqliteStoreBuilder {
     /// call fails with an error that says so, having written nothing.
     pub fn busy_timeout(mut self, wait: Duration) -> Self {
         self.busy_timeout = wait;
-        self
-    }
-
-    /// How long a call waits for a key's owner when the call sets no `wait`.
-    pub fn default_wait(mut self, wait: Duration) -> Self {
-        self.default_wait = wait;
         self
     }
 
