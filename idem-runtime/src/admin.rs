@@ -10,13 +10,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::retention::RetainerView;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::Entry;
+use crate::lifecycle::retention::{self, RetentionStatus};
+use crate::lifecycle::transition;
 use crate::lifecycle::{assess, Assessment, Record, Status};
-use crate::lifecycle::{retention, transition};
 use crate::meter::{self, ApprovalEvent};
 use crate::store::Store;
 
@@ -109,7 +109,7 @@ pub struct Stats {
     /// The retention the store runs in the background, and what it removed, when it runs one
     /// (seen from the process that answered: a holder through its socket, or this one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention: Option<crate::lifecycle::retention::RetentionStatus>,
+    pub retention: Option<RetentionStatus>,
 }
 
 /// The admin operations, wherever they run. Each gives the same values and errors as the
@@ -186,8 +186,12 @@ pub(crate) mod sealed {
 pub struct Local {
     store: Arc<dyn Store>,
     /// The retention passes this process runs on the store, which `stats` reports.
-    retention: Option<RetainerView>,
+    retention: Option<RetentionReport>,
 }
+
+/// Reads the status of the retention passes this process runs on a store, for `idem stats`:
+/// given by whoever runs them (`RetainerView::status`), since a store runs none.
+pub type RetentionReport = Arc<dyn Fn() -> RetentionStatus + Send + Sync>;
 
 impl Local {
     /// Runs the operations on `store`.
@@ -197,7 +201,7 @@ impl Local {
 
     /// Runs the operations on `store`, on which this process runs the retention passes that
     /// `retention` reads: [`Admin::stats`] reports them.
-    pub fn with_retention(store: Arc<dyn Store>, retention: Option<RetainerView>) -> Local {
+    pub fn with_retention(store: Arc<dyn Store>, retention: Option<RetentionReport>) -> Local {
         Local { store, retention }
     }
 }
@@ -247,7 +251,7 @@ impl Admin for Local {
     }
 
     fn stats(&mut self) -> Result<Stats, Error> {
-        let retention = self.retention.as_ref().map(RetainerView::status);
+        let retention = self.retention.as_ref().map(|status| status());
         Ok(Stats { retention, ..stats(self.store.as_ref())? })
     }
 

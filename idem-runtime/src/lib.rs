@@ -43,24 +43,28 @@ mod retry;
 /// Retention: a store's background removal of finished records and released keys' histories
 /// past a bound (see [`Retention`]).
 pub mod retention {
-    pub use crate::engine::retention::{
-        Retainer, RetainerView, Retention, RetentionPass, RETAIN_ENV,
+    pub use crate::engine::retention::{Retainer, RetainerView, RetentionPass};
+    pub use crate::lifecycle::retention::{
+        PassReport, Removed, Retention, RetentionStatus, RETAIN_ENV,
     };
-    pub use crate::lifecycle::retention::{PassReport, Removed, RetentionStatus};
 }
 pub mod store;
 mod time;
 
 pub use canonical::canonical_json;
 pub use classify::{Annotations, Kind, ToolInfo};
-pub use engine::retention::Retention;
 #[cfg(feature = "sqlite")]
 pub use engine::transact_sqlite::SqliteTransactional;
 pub use engine::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token, Args, Call,
     InDoubtPolicy, Reconciled, Sweep, SweepOutcome, SweepReport, Swept, DEFAULT_WAIT,
 };
+pub use lifecycle::retention::Retention;
 // What a store crate's transactional API runs a call with (idem-postgres's): not for users.
+pub use engine::open::default::{
+    default_store, open_default_store, set_default_store, set_default_store_named,
+};
+pub use engine::open::open_store;
 #[doc(hidden)]
 pub use engine::{Attempt, Codec, Retries, Site};
 pub use error::{Error, StoreError};
@@ -71,12 +75,9 @@ pub use retry::Backoff;
 /// `rusqlite::Transaction` ([`SqliteStore::transactional`]).
 #[cfg(feature = "sqlite")]
 pub use rusqlite;
-pub use store::default::{
-    default_store, default_store_name, default_store_path, open_default_store, set_default_store,
-    set_default_store_named,
-};
+pub use store::default::{default_store_name, default_store_path};
 pub use store::memory::MemoryStore;
-pub use store::name::{open_store, StoreName};
+pub use store::name::StoreName;
 pub use store::sled::{SledStore, SledStoreBuilder};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{SqliteStore, SqliteStoreBuilder};

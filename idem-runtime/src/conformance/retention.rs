@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{call, eventually_status, scope, status, ToolError};
-use crate::engine::retention::{Retainer, Retention, RetentionPass};
+use crate::engine::retention::{Retainer, RetentionPass};
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::retention::Removed;
+use crate::lifecycle::retention::Retention;
 use crate::lifecycle::{transition, Owner, Record, Status};
 use crate::store::{Inserted, Store};
 

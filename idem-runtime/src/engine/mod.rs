@@ -33,6 +33,7 @@ mod args;
 mod context;
 mod decide;
 mod machine;
+pub(crate) mod open;
 mod reconciler;
 pub(crate) mod retention;
 mod settle;
@@ -257,7 +258,7 @@ impl Call {
     fn resolve_store(&self) -> Result<Arc<dyn Store>, Error> {
         match &self.store {
             Some(store) => Ok(Arc::clone(store)),
-            None => crate::store::default::default_store().map_err(|e| match e {
+            None => self::open::default::default_store().map_err(|e| match e {
                 Error::Store { source, .. } => self.store_error(source),
                 other => other,
             }),

@@ -10,60 +10,13 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, StoreError};
 use crate::exec::block_on;
 use crate::lifecycle::retention::{
-    history_outlived, outlived, PassReport, Removed, RetentionStatus,
+    history_outlived, outlived, PassReport, Removed, Retention, RetentionStatus, RETAIN_ENV,
 };
 use crate::lifecycle::{transition, Record};
 use crate::meter;
 use crate::store::Store;
 
-/// The environment variable a store reads its retention from when its builder sets none:
-/// a duration (`30d`, `12h`), or `off`.
-pub const RETAIN_ENV: &str = "IDEM_RETAIN";
-
-/// How long a store keeps finished records, and how its background passes go.
-///
-/// A pass walks the store a page of `batch` records at a time, removes those of the page that
-/// are finished and finished longer than `keep` ago (each with its history), then the
-/// histories of released keys last changed longer than `keep` ago, likewise a page at a time,
-/// pausing `pause` between pages; passes start `every` apart. A key in flight or in doubt is
-/// never removed, nor a record that changed since the pass read it.
-///
-/// ```
-/// use std::time::Duration;
-/// let policy = idem_runtime::Retention::new(Duration::from_secs(30 * 86_400)).batch(200);
-/// assert_eq!(policy.keep(), Duration::from_secs(30 * 86_400));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Retention {
-    keep: Duration,
-    batch: usize,
-    every: Duration,
-    pause: Duration,
-}
-
 impl Retention {
-    /// Keeps finished records and released keys' histories for `keep`; pages of 100, a pause of
-    /// 10 ms between them, and a pass every `keep / 24`, between 1 s and 1 h.
-    pub fn new(keep: Duration) -> Retention {
-        let every = (keep / 24).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-        Retention { keep, batch: 100, every, pause: Duration::from_millis(10) }
-    }
-
-    /// Reads a policy as `IDEM_RETAIN` takes it: a duration in humantime's syntax (`30d`,
-    /// `12h`, `1h 30m`), or `off` (or `none`) for no retention.
-    pub fn parse(text: &str) -> Result<Option<Retention>, String> {
-        let text = text.trim();
-        if text.eq_ignore_ascii_case("off") || text.eq_ignore_ascii_case("none") {
-            return Ok(None);
-        }
-        humantime::parse_duration(text).map(|keep| Some(Retention::new(keep))).map_err(|e| {
-            format!(
-                "`{text}` is not a retention ({e}): write a duration such as 30d, 12h or 90m, \
-                 or `off`"
-            )
-        })
-    }
-
     /// The policy `$IDEM_RETAIN` gives: none when it is unset, empty or `off`; an error naming
     /// the variable when it is not a duration. What a store's builder uses when it is given
     /// no policy.
@@ -73,31 +26,6 @@ impl Retention {
                 .map_err(|e| StoreError::new(format!("${RETAIN_ENV}: {e}")).lasting()),
             _ => Ok(None),
         }
-    }
-
-    /// How many records (or released keys) a batch looks at, and so removes at most; 100.
-    pub fn batch(mut self, records: usize) -> Retention {
-        self.batch = records.max(1);
-        self
-    }
-
-    /// How long after one pass the next starts; `keep / 24` between 1 s and 1 h by default. A
-    /// record is removed between `keep` and `keep + every` (and the pass's own time) after it
-    /// finished.
-    pub fn every(mut self, every: Duration) -> Retention {
-        self.every = every;
-        self
-    }
-
-    /// How long a pass rests between two batches; 10 ms.
-    pub fn pause(mut self, pause: Duration) -> Retention {
-        self.pause = pause;
-        self
-    }
-
-    /// How long finished records and released keys' histories are kept.
-    pub fn keep(&self) -> Duration {
-        self.keep
     }
 
     /// Runs one whole pass now on `store`, without pauses, blocking; returns what it removed.
@@ -275,9 +203,9 @@ impl Shared {
 }
 
 /// Runs a store's retention passes on a thread of its own, from its start until it is
-/// dropped (which stops the thread at its next batch and waits for it). A store's builder
-/// starts one when it is given a retention (`retain`, or `IDEM_RETAIN`); a store that has no
-/// such option can start one itself over a handle to it.
+/// dropped (which stops the thread at its next batch and waits for it). The opener
+/// (`engine/open/`) starts one beside a store whose builder is given a retention (`retain`, or
+/// `IDEM_RETAIN`); a store that has no such option can have one started over a handle to it.
 pub struct Retainer {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,

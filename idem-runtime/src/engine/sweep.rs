@@ -125,7 +125,7 @@ impl<'a> Sweep<'a> {
     pub async fn run_async(mut self) -> Result<SweepReport, Error> {
         let store = match self.store.take() {
             Some(store) => store,
-            None => crate::store::default::default_store()?,
+            None => super::open::default::default_store()?,
         };
         let listed = store.scan().await.map_err(|e| Error::store(None, None, e))?;
         let mut report = SweepReport::default();

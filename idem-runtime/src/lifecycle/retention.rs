@@ -7,8 +7,10 @@
 //! - A history with no record (a released key's) goes once its last entry is older than the
 //!   bound.
 //!
-//! What the passes removed is reported here too ([`Removed`], [`PassReport`],
-//! [`RetentionStatus`]): a store hands it to `idem stats` without reaching into the engine.
+//! The policy a store's opener gives the engine's passes ([`Retention`]: the bound, and the
+//! pace), and what the passes removed ([`Removed`], [`PassReport`], [`RetentionStatus`]), are
+//! here too: plain data, which a store's builder holds and `idem stats` shows without reaching
+//! into the engine.
 
 use std::time::Duration;
 
@@ -32,6 +34,80 @@ pub fn history_outlived(last: u64, bound: Duration, now: u64) -> bool {
 fn older(at: u64, bound: Duration, now: u64) -> bool {
     let bound = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
     now.saturating_sub(at) > bound
+}
+
+/// The environment variable a store reads its retention from when its builder sets none:
+/// a duration (`30d`, `12h`), or `off`.
+pub const RETAIN_ENV: &str = "IDEM_RETAIN";
+
+/// How long a store keeps finished records, and how its background passes go.
+///
+/// A pass walks the store a page of `batch` records at a time, removes those of the page that
+/// are finished and finished longer than `keep` ago (each with its history), then the
+/// histories of released keys last changed longer than `keep` ago, likewise a page at a time,
+/// pausing `pause` between pages; passes start `every` apart. A key in flight or in doubt is
+/// never removed, nor a record that changed since the pass read it.
+///
+/// ```
+/// use std::time::Duration;
+/// let policy = idem_runtime::Retention::new(Duration::from_secs(30 * 86_400)).batch(200);
+/// assert_eq!(policy.keep(), Duration::from_secs(30 * 86_400));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub(crate) keep: Duration,
+    pub(crate) batch: usize,
+    pub(crate) every: Duration,
+    pub(crate) pause: Duration,
+}
+
+impl Retention {
+    /// Keeps finished records and released keys' histories for `keep`; pages of 100, a pause of
+    /// 10 ms between them, and a pass every `keep / 24`, between 1 s and 1 h.
+    pub fn new(keep: Duration) -> Retention {
+        let every = (keep / 24).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+        Retention { keep, batch: 100, every, pause: Duration::from_millis(10) }
+    }
+
+    /// Reads a policy as `IDEM_RETAIN` takes it: a duration in humantime's syntax (`30d`,
+    /// `12h`, `1h 30m`), or `off` (or `none`) for no retention.
+    pub fn parse(text: &str) -> Result<Option<Retention>, String> {
+        let text = text.trim();
+        if text.eq_ignore_ascii_case("off") || text.eq_ignore_ascii_case("none") {
+            return Ok(None);
+        }
+        humantime::parse_duration(text).map(|keep| Some(Retention::new(keep))).map_err(|e| {
+            format!(
+                "`{text}` is not a retention ({e}): write a duration such as 30d, 12h or 90m, \
+                 or `off`"
+            )
+        })
+    }
+
+    /// How many records (or released keys) a batch looks at, and so removes at most; 100.
+    pub fn batch(mut self, records: usize) -> Retention {
+        self.batch = records.max(1);
+        self
+    }
+
+    /// How long after one pass the next starts; `keep / 24` between 1 s and 1 h by default. A
+    /// record is removed between `keep` and `keep + every` (and the pass's own time) after it
+    /// finished.
+    pub fn every(mut self, every: Duration) -> Retention {
+        self.every = every;
+        self
+    }
+
+    /// How long a pass rests between two batches; 10 ms.
+    pub fn pause(mut self, pause: Duration) -> Retention {
+        self.pause = pause;
+        self
+    }
+
+    /// How long finished records and released keys' histories are kept.
+    pub fn keep(&self) -> Duration {
+        self.keep
+    }
 }
 
 /// What a retention pass, or a part of one, removed.

@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::seats::{self, Occupant, Seats};
 use super::wire::{self, Answer, Request, WireError};
+use crate::admin::RetentionReport;
 use crate::admin::{Admin, Filter, Local};
-use crate::engine::retention::RetainerView;
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::Store;
@@ -50,7 +50,7 @@ impl Server {
     pub(crate) fn start(
         dir: &Path,
         store: Arc<dyn Store>,
-        retention: Option<RetainerView>,
+        retention: Option<RetentionReport>,
     ) -> std::io::Result<Server> {
         let path = dir.join(wire::SOCKET_FILE);
         match std::fs::symlink_metadata(&path) {
@@ -98,7 +98,7 @@ fn accept_loop(
     listener: &UnixListener,
     woken: &UnixStream,
     store: &Arc<dyn Store>,
-    retention: Option<&RetainerView>,
+    retention: Option<&RetentionReport>,
 ) {
     let mut seats = Seats::default();
     loop {
@@ -136,7 +136,7 @@ fn accept_loop(
 fn admit(
     mut stream: UnixStream,
     store: &Arc<dyn Store>,
-    retention: Option<&RetainerView>,
+    retention: Option<&RetentionReport>,
     seats: &mut Seats,
 ) {
     let refuse = |stream: &mut UnixStream, message: String| {
@@ -173,7 +173,7 @@ fn admit(
 fn serve(
     mut stream: UnixStream,
     store: &Weak<dyn Store>,
-    retention: Option<RetainerView>,
+    retention: Option<RetentionReport>,
     seat: &Occupant,
 ) {
     let mut pending = Vec::new();

@@ -1,5 +1,5 @@
 //! The storage interface a backend implements ([`Store`]), what an implementor needs with it,
-//! the process default store, and the stores this crate ships (the reference store in memory,
+//! where the process default store lives, and the stores this crate ships (the reference store in memory,
 //! sled and SQLite).
 
 use std::future::Future;
@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::lifecycle::Record;
 
 pub(crate) mod access;
+pub(crate) mod beside;
 pub(crate) mod default;
 pub(crate) mod memory;
 pub mod name;

@@ -1,5 +1,5 @@
 //! How a store is named, written once: `$IDEM_STORE`, the `idem` command's `--store` and
-//! [`open_store`] all read a name with [`StoreName::parse`], and give it the same meaning.
+//! `idem::open_store` all read a name with [`StoreName::parse`], and give it the same meaning.
 //!
 //! - `sqlite:PATH`: the SQLite store in the file `PATH` (feature `sqlite`);
 //! - `postgres://…` or `postgresql://…`: the PostgreSQL store at that URL (`idem-postgres`);
@@ -16,8 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, StoreError};
-use crate::store::access::Access;
-use crate::store::sled::SledStore;
 use crate::store::Store;
 
 /// A store, as a name gives it.
@@ -140,33 +138,15 @@ pub type PostgresOpener = fn(&str) -> Result<Arc<dyn Store>, Error>;
 
 static POSTGRES: RwLock<Option<PostgresOpener>> = RwLock::new(None);
 
+/// How `postgres://` names are opened, once a crate that has a PostgreSQL store registered it.
+pub(crate) fn postgres_opener() -> Option<PostgresOpener> {
+    *POSTGRES.read().unwrap_or_else(|e| e.into_inner())
+}
+
 #[doc(hidden)]
 /// Registers how `postgres://` names are opened. Not a public API: the facade calls it.
 pub fn register_postgres(opener: PostgresOpener) {
     *POSTGRES.write().unwrap_or_else(|e| e.into_inner()) = Some(opener);
-}
-
-/// Opens (creating it if missing, with its parent directories, which are the user's alone) the
-/// store named `name`, read
-/// as [`StoreName::parse`] reads it: `sqlite:PATH`, `postgres://…`, or a sled directory.
-///
-/// ```
-/// # fn main() -> Result<(), idem_runtime::Error> {
-/// let dir = tempfile::tempdir().unwrap();
-/// let path = dir.path().join("idem.sled");
-/// let store = idem_runtime::open_store(path.to_str().unwrap())?;
-/// # drop(store);
-/// # Ok(()) }
-/// ```
-pub fn open_store(name: &str) -> Result<Arc<dyn Store>, Error> {
-    StoreName::parse(name)?.open()
-}
-
-impl StoreName {
-    /// Opens (creating it if missing, with its parent directories) the store this name gives.
-    pub fn open(&self) -> Result<Arc<dyn Store>, Error> {
-        open_named(self)
-    }
 }
 
 impl StoreName {
@@ -188,32 +168,6 @@ impl StoreName {
     }
 }
 
-fn open_named(name: &StoreName) -> Result<Arc<dyn Store>, Error> {
-    match name {
-        StoreName::Sled(path) => {
-            name.check_kind()?;
-            Ok(Arc::new(open_sled_at(path)?))
-        }
-        StoreName::Sqlite(path) => open_sqlite(path),
-        StoreName::Postgres(url) => {
-            let opener = *POSTGRES.read().unwrap_or_else(|e| e.into_inner());
-            match opener {
-                Some(open) => open(url),
-                None => Err(Error::store(
-                    None,
-                    None,
-                    StoreError::new(format!(
-                        "the store {name} is a PostgreSQL database, which this program opens \
-                         only through idem's `postgres` feature: turn it on and call \
-                         idem::open_default_store() (or idem::open_store) at start-up"
-                    ))
-                    .lasting(),
-                )),
-            }
-        }
-    }
-}
-
 /// Whether `path` is a file that begins as an SQLite database does, as SQLite reads it (never
 /// through a descriptor of this crate's own: see `begins_as_database`). An empty file is none:
 /// SQLite would read it as a new database, and the hint would send the user to adopt it.
@@ -227,59 +181,6 @@ fn is_sqlite_file(path: &Path) -> bool {
 #[cfg(not(feature = "sqlite"))]
 fn is_sqlite_file(_path: &Path) -> bool {
     false
-}
-
-#[cfg(feature = "sqlite")]
-fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        Access::User.create_dirs(parent).map_err(|cause| cannot_create(path, &cause))?;
-    }
-    Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?))
-}
-
-#[cfg(not(feature = "sqlite"))]
-fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
-    let message = format!(
-        "the store {SQLITE_PREFIX}{} is a SQLite file, and this program was built without \
-         idem's `sqlite` feature: turn it on in Cargo.toml",
-        path.display()
-    );
-    Err(Error::store(None, None, StoreError::new(message).lasting()))
-}
-
-/// Opens (or creates) the sled store at `path`, its parent directories included (each the
-/// user's alone, as the store's files: see `store/access.rs`). A store that
-/// cannot be created is reported as such, naming the path and the cause, and is not retryable:
-/// calling again fails the same way until someone changes the path or its permissions.
-fn open_sled_at(path: &Path) -> Result<SledStore, Error> {
-    if !path.exists() {
-        if let Err(cause) = Access::User.create_dirs(path) {
-            return Err(cannot_create(path, &cause));
-        }
-    }
-    SledStore::open(path).map_err(|error| {
-        // With no `conf` file, sled never wrote the store: it could not be created (a read-only
-        // directory); a store that exists failed for another reason, reported as it is.
-        if path.join("conf").exists() {
-            error
-        } else {
-            cannot_create(path, &error)
-        }
-    })
-}
-
-/// The error for a store that cannot be created at `path`, for the deepest reason in `cause`.
-fn cannot_create(path: &Path, cause: &(dyn std::error::Error + 'static)) -> Error {
-    let mut root = cause;
-    while let Some(source) = root.source() {
-        root = source;
-    }
-    let message = format!(
-        "cannot create the idem store at {} ({root}): set $IDEM_STORE to a directory this \
-         process may create and write, or install a store with set_default_store",
-        path.display()
-    );
-    Error::store(None, None, StoreError::new(message).lasting())
 }
 
 #[cfg(test)]
@@ -311,7 +212,8 @@ mod tests {
             (dir.path().join("empty"), dir.path().join("notes"), dir.path().join("idem.sqlite"));
         std::fs::write(&empty, "").unwrap();
         std::fs::write(&text, "not a database").unwrap();
-        drop(crate::store::sqlite::SqliteStore::open(&store).unwrap());
+        let builder = crate::store::sqlite::SqliteStore::builder(&store);
+        drop(crate::store::sqlite::SqliteStore::open_storage(builder).unwrap());
         assert!(!is_sqlite_file(&empty) && !is_sqlite_file(&text));
         assert!(is_sqlite_file(&store));
         assert_eq!(std::fs::read_to_string(&text).unwrap(), "not a database", "left as it was");
@@ -338,27 +240,5 @@ mod tests {
         let name = StoreName::parse("postgres://ann:s3cret@db:5432/agents").unwrap();
         assert_eq!(name.to_string(), "postgres://ann:***@db:5432/agents");
         assert_eq!(StoreName::parse("sqlite:/a").unwrap().to_string(), "sqlite:/a");
-    }
-
-    #[test]
-    fn a_store_is_created_with_its_parent_directories() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("data/idem/idem.sled");
-        drop(open_sled_at(&path).expect("the store and its parents are created"));
-        assert!(path.join("conf").exists());
-    }
-
-    #[test]
-    fn a_store_that_cannot_be_created_names_the_path_and_cause_and_is_not_retryable() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("a-file");
-        std::fs::write(&file, "not a directory").unwrap();
-        let path = file.join("idem.sled");
-        let Err(error) = open_sled_at(&path) else { panic!("a store under a file opened") };
-        let message = error.to_string();
-        assert!(message.contains(&format!("cannot create the idem store at {}", path.display())));
-        assert!(message.contains("os error 20"), "the cause (ENOTDIR): {message}");
-        assert!(!error.is_retryable(), "nothing changes by calling again");
-        assert_eq!(error.kind(), "store");
     }
 }

@@ -7,6 +7,7 @@ use self::chunks::{Chunks, MAX_RESULT};
 use self::encoding::decode;
 use self::history::History;
 use self::write::Swapped;
+use super::beside::Beside;
 use super::notify::Notifier;
 use super::sync::Syncer;
 use super::{Detached, Durability, Inserted, Store, StoreFuture};
@@ -72,13 +73,9 @@ const INDEXED: &[u8] = b"idem.in-flight-indexed";
 /// # Ok(()) }
 /// ```
 pub struct SledStore {
-    /// Declared first so that it stops serving before the rest of the store goes away.
-    #[cfg(unix)]
-    admin: Option<crate::remote::Server>,
-    /// The retention passes, on a handle of their own; stopped before the rest goes away.
-    retainer: Option<crate::engine::retention::Retainer>,
-    /// What the retention passes report, for `idem stats` (shared with the admin handle).
-    retention: Option<crate::engine::retention::RetainerView>,
+    /// The admin socket and the retention passes its opener started, on handles of their own;
+    /// declared first, so that they stop before the rest of the store goes away.
+    pub(crate) beside: Beside,
     tree: sled::Tree,
     index: sled::Tree,
     chunks: Chunks,
@@ -111,11 +108,6 @@ impl SledStore {
     /// The largest result the store keeps, in bytes of its JSON text (16 MiB).
     pub const MAX_RESULT: usize = MAX_RESULT;
 
-    /// Opens (or creates) the store in directory `path` with the default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<SledStore, crate::error::Error> {
-        SledStore::builder(path).open()
-    }
-
     /// Options for opening the store in directory `path`.
     pub fn builder(path: impl AsRef<Path>) -> SledStoreBuilder {
         SledStoreBuilder {
@@ -135,12 +127,6 @@ impl SledStore {
     /// The directory this store lives in.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// The retention policy this store runs in the background, and what its passes removed
-    /// so far; `None` when it runs none.
-    pub fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 
     /// The durability this store was opened with.

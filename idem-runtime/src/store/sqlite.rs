@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use self::owners::Owners;
 use self::wake::Wake;
 use self::writer::{Write, Writer};
+use super::beside::Beside;
 use super::notify::Notifier;
 use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
 use crate::error::StoreError;
@@ -72,11 +73,9 @@ const IDLE: usize = 8;
 /// # Ok(()) }
 /// ```
 pub struct SqliteStore {
-    /// Declared first: dropped, it stops the retention passes (and drops their handle of the
-    /// store) before the writer goes.
-    retainer: Option<crate::engine::retention::Retainer>,
-    /// What the passes report, for [`SqliteStore::retention`].
-    retention: Option<crate::engine::retention::RetainerView>,
+    /// The retention passes its opener started, on a handle of their own; declared first:
+    /// dropped, they stop (and drop their handle of the store) before the writer goes.
+    pub(crate) beside: Beside,
     /// Dropping its last handle makes the writes still queued before the rest goes.
     writer: Arc<Writer>,
     shared: Arc<Shared>,
@@ -126,11 +125,6 @@ impl Idle {
 }
 
 impl SqliteStore {
-    /// Opens (or creates) the store in the file `path` with the default options.
-    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, crate::error::Error> {
-        SqliteStore::builder(path).open()
-    }
-
     /// Options for opening the store in the file `path`.
     pub fn builder(path: impl AsRef<Path>) -> SqliteStoreBuilder {
         SqliteStoreBuilder::new(path.as_ref())
@@ -139,12 +133,6 @@ impl SqliteStore {
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.shared.options.path
-    }
-
-    /// The retention policy this store runs in the background, and what its passes removed
-    /// so far; `None` when it runs none.
-    pub fn retention(&self) -> Option<crate::lifecycle::retention::RetentionStatus> {
-        self.retention.as_ref().map(crate::engine::retention::RetainerView::status)
     }
 
     /// The durability this store was opened with.

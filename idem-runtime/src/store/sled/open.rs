@@ -1,6 +1,8 @@
-//! Opening the sled store: its options, the lock, the files sled creates, and the clean-up of
-//! what a dead process left (records in flight, chunks no record points to), and the admin
-//! socket.
+//! Opening the sled store's storage: its options, the lock, the files sled creates, and the
+//! clean-up of what a dead process left (records in flight, chunks no record points to). What
+//! runs beside it (the retention passes, the admin socket) is started by its opener,
+//! `SledStoreBuilder::open` in the engine's `open/sled.rs`, which reads the options for them
+//! here.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,14 +12,15 @@ use super::encoding::decode;
 use super::files::Files;
 use super::history::History;
 use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
-use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
 use crate::lifecycle::now_ms;
 use crate::lifecycle::owner::MAX_INSTANCE;
+use crate::lifecycle::retention::Retention;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
 use crate::store::access::Access;
+use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
 use crate::store::Durability;
@@ -30,11 +33,11 @@ pub struct SledStoreBuilder {
     pub(super) cache_bytes: u64,
     pub(super) create: bool,
     pub(super) lock_wait: Duration,
-    pub(super) admin_socket: bool,
+    pub(crate) admin_socket: bool,
     pub(super) gather: Gather,
     pub(super) recent_bytes: u64,
     /// `None`: not set, so `IDEM_RETAIN` decides at open.
-    pub(super) retention: Option<Option<Retention>>,
+    pub(crate) retention: Option<Option<Retention>>,
     pub(super) access: Access,
 }
 
@@ -127,37 +130,26 @@ impl SledStoreBuilder {
         self.retention = Some(policy);
         self
     }
-
-    /// Opens the store.
-    pub fn open(self) -> Result<SledStore, crate::error::Error> {
-        SledStore::open_with(self).map_err(|source| crate::error::Error::store(None, None, source))
-    }
 }
 
 impl SledStore {
-    pub(super) fn open_with(options: SledStoreBuilder) -> Result<SledStore, StoreError> {
-        check_path(&options)?;
+    /// Opens the storage `options` give, and settles what a dead process left in it: nothing
+    /// runs beside it yet.
+    pub(crate) fn open_storage(options: &SledStoreBuilder) -> Result<SledStore, StoreError> {
+        check_path(options)?;
         // sled would create the directory with the umask's mode, and every file in it so too:
         // the directory, made first with the store's access, is what keeps other users out.
         if options.create && !options.path.exists() {
             let path = &options.path;
             options.access.create_dirs(path).map_err(|e| io_error(path, "cannot create", e))?;
         }
-        let retention = match options.retention.clone() {
-            Some(policy) => policy,
-            None => Retention::from_env()?,
-        };
         let path = options.path.clone();
-        let db = open_db(&options)?;
+        let db = open_db(options)?;
         let trees = Trees::open(&db, &path)?;
         let owner = instance()?;
-        let syncer = start_syncer(&db, &path, &options)?;
-        #[cfg_attr(not(unix), allow(unused_mut))]
-        let mut store = SledStore {
-            #[cfg(unix)]
-            admin: None,
-            retainer: None,
-            retention: None,
+        let syncer = start_syncer(&db, &path, options)?;
+        let store = SledStore {
+            beside: Beside::default(),
             tree: trees.records,
             index: trees.index,
             chunks: trees.chunks,
@@ -172,28 +164,16 @@ impl SledStore {
             recent: std::sync::Arc::new(super::recent::Recent::new(options.recent_bytes)),
         };
         store.settle_orphans()?;
-        if let Some(policy) = retention {
-            let retainer = Retainer::start(std::sync::Arc::new(store.handle()), policy)?;
-            store.retention = Some(retainer.view());
-            store.retainer = Some(retainer);
-        }
-        #[cfg(unix)]
-        if options.admin_socket {
-            store.admin = store.serve_admin();
-        }
         Ok(store)
     }
 
     /// A second handle to this store: the same trees, owner, sync thread, notifications, key
     /// locks and cache, so that its writes are fenced, durable and seen by waiters like any
-    /// write here, and refused once a failed sync has poisoned the store. It runs no retention
-    /// and serves no socket of its own.
-    fn handle(&self) -> SledStore {
+    /// write here, and refused once a failed sync has poisoned the store. Nothing runs beside
+    /// it: it is what the opener runs the retention passes and the admin socket on.
+    pub(crate) fn handle(&self) -> SledStore {
         SledStore {
-            #[cfg(unix)]
-            admin: None,
-            retainer: None,
-            retention: self.retention.clone(),
+            beside: Beside::default(),
             tree: self.tree.clone(),
             index: self.index.clone(),
             chunks: self.chunks.clone(),
@@ -206,20 +186,6 @@ impl SledStore {
             notifier: Arc::clone(&self.notifier),
             key_locks: std::sync::Arc::clone(&self.key_locks),
             recent: std::sync::Arc::clone(&self.recent),
-        }
-    }
-
-    /// Starts the admin socket on a second handle to this store.
-    #[cfg(unix)]
-    fn serve_admin(&self) -> Option<crate::remote::Server> {
-        let handle = self.handle();
-        let retention = self.retention.clone();
-        match crate::remote::Server::start(&self.path, std::sync::Arc::new(handle), retention) {
-            Ok(server) => Some(server),
-            Err(e) => {
-                tracing::warn!(store = %self.path.display(), error = %e, "idem: no admin socket: the `idem` command cannot reach this store while this process holds it");
-                None
-            }
         }
     }
 

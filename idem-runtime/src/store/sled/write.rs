@@ -453,7 +453,7 @@ mod tests {
     const KEY: &str = "k1";
 
     fn store(dir: &std::path::Path) -> SledStore {
-        SledStore::builder(dir).durability(Durability::None).admin_socket(false).open().unwrap()
+        SledStore::open_storage(&SledStore::builder(dir).durability(Durability::None)).unwrap()
     }
 
     fn record() -> Record {

@@ -1,5 +1,5 @@
-//! Opening a SQLite store: the builder's options, the checks that refuse what is not an idem
-//! store, and the settings every connection gets.
+//! Opening a SQLite store's file: the builder's options, the checks that refuse what is not an
+//! idem store, and the settings every connection gets.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,9 +12,10 @@ use super::schema::{self, Found};
 use super::wake::Wake;
 use super::writer::Writer;
 use super::{fault, Idle, Shared, SqliteStore};
-use crate::engine::retention::{Retainer, Retention};
 use crate::error::StoreError;
+use crate::lifecycle::retention::Retention;
 use crate::store::access::Access;
+use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
 use crate::store::Durability;
 
@@ -30,7 +31,7 @@ pub struct SqliteStoreBuilder {
     pub(super) busy_timeout: Duration,
     pub(super) create: bool,
     /// `None` until `retain` or `retention` is called: then `$IDEM_RETAIN` decides at open.
-    pub(super) retention: Option<Option<Retention>>,
+    pub(crate) retention: Option<Option<Retention>>,
     pub(super) access: Access,
 }
 
@@ -93,20 +94,14 @@ impl SqliteStoreBuilder {
         self.retention = Some(policy);
         self
     }
-
-    /// Opens the store.
-    pub fn open(self) -> Result<SqliteStore, crate::error::Error> {
-        open(self).map_err(|source| crate::error::Error::store(None, None, source))
-    }
 }
 
 impl SqliteStore {
-    /// Another handle of this store, without its retention passes (which run on one): the same
-    /// writer, connections and notifier.
-    fn handle(&self) -> SqliteStore {
+    /// Another handle of this store, with nothing beside it (what the opener runs the
+    /// retention passes on): the same writer, connections and notifier.
+    pub(crate) fn handle(&self) -> SqliteStore {
         SqliteStore {
-            retainer: None,
-            retention: self.retention.clone(),
+            beside: Beside::default(),
             writer: Arc::clone(&self.writer),
             shared: Arc::clone(&self.shared),
         }
@@ -118,19 +113,13 @@ pub(super) fn what(path: &Path) -> String {
     format!("the SQLite store at {}", path.display())
 }
 
-/// Opens the file, then starts the retention passes, if any, on a second handle of the store.
-fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
-    let retention = match options.retention.clone() {
-        Some(policy) => policy,
-        None => Retention::from_env()?,
-    };
-    let mut store = open_file(options)?;
-    if let Some(policy) = retention {
-        let retainer = Retainer::start(Arc::new(store.handle()), policy)?;
-        store.retention = Some(retainer.view());
-        store.retainer = Some(retainer);
+impl SqliteStore {
+    /// Opens the file `options` give: nothing runs beside the store yet (its opener,
+    /// `SqliteStoreBuilder::open` in the engine's `open/sqlite.rs`, starts the retention
+    /// passes).
+    pub(crate) fn open_storage(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
+        open_file(options)
     }
-    Ok(store)
 }
 
 fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
@@ -156,12 +145,7 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     });
     let reader = connect(&shared.options, &shared.what)?;
     shared.readers.give_back(reader);
-    Ok(SqliteStore {
-        retainer: None,
-        retention: None,
-        writer: Arc::new(Writer::start(writer)?),
-        shared,
-    })
+    Ok(SqliteStore { beside: Beside::default(), writer: Arc::new(Writer::start(writer)?), shared })
 }
 
 /// The writer's connection to a file that holds an idem store. A database with no table and
