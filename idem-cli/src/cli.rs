@@ -1,6 +1,7 @@
 //! The command line, as DESIGN.md lists it.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Parser, Subcommand};
@@ -124,6 +125,20 @@ pub(crate) enum Command {
         /// Print the counts as one JSON object
         #[arg(long)]
         json: bool,
+    },
+
+    /// Serve MCP on stdin/stdout in front of the MCP server COMMAND, running each write tool
+    /// once per intent: `idem mcp-proxy --config FILE -- COMMAND [ARGS...]`
+    McpProxy {
+        /// The TOML file that names the server and gives each write tool its scope
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Print each upstream tool with what idem does with it, and exit without serving
+        #[arg(long)]
+        check: bool,
+        /// The upstream MCP server's command line, after `--`; it gets this environment
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<OsString>,
     },
 }
 

@@ -14,7 +14,7 @@ use crate::cli::{Cli, Command};
 use crate::failure::Failure;
 use crate::operator::operator;
 use crate::output::{age, cell, size, table, timestamp};
-use crate::{args, store};
+use crate::{args, mcp_proxy, store};
 
 type Out<'a> = &'a mut dyn Write;
 
@@ -65,6 +65,9 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             purge(store::open(location)?.as_mut(), which, out)
         }
         Command::Stats { json } => stats(store::open(location)?.as_mut(), json, out),
+        Command::McpProxy { config, check, command } => {
+            mcp_proxy::run(location, &config, check, &command, out)
+        }
     }
 }
 

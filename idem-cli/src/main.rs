@@ -1,5 +1,6 @@
 //! `idem`: the operator's command for an idem store. It lists, shows, settles and purges records,
-//! counts them, and computes the key the crate derives for a call.
+//! counts them, computes the key the crate derives for a call, and serves an MCP proxy that runs
+//! an upstream server's write tools once per intent (`idem mcp-proxy`).
 //!
 //! Exit status: 0 on success, 1 when the operation failed, 2 on bad usage. Every error is one
 //! line on stderr that says what to do.
@@ -9,6 +10,7 @@ mod cli;
 mod commands;
 mod duration;
 mod failure;
+mod mcp_proxy;
 mod operator;
 mod output;
 mod store;
@@ -26,7 +28,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    let mut stdout = std::io::stdout().lock();
+    // Not locked for the whole command: `mcp-proxy` writes the protocol through tokio's stdout,
+    // from another thread, which a lock held here would block forever.
+    let mut stdout = std::io::stdout();
     let outcome = commands::run(cli, &mut stdout).and_then(|()| {
         stdout.flush().map_err(|e| Failure::failed(format!("cannot write the output: {e}")))
     });
@@ -49,7 +53,7 @@ fn usage_error(error: clap::Error) -> ExitCode {
     }
     if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
         eprintln!(
-            "idem: no command given: use one of key, ls, show, resolve, approve, deny, purge, stats (see `idem --help`)"
+            "idem: no command given: use one of key, ls, show, resolve, approve, deny, purge, stats, mcp-proxy (see `idem --help`)"
         );
         return ExitCode::from(failure::USAGE);
     }

@@ -39,6 +39,32 @@ pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Admin>, Failure> {
     }
 }
 
+/// Opens the store `--store` names (or the default one, read as [`open`] reads it) for a command
+/// that makes calls and keeps running, `idem mcp-proxy`: as an agent opens its store, creating it
+/// when missing (its first run has no records yet), with a sled store's admin socket and the
+/// backend's default retention, so that `idem ls` and `idem resolve` reach it while it serves.
+pub(crate) fn open_for_calls(store: Option<&OsStr>) -> Result<Arc<dyn Store>, Failure> {
+    let name = match store {
+        Some(name) => StoreName::parse(name)?,
+        None => idem_runtime::default_store_name()?,
+    };
+    match &name {
+        StoreName::Postgres(url) => connect_postgres(url),
+        // sled and SQLite (or the refusal of a build without it) exactly as an agent's.
+        _ => Ok(name.open()?),
+    }
+}
+
+#[cfg(feature = "postgres")]
+fn connect_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
+    Ok(Arc::new(idem_postgres::PgStore::connect(url)?))
+}
+
+#[cfg(not(feature = "postgres"))]
+fn connect_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
+    open_postgres(url)
+}
+
 /// A sled store that a running process holds is reached through that process's admin socket;
 /// otherwise this command opens it.
 fn open_sled(path: &Path) -> Result<Box<dyn Admin>, Failure> {
