@@ -62,7 +62,13 @@ pub(crate) fn load(path: &Path) -> Result<Config, Failure> {
 }
 
 fn parse(text: &str) -> Result<Config, String> {
-    let file: File = toml::from_str(text).map_err(|error| error.message().to_owned())?;
+    let file: File = toml::from_str(text).map_err(|error| match error.span() {
+        Some(span) => {
+            let line = text[..span.start].matches('\n').count() + 1;
+            format!("line {line}: {}", error.message())
+        }
+        None => error.message().to_owned(),
+    })?;
     let server = match file.server {
         Some(Value::String(server)) if !server.trim().is_empty() => server,
         Some(other) => {
@@ -138,7 +144,7 @@ fn tool(entry: Value) -> Result<ToolPolicy, String> {
     Ok(policy.approve(boolean("approve", tool.approve)?))
 }
 
-/// What a value is, for an error: `a string "…"`, `an integer 7`, `an array`.
+/// What a value is, for an error: `the string "…"`, `the integer 7`, `a list`.
 fn kind(value: &Value) -> String {
     match value {
         Value::String(text) => format!("the string {text:?}"),
@@ -237,6 +243,7 @@ mod tests {
         assert!(fails("server = \"p\"\nservers = 1\n").contains("unknown field `servers`"));
         assert!(fails("server = \"p\"\ntools = 1\n").contains("invalid type"));
         assert!(fails("server = \"p\"\n[tools]\na = 1\n").contains("tool `a`: must be a table"));
-        assert!(fails("server = \"p\"\nserver = \"q\"\n").contains("duplicate key"));
+        let duplicate = fails("server = \"p\"\nserver = \"q\"\n");
+        assert!(duplicate.starts_with("line 2: duplicate key"), "{duplicate}");
     }
 }
