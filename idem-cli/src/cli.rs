@@ -127,8 +127,7 @@ pub(crate) enum Command {
         json: bool,
     },
 
-    /// Serve MCP on stdin/stdout in front of the MCP server COMMAND, running each write tool
-    /// once per intent: `idem mcp-proxy --config FILE -- COMMAND [ARGS...]`
+    /// Serve MCP on stdio in front of the MCP server COMMAND, each write tool once per intent
     McpProxy {
         /// The TOML file that names the server and gives each write tool its scope
         #[arg(long, value_name = "FILE")]
