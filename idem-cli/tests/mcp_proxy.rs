@@ -312,3 +312,29 @@ fn a_bad_configuration_names_the_tool_and_the_key() {
     assert!(line.contains("proxy.toml: tool `charge_card`: unknown field `scop`"), "{line}");
     assert!(setup.effects().is_empty());
 }
+
+/// Runs when `DATABASE_URL` names a PostgreSQL database, as idem-cli's other PostgreSQL test
+/// does: the default schema and table, an order of this run's own.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_proxies_on_one_postgresql_store_charge_once() {
+    let Some(python) = python() else { return };
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        eprintln!("skipped: DATABASE_URL is not set");
+        return;
+    };
+    let mut setup = Setup::new(python, CONFIG);
+    setup.store = url;
+    let order = format!("pg-{}-{}", std::process::id(), idem_runtime::store::now_ms());
+    let charge = || params("charge_card", json!({ "order_id": order, "amount": 42 }));
+    let (a, b) = tokio::join!(setup.proxy(), setup.proxy());
+    let (one, two) = tokio::join!(a.call(charge()), b.call(charge()));
+    assert_eq!(setup.effects(), [format!("charge {order} 42")], "one charge for both proxies");
+    assert_eq!(one, two, "both get the one charge's answer");
+
+    // A third proxy, after both: a replay.
+    within(a.client.cancel()).await.expect("the session closes");
+    let again = setup.proxy().await;
+    assert_eq!(again.call(charge()).await, one);
+    assert_eq!(setup.effects().len(), 1, "still one charge");
+}
