@@ -365,8 +365,7 @@ pub mod __private {
     // `idem::__private::ToolError` rather than a path into the runtime.
     pub use idem_runtime::for_macros::{
         ApprovalCondition, AsyncReconciler, Attempted, FlattenParam, IntoStore, KeyParam,
-        NotAnRmcpTool,
-        ReconcilerAnswer, ScopeValue, SyncReconciler, ToolError, ToolOutput,
+        NotAnRmcpTool, ReconcilerAnswer, ScopeValue, SyncReconciler, ToolError, ToolOutput,
     };
 }
 
