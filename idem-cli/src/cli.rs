@@ -127,7 +127,9 @@ pub(crate) enum Command {
         json: bool,
     },
 
-    /// Serve MCP on stdio in front of the MCP server COMMAND, each write tool once per intent
+    /// Serve MCP on stdio in front of an MCP server (the command COMMAND, or the one at
+    /// --upstream URL), each write tool once per intent
+    #[command(group(ArgGroup::new("upstream_server").required(true).args(["upstream", "command"])))]
     McpProxy {
         /// The TOML file that names the server and gives each write tool its scope
         #[arg(long, value_name = "FILE")]
@@ -135,8 +137,12 @@ pub(crate) enum Command {
         /// Print each upstream tool with what idem does with it, and exit without serving
         #[arg(long)]
         check: bool,
+        /// The upstream MCP server's streamable HTTP endpoint (http://HOST:PORT/mcp), in place
+        /// of a COMMAND to start
+        #[arg(long, value_name = "URL")]
+        upstream: Option<String>,
         /// The upstream MCP server's command line, after `--`; it gets this environment
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<OsString>,
     },
 }

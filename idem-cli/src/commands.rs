@@ -65,8 +65,8 @@ pub(crate) fn run(cli: Cli, out: Out<'_>) -> Result<(), Failure> {
             purge(store::open(location)?.as_mut(), which, out)
         }
         Command::Stats { json } => stats(store::open(location)?.as_mut(), json, out),
-        Command::McpProxy { config, check, command } => {
-            mcp_proxy::run(location, &config, check, &command, out)
+        Command::McpProxy { config, check, upstream, command } => {
+            mcp_proxy::run(location, &config, check, upstream, command, out)
         }
     }
 }

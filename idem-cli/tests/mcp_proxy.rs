@@ -1,6 +1,7 @@
 //! `idem mcp-proxy` as an MCP host runs it: rmcp's client spawns the proxy, which spawns a real
 //! MCP server that deduplicates nothing, `tests/mcp_proxy/payments.py` on the official Python
-//! SDK (`mcp==2.3.0`). Each charge and shipment appends a line to a file, so the effects are
+//! SDK (`mcp==2.3.0`), or reaches the same server over streamable HTTP on a loopback port
+//! (`--upstream`). Each charge, shipment and quote appends a line to a file, so the effects are
 //! counted across every process that ran. `$IDEM_TEST_PYTHON` names a python with the SDK
 //! installed; `.ci/run` makes one under the target directory and sets it.
 #![cfg(unix)]
@@ -8,17 +9,20 @@
 mod common;
 
 use std::fs::File;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
-use rmcp::service::RunningService;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig, JsonObject};
+use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::TokioChildProcess;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use tempfile::TempDir;
+use tokio::sync::Notify;
 
 use self::common::{Lines, DEADLINE};
 
@@ -81,16 +85,54 @@ impl Setup {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_proxy/payments.py")
     }
 
-    /// The proxy's command line, as a host's configuration gives it.
+    /// The proxy's command line, as a host's configuration gives it, spawning the upstream.
     fn args(&self, check: bool) -> Vec<String> {
+        let mut args = self.proxy_args(check);
+        args.extend(["--".to_owned(), self.python.display().to_string()]);
+        args.push(Setup::script().display().to_string());
+        args
+    }
+
+    /// The proxy's command line in front of the upstream at `url`.
+    fn http_args(&self, check: bool, url: &str) -> Vec<String> {
+        let mut args = self.proxy_args(check);
+        args.extend(["--upstream".to_owned(), url.to_owned()]);
+        args
+    }
+
+    fn proxy_args(&self, check: bool) -> Vec<String> {
         let mut args = vec!["--store".to_owned(), self.store.clone(), "mcp-proxy".to_owned()];
         args.extend(["--config".to_owned(), self.config.display().to_string()]);
         if check {
             args.push("--check".to_owned());
         }
-        args.extend(["--".to_owned(), self.python.display().to_string()]);
-        args.push(Setup::script().display().to_string());
         args
+    }
+
+    /// Runs the upstream alone, serving streamable HTTP on a loopback port, and returns once
+    /// that port accepts connections.
+    fn http_upstream(&self) -> HttpUpstream {
+        let port = free_port();
+        let log = self._dir.path().join("upstream.log");
+        let child = std::process::Command::new(&self.python)
+            .arg(Setup::script())
+            .args(["--http", &port.to_string()])
+            .env("PAYMENTS_EFFECTS", &self.effects)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).expect("the upstream's log"))
+            .spawn()
+            .expect("the upstream starts");
+        let mut upstream = HttpUpstream { child, url: format!("http://127.0.0.1:{port}/mcp") };
+        let until = Instant::now() + DEADLINE;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            let exited = upstream.child.try_wait().expect("the upstream's status");
+            let log = || std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(exited.is_none(), "the upstream exited ({exited:?}): {}", log());
+            assert!(Instant::now() < until, "port {port} not open within {DEADLINE:?}: {}", log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        upstream
     }
 
     /// The lines the upstream servers appended, in order.
@@ -118,8 +160,13 @@ impl Setup {
 
     /// Starts `idem mcp-proxy` as a host would, with rmcp's client on its stdin and stdout.
     async fn proxy(&self) -> Proxy {
+        self.proxy_with(self.args(false)).await
+    }
+
+    /// Starts `idem ARGS…`, the proxy's command line, as [`proxy`](Self::proxy) does.
+    async fn proxy_with(&self, args: Vec<String>) -> Proxy {
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_idem"));
-        command.args(self.args(false)).env_remove("IDEM_STORE");
+        command.args(args).env_remove("IDEM_STORE");
         command.env("PAYMENTS_EFFECTS", &self.effects);
         let (transport, stderr) = TokioChildProcess::builder(command)
             .stderr(Stdio::piped())
@@ -128,14 +175,50 @@ impl Setup {
         let pid = transport.id().expect("the proxy's pid");
         let stderr: OwnedFd = stderr.expect("piped stderr").into_owned_fd().expect("its fd");
         let stderr = Lines::read(File::from(stderr));
-        let client = within(().serve(transport)).await.expect("the proxy initializes");
+        let watcher = Watcher::default();
+        let client = within(watcher.serve(transport)).await.expect("the proxy initializes");
         Proxy { client, pid, stderr }
+    }
+}
+
+/// The upstream serving streamable HTTP, killed when dropped.
+struct HttpUpstream {
+    child: Child,
+    url: String,
+}
+
+impl Drop for HttpUpstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port no one listens on: the kernel's pick, released for the upstream to take.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).expect("a loopback port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// The test's client handler: it notes each `notifications/tools/list_changed` the proxy sends.
+#[derive(Clone, Default)]
+struct Watcher {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Watcher {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changed.notify_one();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::default()
     }
 }
 
 /// A running proxy, its client session, and what it writes to stderr.
 struct Proxy {
-    client: RunningService<RoleClient, ()>,
+    client: RunningService<RoleClient, Watcher>,
     pid: u32,
     stderr: Lines,
 }
@@ -208,7 +291,9 @@ async fn a_read_passes_through_every_time() {
     let proxy = setup.proxy().await;
     let tools = within(proxy.client.list_all_tools()).await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
-    assert_eq!(names, ["charge_card", "get_balance", "ship_order"], "the upstream's tools");
+    let upstream =
+        ["charge_card", "get_balance", "ship_order", "get_quote", "hold_stock_on_quotes"];
+    assert_eq!(names, upstream, "the upstream's tools");
     let hints = tools[1].annotations.as_ref().and_then(|hints| hints.read_only_hint);
     assert_eq!(hints, Some(true), "the upstream's hints, as they are");
 
@@ -280,9 +365,11 @@ fn check_prints_each_tool_with_its_classification() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(
         run.stdout,
-        "charge_card  keyed by /order_id\n\
-         get_balance  read: passed through every time\n\
-         ship_order   unprotected: a write with no scope, passed through\n"
+        "charge_card           keyed by /order_id\n\
+         get_balance           read: passed through every time\n\
+         ship_order            unprotected: a write with no scope, passed through\n\
+         get_quote             read: passed through every time\n\
+         hold_stock_on_quotes  unprotected: a write with no scope, passed through\n"
     );
     assert!(!Path::new(&setup.store["sqlite:".len()..]).exists(), "--check opens no store");
 }
@@ -296,7 +383,7 @@ async fn start_up_warns_of_the_writes_that_pass_through_unprotected() {
     let mut proxy = setup.proxy().await;
     let warning = proxy.stderr.next("the unprotected tools' warning");
     assert!(warning.contains("pass through unprotected"), "{warning}");
-    assert!(warning.ends_with(": ship_order"), "{warning}");
+    assert!(warning.ends_with(": hold_stock_on_quotes, ship_order"), "{warning}");
     let typo = proxy.stderr.next("the unknown tools' warning");
     assert!(typo.ends_with("does not list: charge_crad"), "{typo}");
 }
@@ -311,6 +398,100 @@ fn a_bad_configuration_names_the_tool_and_the_key() {
     let line = error.fails(2);
     assert!(line.contains("proxy.toml: tool `charge_card`: unknown field `scop`"), "{line}");
     assert!(setup.effects().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_tool_list_is_classified_again_and_passed_on() {
+    let Some(python) = python() else { return };
+    let config = format!("{CONFIG}\n[tools.get_quote]\nscope = \"/order_id\"\n");
+    let setup = Setup::new(python, &config);
+    let proxy = setup.proxy().await;
+    let quote = || params("get_quote", json!({ "order_id": "o-1" }));
+
+    // The upstream says get_quote only reads: its hint wins, and each quote reaches it.
+    let first = proxy.call(quote()).await;
+    let second = proxy.call(quote()).await;
+    assert_ne!(first, second, "a read passes through every time");
+    assert_eq!(setup.effects(), ["quote o-1", "quote o-1"]);
+
+    // Now quotes hold stock: the upstream lists get_quote without the hint and says so.
+    let held = proxy.call(params("hold_stock_on_quotes", json!({}))).await;
+    assert_eq!(held.is_error, Some(false), "{held:?}");
+    within(proxy.client.service().changed.notified()).await;
+    let tools = within(proxy.client.list_all_tools()).await.expect("tools/list");
+    let listed = tools.iter().find(|tool| tool.name == "get_quote").expect("get_quote listed");
+    let hint = listed.annotations.as_ref().and_then(|hints| hints.read_only_hint);
+    assert_eq!(hint, None, "the upstream's new listing");
+
+    // The proxy classified the list again before passing the notification on: a write now,
+    // keyed by its configured scope.
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        answers.push(proxy.call(quote()).await);
+    }
+    assert_eq!(setup.effects(), ["quote o-1", "quote o-1", "quote o-1"], "one more quote");
+    assert!(answers.iter().all(|answer| answer == &answers[0]), "three equal answers");
+    assert_eq!(answers[0].structured_content.as_ref().unwrap()["result"], "q_3_o-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_in_front_of_a_streamable_http_upstream_charges_once() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, CONFIG);
+    let upstream = setup.http_upstream();
+
+    let args = setup.http_args(true, &upstream.url);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let check = common::idem_in(Path::new("/"), &args);
+    assert!(check.ok().starts_with("charge_card           keyed by /order_id\n"), "{check:?}");
+
+    let proxy = setup.proxy_with(setup.http_args(false, &upstream.url)).await;
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(proxy.call(charge()).await);
+    }
+    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge upstream");
+    assert!(answers.iter().all(|answer| answer == &answers[0]), "five equal answers");
+    assert_eq!(charged(&answers[0]), "ch_1_o-1_42");
+
+    let balance = proxy.call(params("get_balance", json!({ "account": "acc-1" }))).await;
+    assert_eq!(balance.structured_content.unwrap()["result"], "100", "a read passes through");
+    assert_eq!(setup.effects(), ["charge o-1 42"]);
+    let listed = common::idem_in(Path::new("/"), &["--store", &setup.store, "ls", "--json"]);
+    let record: Value = serde_json::from_str(listed.ok().trim()).expect("one record");
+    assert_eq!(record["tool"], "payments/charge_card");
+}
+
+#[test]
+fn an_upstream_url_no_one_answers_is_named_at_start_up() {
+    let setup = Setup::new(PathBuf::new(), CONFIG);
+    let url = format!("http://127.0.0.1:{}/mcp", free_port());
+    let args = setup.http_args(false, &url);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = common::idem_in(Path::new("/"), &args);
+    let line = run.fails(1);
+    assert!(line.contains(&format!("cannot reach the upstream server at {url}")), "{line}");
+    assert!(line.contains("start it, or give --upstream the URL"), "{line}");
+}
+
+#[test]
+fn the_upstream_is_given_exactly_once() {
+    let setup = Setup::new(PathBuf::from("python3"), CONFIG);
+    let both = setup.http_args(false, "http://127.0.0.1:9/mcp");
+    let both: Vec<&str> = both.iter().map(String::as_str).chain(["--", "python3"]).collect();
+    let line = common::idem_in(Path::new("/"), &both).fails(2).to_owned();
+    assert!(line.contains("'--upstream <URL>' cannot be used with '[COMMAND]...'"), "{line}");
+
+    let neither = setup.proxy_args(false);
+    let neither: Vec<&str> = neither.iter().map(String::as_str).collect();
+    let line = common::idem_in(Path::new("/"), &neither).fails(2).to_owned();
+    assert!(line.contains("not provided: <--upstream <URL>|COMMAND>"), "{line}");
+
+    let tls = setup.http_args(false, "https://payments.example/mcp");
+    let tls: Vec<&str> = tls.iter().map(String::as_str).collect();
+    let line = common::idem_in(Path::new("/"), &tls).fails(2).to_owned();
+    assert!(line.contains("https://payments.example/mcp: this idem speaks plain HTTP"), "{line}");
+    assert!(!Path::new(&setup.store["sqlite:".len()..]).exists(), "no store for bad usage");
 }
 
 /// Runs when `DATABASE_URL` names a PostgreSQL database, as idem-cli's other PostgreSQL test

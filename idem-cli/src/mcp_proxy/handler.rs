@@ -1,5 +1,8 @@
 //! The MCP server the proxy's client talks to: `tools/list` is the upstream's, `tools/call` goes
-//! through [`IdempotentClient::call_tool`], and nothing else is offered.
+//! through [`IdempotentClient::call_tool`], and nothing else is offered (but the upstream's
+//! `notifications/tools/list_changed`, which the proxy's loop passes on).
+
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams, ServerConfig,
@@ -11,7 +14,7 @@ use idem_runtime::mcp::IdempotentClient;
 
 #[derive(Clone)]
 pub(crate) struct Proxy {
-    pub(crate) client: IdempotentClient,
+    pub(crate) client: Classified,
     /// What `initialize` answers: tools, under the configured server's name.
     pub(crate) info: ServerConfig,
 }
@@ -26,7 +29,7 @@ impl ServerHandler for Proxy {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.client.peer().list_tools(request).await.map_err(upstream_error)
+        self.client.current().peer().list_tools(request).await.map_err(upstream_error)
     }
 
     async fn call_tool(
@@ -34,7 +37,29 @@ impl ServerHandler for Proxy {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.client.call_tool(request).await.map(Into::into).map_err(upstream_error)
+        let client = self.client.current();
+        client.call_tool(request).await.map(Into::into).map_err(upstream_error)
+    }
+}
+
+/// The upstream client with its latest classification of the upstream's tools. The proxy's
+/// loop replaces it when the upstream's tool list changes; a call in progress finishes with the
+/// one it started with.
+#[derive(Clone)]
+pub(crate) struct Classified(Arc<RwLock<Arc<IdempotentClient>>>);
+
+impl Classified {
+    pub(crate) fn new(client: IdempotentClient) -> Classified {
+        Classified(Arc::new(RwLock::new(Arc::new(client))))
+    }
+
+    pub(crate) fn current(&self) -> Arc<IdempotentClient> {
+        // Nothing panics while holding the lock: a poisoned one still holds a whole client.
+        Arc::clone(&self.0.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(crate) fn replace(&self, client: IdempotentClient) {
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(client);
     }
 }
 

@@ -1,13 +1,15 @@
 """A payments MCP server that knows nothing of idem, on the official Python SDK (mcp 2.x, where
-FastMCP is `MCPServer`), served over stdio. Every call it gets, it acts on: each charge and each
-shipment appends one line to the file named by $PAYMENTS_EFFECTS, so the test counts effects by
+FastMCP is `MCPServer`), served over stdio, or over streamable HTTP at http://127.0.0.1:PORT/mcp
+when run as `payments.py --http PORT`. Every call it gets, it acts on: each charge, shipment and
+quote appends one line to the file named by $PAYMENTS_EFFECTS, so the test counts effects by
 counting lines, across every process that ran.
 """
 
 import asyncio
 import os
+import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 EFFECTS = os.environ["PAYMENTS_EFFECTS"]
@@ -46,5 +48,25 @@ async def ship_order(order_id: str) -> str:
     return "unreachable"
 
 
+def get_quote(order_id: str) -> str:
+    n = act(f"quote {order_id}")
+    return f"q_{n}_{order_id}"
+
+
+QUOTE = "A price for an order"
+server.add_tool(get_quote, description=QUOTE, annotations=ToolAnnotations(read_only_hint=True))
+
+
+@server.tool(description="From now on a quote holds stock: get_quote becomes a write")
+async def hold_stock_on_quotes(ctx: Context) -> str:
+    server.remove_tool("get_quote")
+    server.add_tool(get_quote, description=QUOTE + "; holds its stock")
+    await ctx.session.send_tool_list_changed()
+    return "quotes hold stock"
+
+
 if __name__ == "__main__":
-    server.run()
+    if sys.argv[1:2] == ["--http"]:
+        server.run(transport="streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()
