@@ -437,7 +437,8 @@ async fn a_changed_tool_list_is_classified_again_and_passed_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_proxy_in_front_of_a_streamable_http_upstream_charges_once() {
     let Some(python) = python() else { return };
-    let setup = Setup::new(python, CONFIG);
+    let setup =
+        Setup::new(python, &format!("{CONFIG}\n[tools.get_quote]\nscope = \"/order_id\"\n"));
     let upstream = setup.http_upstream();
 
     let args = setup.http_args(true, &upstream.url);
@@ -460,6 +461,15 @@ async fn a_proxy_in_front_of_a_streamable_http_upstream_charges_once() {
     let listed = common::idem_in(Path::new("/"), &["--store", &setup.store, "ls", "--json"]);
     let record: Value = serde_json::from_str(listed.ok().trim()).expect("one record");
     assert_eq!(record["tool"], "payments/charge_card");
+
+    // A tool list change reaches the proxy over HTTP too (on the call's event stream): once
+    // the proxy passed it on, get_quote is a write, keyed by its configured scope.
+    let held = proxy.call(params("hold_stock_on_quotes", json!({}))).await;
+    assert_eq!(held.is_error, Some(false), "{held:?}");
+    within(proxy.client.service().changed.notified()).await;
+    let quote = || params("get_quote", json!({ "order_id": "o-1" }));
+    assert_eq!(proxy.call(quote()).await, proxy.call(quote()).await, "a replay");
+    assert_eq!(setup.effects(), ["charge o-1 42", "quote o-1"], "one quote");
 }
 
 #[test]
