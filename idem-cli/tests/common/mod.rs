@@ -14,6 +14,9 @@ use std::time::Duration;
 use idem_runtime::{SledStore, Store};
 use tempfile::TempDir;
 
+#[cfg(unix)]
+pub mod proxy;
+
 /// What one run of the binary gave.
 #[derive(Debug)]
 pub struct Run {
