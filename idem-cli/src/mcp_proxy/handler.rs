@@ -34,11 +34,22 @@ impl ServerHandler for Proxy {
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        mut request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let client = self.client.current();
-        client.call_tool(request).await.map(Into::into).map_err(upstream_error)
+        // rmcp hands a request's `_meta` to the handler in its context, not in the params: put
+        // it back, so that the client's scope or idempotency key reaches the client layer and
+        // goes upstream with the rest. Not what describes the client's own session with the
+        // proxy (its progress token, which the proxy does not relay, and MCP's
+        // `io.modelcontextprotocol/` entries): the upstream session is the proxy's.
+        let forwarded = context.meta.0 .0.into_iter().filter(|(name, _)| {
+            name != "progressToken" && !name.starts_with("io.modelcontextprotocol/")
+        });
+        for (name, value) in forwarded {
+            let params = request.meta.get_or_insert_with(Default::default);
+            params.0.entry(name).or_insert(value);
+        }
+        self.client.current().call_tool(request).await.map(Into::into).map_err(upstream_error)
     }
 }
 
