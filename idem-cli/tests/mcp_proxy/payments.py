@@ -3,6 +3,8 @@ FastMCP is `MCPServer`), served over stdio, or over streamable HTTP at http://12
 when run as `payments.py --http PORT`. Every call it gets, it acts on: each charge, shipment and
 quote appends one line to the file named by $PAYMENTS_EFFECTS, so the test counts effects by
 counting lines, across every process that ran.
+When $PAYMENTS_GATE names a file, a charge acts, then answers only once that file exists, so
+that a test can act while the call is open.
 """
 
 import asyncio
@@ -13,6 +15,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
 EFFECTS = os.environ["PAYMENTS_EFFECTS"]
+GATE = os.environ.get("PAYMENTS_GATE")
 
 server = MCPServer("payments-upstream")
 
@@ -28,8 +31,10 @@ def act(line: str) -> int:
 
 
 @server.tool(description="Charge a card for an order")
-def charge_card(order_id: str, amount: int) -> str:
+async def charge_card(order_id: str, amount: int) -> str:
     n = act(f"charge {order_id} {amount}")
+    while GATE is not None and not os.path.exists(GATE):
+        await asyncio.sleep(0.02)
     return f"ch_{n}_{order_id}_{amount}"
 
 

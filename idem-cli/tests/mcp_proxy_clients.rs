@@ -1,0 +1,171 @@
+//! `idem mcp-proxy` under the clients a host really has: the official Python SDK's client
+//! (`tests/mcp_proxy/host.py`, `stdio_client` and `ClientSession` of `mcp==2.3.0`) as well as
+//! rmcp's; a client that cancels a call, or goes away, after the call was forwarded; and a tool
+//! that needs a person's approval, given with the `idem` command as a process. The upstream is
+//! `tests/mcp_proxy/payments.py`, which appends a line per effect to a file.
+#![cfg(unix)]
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use rmcp::model::{CallToolRequest, ClientRequest};
+use rmcp::service::PeerRequestOptions;
+use serde_json::{json, Value};
+
+use self::common::proxy::{charge, charged, params, python, told, within, Setup, CONFIG};
+use self::common::Lines;
+
+/// Runs `host.py` (the Python SDK's client), which starts the proxy and makes `calls` in order;
+/// returns the result of each, as the SDK read it.
+fn python_host(setup: &Setup, calls: &Value) -> Vec<Value> {
+    let host = Setup::script("host.py");
+    let mut command = Command::new(&setup.python);
+    command.arg(host).arg(calls.to_string()).arg("--").arg(env!("CARGO_BIN_EXE_idem"));
+    command.args(setup.args(false)).envs(setup.envs()).env_remove("IDEM_STORE");
+    let mut host = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the Python host starts");
+    let mut lines = Lines::read(host.stdout.take().expect("piped stdout"));
+    let count = calls.as_array().expect("a list of calls").len();
+    let results = (0..count)
+        .map(|n| {
+            let line = lines.next(&format!("the result of call {n}"));
+            serde_json::from_str(&line).expect("a JSON line")
+        })
+        .collect();
+    lines.end();
+    let status = host.wait().expect("the host exits");
+    assert!(status.success(), "the Python host failed: {status}");
+    results
+}
+
+#[test]
+fn five_charges_from_the_python_sdk_client_charge_once_and_reads_pass_through() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, CONFIG);
+    let charge = json!({ "tool": "charge_card", "arguments": { "order_id": "o-1", "amount": 42 } });
+    let balance = json!({ "tool": "get_balance", "arguments": { "account": "acc-1" } });
+    let calls = json!([charge, charge, balance, charge, charge, balance, charge, balance]);
+
+    let results = python_host(&setup, &calls);
+    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge upstream");
+    let charges: Vec<&Value> = results.iter().filter(|r| r["text"] != json!(["100"])).collect();
+    assert_eq!(charges.len(), 5, "{results:?}");
+    assert!(charges.iter().all(|answer| *answer == charges[0]), "five equal answers: {charges:?}");
+    assert_eq!(charges[0]["isError"], false);
+    assert_eq!(charges[0]["structuredContent"]["result"], "ch_1_o-1_42");
+    for read in [&results[2], &results[5], &results[7]] {
+        assert_eq!(read["isError"], false, "{read}");
+        assert_eq!(read["structuredContent"]["result"], "100", "every read answered: {read}");
+    }
+
+    // One record, the charge's: the reads left none.
+    let listed = setup.idem(&["ls", "--json"]);
+    let record: Value = serde_json::from_str(listed.ok().trim()).expect("one record");
+    assert_eq!(record["tool"], "payments/charge_card");
+    assert_eq!(record["status"], "done");
+}
+
+/// The client sends `notifications/cancelled` once the upstream has charged, while the charge
+/// has not answered yet. The proxy has already forwarded the call, so it does not give the key
+/// up: the charge runs to its end and is recorded, and the client's retry gets that answer, with
+/// no second charge (a released key would charge again; an abandoned one would be in doubt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cancelled_after_it_was_forwarded_completes_and_is_replayed() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, CONFIG).gated();
+    let proxy = setup.proxy().await;
+
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(charge()));
+    let options = PeerRequestOptions::no_options();
+    let sent = proxy.client.peer().send_cancellable_request(request, options);
+    let handle = within(sent).await.expect("the call is sent");
+    setup.wait_for_effect("charge o-1 42");
+    within(handle.cancel(Some("the user stopped it".into()))).await.expect("the cancel is sent");
+    setup.open_gate();
+
+    let retried = proxy.call(charge()).await;
+    assert_eq!(charged(&retried), "ch_1_o-1_42", "the cancelled call's own charge");
+    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge");
+
+    // A fresh proxy on the same store replays it too.
+    within(proxy.client.cancel()).await.expect("the session closes");
+    let again = setup.proxy().await;
+    assert_eq!(again.call(charge()).await, retried);
+    assert_eq!(setup.effects(), ["charge o-1 42"], "still one charge");
+}
+
+/// The client closes the proxy's stdin (MCP's stdio shutdown) with a shipment forwarded and
+/// unanswered. The proxy gives open calls a moment to answer (rmcp drains its handlers for 5 s
+/// after stdin ends; an answer in that time is recorded), then exits without one: the next
+/// proxy on the store says the key is in doubt, as a tool result naming it, and does not ship
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_closes_the_stream_mid_call_leaves_the_key_in_doubt() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, CONFIG);
+    let ship = || params("ship_order", json!({ "order_id": "o-1" }));
+
+    let first = setup.proxy().await;
+    let client = first.client.peer().clone();
+    let pending = tokio::spawn(async move { client.call_tool(ship()).await });
+    setup.wait_for_effect("ship o-1");
+    within(first.client.cancel()).await.expect("the session closes");
+    let mut stderr = first.stderr;
+    stderr.end();
+    let lost = within(pending).await.expect("the call's task");
+    assert!(lost.is_err(), "a closed session has no answer: {lost:?}");
+
+    let second = setup.proxy().await;
+    let answer = second.call(ship()).await;
+    let (_, key) = told(&answer, "in-doubt");
+    assert_eq!(setup.effects(), ["ship o-1"], "one shipment");
+    let listed = setup.idem(&["ls", "--json"]);
+    let record: Value = serde_json::from_str(listed.ok().trim()).expect("one record");
+    assert_eq!(record["key"], key.as_str());
+    assert_eq!(record["status"], "in-doubt");
+}
+
+const APPROVED_CHARGES: &str = r#"
+server = "payments"
+
+[tools.charge_card]
+scope = "/order_id"
+approve = true
+"#;
+
+/// A charge that needs approval waits for a person: `idem approve KEY`, run as the operator
+/// would beside the proxy, lets the next call charge once; `idem deny KEY` refuses every call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_through_the_proxy_with_the_idem_command() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, APPROVED_CHARGES);
+    let proxy = setup.proxy().await;
+
+    let asked = proxy.call(charge()).await;
+    let (_, key) = told(&asked, "awaiting-approval");
+    assert_eq!(told(&proxy.call(charge()).await, "awaiting-approval").1, key, "still waiting");
+    assert!(setup.effects().is_empty(), "nothing charged before the approval");
+
+    setup.idem(&["approve", &key, "--note", "checked the order"]).ok();
+    let approved = proxy.call(charge()).await;
+    assert_eq!(charged(&approved), "ch_1_o-1_42");
+    assert_eq!(proxy.call(charge()).await, approved, "then a replay");
+    assert_eq!(setup.effects(), ["charge o-1 42"], "charged once");
+
+    // Another order asks anew; a denial is given to every call, with its note.
+    let other = || params("charge_card", json!({ "order_id": "o-2", "amount": 42 }));
+    let (_, other_key) = told(&proxy.call(other()).await, "awaiting-approval");
+    assert_ne!(other_key, key);
+    setup.idem(&["deny", &other_key, "--note", "duplicate order"]).ok();
+    for _ in 0..2 {
+        let denied = proxy.call(other()).await;
+        let (idem, denied_key) = told(&denied, "denied");
+        assert_eq!(denied_key, other_key);
+        assert_eq!(idem["note"], "duplicate order", "{idem}");
+    }
+    assert_eq!(setup.effects(), ["charge o-1 42"], "nothing more charged");
+}
