@@ -21,7 +21,9 @@ mod client {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::{Arc, Mutex};
 
-    use idem::mcp::{IdempotentClient, Protection, ToolPolicy, KEY_META, SCOPE_META};
+    use idem::mcp::{
+        IdempotentClient, Protection, ToolPolicy, IDEMPOTENCY_KEY_META, KEY_META, SCOPE_META,
+    };
     use idem::{SqliteStore, Store};
     use rmcp::handler::server::router::tool::ToolRouter;
     use rmcp::handler::server::wrapper::{Json, Parameters};
@@ -342,5 +344,79 @@ mod client {
         let text = serde_json::to_string(&missing.content).unwrap();
         assert!(text.contains("`/order_id` is not in the arguments"), "{text}");
         assert_eq!(effects.charges.load(Ordering::SeqCst), 0);
+    }
+
+    /// `params` with the client's own idempotency key (SEP-3182) in its `_meta`.
+    fn keyed(mut params: CallToolRequestParams, key: Value) -> CallToolRequestParams {
+        let mut meta = RequestMetaObject::default();
+        meta.0.insert(IDEMPOTENCY_KEY_META.into(), key);
+        params.meta = Some(meta);
+        params
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_key_runs_once_and_is_refused_for_other_arguments() {
+        let (store, effects) = (store(), Arc::new(Effects::default()));
+        let upstream = connect(&effects).await;
+        let payments = guard(&upstream, &store).await;
+        let charge =
+            |amount: u64| params("charge_card", json!({ "order_id": "o-7", "amount": amount }));
+
+        // The client's key stands in for the scope: the same key and arguments charge once.
+        let first = payments.call_tool(keyed(charge(42), json!("k-1"))).await.expect("the call");
+        assert_eq!(first.is_error, Some(false), "{first:?}");
+        let again = payments.call_tool(keyed(charge(42), json!("k-1"))).await.expect("the call");
+        assert_eq!(again, first);
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 1);
+        let keys = effects.keys.lock().unwrap().clone();
+        let [Some(key)] = keys.as_slice() else { panic!("one charge with a key: {keys:?}") };
+        let record = store.get(key).await.expect("the store reads").expect("a record");
+        assert_eq!(record.scope, "k-1", "the client's key is the scope");
+
+        // The same key with other arguments is refused, naming both keys, and runs nothing;
+        // a fresh client on the same store refuses it too.
+        let fresh = connect(&effects).await;
+        for client in [&payments, &guard(&fresh, &store).await] {
+            let reused = client.call_tool(keyed(charge(43), json!("k-1"))).await.expect("the call");
+            let data = told(&reused, "key-reused");
+            assert_eq!(data["idem"]["idempotencyKey"], "k-1");
+            assert_eq!(data["idem"]["key"], key.as_str(), "the first call's key");
+            let text = serde_json::to_string(&reused.content).unwrap();
+            assert!(text.contains("send a new key"), "{text}");
+        }
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 1);
+
+        // A new key is a new request, and a key protects a write with no scope configured.
+        let other = payments.call_tool(keyed(charge(43), json!("k-2"))).await.expect("the call");
+        assert_eq!(other.is_error, Some(false), "{other:?}");
+        let (acted, mut actions) = mpsc::unbounded_channel();
+        *effects.acted.lock().unwrap() = Some(acted);
+        let no_scope = ToolPolicy::scope(Vec::<String>::new()).wait(std::time::Duration::ZERO);
+        let unscoped = IdempotentClient::new(upstream.client.peer().clone(), "payments")
+            .store(Arc::clone(&store))
+            .tool("ship_order", no_scope)
+            .classify()
+            .await
+            .expect("tools/list");
+        assert_eq!(unscoped.protection("ship_order"), Protection::Unscoped);
+        let ship = || keyed(params("ship_order", json!({ "account": "a-7" })), json!("k-3"));
+        let call = tokio::spawn({
+            let unscoped = unscoped.clone();
+            async move { unscoped.call_tool(ship()).await }
+        });
+        actions.recv().await.expect("shipped");
+        told(&unscoped.call_tool(ship()).await.expect("the call"), "in-flight");
+        call.abort();
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 2);
+        assert_eq!(effects.shipments.load(Ordering::SeqCst), 1);
+
+        // A key that is not a non-empty string is refused before anything is sent.
+        for bad in [json!(7), json!("")] {
+            let refused = payments.call_tool(keyed(charge(44), bad)).await.expect("the call");
+            let text = serde_json::to_string(&refused.content).unwrap();
+            told(&refused, "key");
+            assert!(text.contains("must be a non-empty string"), "{text}");
+        }
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 2);
     }
 }

@@ -169,3 +169,109 @@ async fn approval_through_the_proxy_with_the_idem_command() {
     }
     assert_eq!(setup.effects(), ["charge o-1 42"], "nothing more charged");
 }
+
+/// A client that speaks MCP's JSON lines itself, so that it can send what no SDK here sends
+/// yet: SEP-3182's top-level `idempotencyKey` on `tools/call`.
+struct WireClient {
+    proxy: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: Lines,
+    /// Read, so that the proxy's warnings stay out of the test's output.
+    _stderr: Lines,
+    next_id: u64,
+}
+
+impl WireClient {
+    fn start(setup: &Setup) -> WireClient {
+        let mut proxy = Command::new(env!("CARGO_BIN_EXE_idem"))
+            .args(setup.args(false))
+            .envs(setup.envs())
+            .env_remove("IDEM_STORE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the proxy starts");
+        let stdin = proxy.stdin.take().expect("piped stdin");
+        let stdout = Lines::read(proxy.stdout.take().expect("piped stdout"));
+        let _stderr = Lines::read(proxy.stderr.take().expect("piped stderr"));
+        let mut client = WireClient { proxy, stdin, stdout, _stderr, next_id: 0 };
+        let info = json!({ "name": "wire", "version": "0" });
+        let init =
+            json!({ "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info });
+        client.request("initialize", init);
+        client.send(json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }));
+        client
+    }
+
+    fn send(&mut self, message: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{message}").expect("the proxy reads its stdin");
+    }
+
+    /// Sends a request and returns its `result`.
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let line = self.stdout.next(&format!("the answer to {method} #{id}"));
+            let message: Value = serde_json::from_str(&line).expect("a JSON-RPC message");
+            if message["id"] == id {
+                return message.get("result").cloned().unwrap_or_else(|| panic!("{message}"));
+            }
+        }
+    }
+
+    /// `tools/call` of `charge_card` with SEP-3182's key beside the arguments.
+    fn charge(&mut self, key: &str, order: &str, amount: u64) -> Value {
+        let arguments = json!({ "order_id": order, "amount": amount });
+        let params =
+            json!({ "name": "charge_card", "arguments": arguments, "idempotencyKey": key });
+        self.request("tools/call", params)
+    }
+}
+
+impl Drop for WireClient {
+    fn drop(&mut self) {
+        let _ = self.proxy.kill();
+        let _ = self.proxy.wait();
+    }
+}
+
+/// SEP-3182: a client marks a call with its own `idempotencyKey`. With no scope configured for
+/// the tool, the key protects it: the same key and arguments charge once, the same key with
+/// other arguments is refused (naming the key) and charges nothing, and a new key charges. The
+/// same key in `_meta."io.idem/idempotency-key"` (for SDKs without the field) is the same key.
+#[test]
+fn a_clients_idempotency_key_runs_once_and_is_refused_for_other_arguments() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, "server = \"payments\"\n");
+    let mut client = WireClient::start(&setup);
+
+    let first = client.charge("k-1", "o-1", 42);
+    assert_eq!(first["isError"], false, "{first}");
+    assert_eq!(first["structuredContent"]["result"], "ch_1_o-1_42");
+    assert_eq!(client.charge("k-1", "o-1", 42), first, "a retry gets the same answer");
+
+    let reused = client.charge("k-1", "o-1", 43);
+    assert_eq!(reused["isError"], true, "{reused}");
+    let idem = &reused["structuredContent"]["idem"];
+    assert_eq!(idem["error"], "key-reused", "{idem}");
+    assert_eq!(idem["idempotencyKey"], "k-1", "{idem}");
+    let text = reused["content"].to_string();
+    assert!(
+        text.contains("`k-1` was used for a call of `payments/charge_card` with other"),
+        "{text}"
+    );
+    assert_eq!(setup.effects(), ["charge o-1 42"], "the reused key charged nothing");
+
+    let other = client.charge("k-2", "o-1", 43);
+    assert_eq!(other["structuredContent"]["result"], "ch_2_o-1_43", "{other}");
+
+    let arguments = json!({ "order_id": "o-1", "amount": 42 });
+    let meta = json!({ "io.idem/idempotency-key": "k-1" });
+    let in_meta = json!({ "name": "charge_card", "arguments": arguments, "_meta": meta });
+    assert_eq!(client.request("tools/call", in_meta), first, "one key, either spelling");
+    assert_eq!(setup.effects(), ["charge o-1 42", "charge o-1 43"]);
+}

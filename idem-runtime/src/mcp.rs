@@ -17,7 +17,9 @@ mod client;
 mod tool_result;
 
 pub use self::ask::ask_for_approval;
-pub use self::client::{IdempotentClient, Protection, ToolPolicy, KEY_META, SCOPE_META};
+pub use self::client::{
+    IdempotentClient, Protection, ToolPolicy, IDEMPOTENCY_KEY_META, KEY_META, SCOPE_META,
+};
 
 /// Marks a tool result with `isError: true` as the final answer for its intent, to be recorded
 /// and replayed to every later call with the same arguments (a vendor's "card declined" for this

@@ -7,6 +7,7 @@
 
 mod config;
 mod handler;
+mod idempotency_key;
 mod upstream;
 
 use std::ffi::{OsStr, OsString};
@@ -88,7 +89,7 @@ async fn proxy(
     let classified = Classified::new(client);
     let handler = Proxy { client: classified.clone(), info };
     let server = handler
-        .serve(rmcp::transport::stdio())
+        .serve((idempotency_key::client_input(), tokio::io::stdout()))
         .await
         .map_err(|error| Failure::failed(format!("the MCP client did not initialize: {error}")))?;
     let downstream = server.peer().clone();

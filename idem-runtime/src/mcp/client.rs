@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::canonical::canonical_json;
 use crate::engine::{Call, InDoubtPolicy};
 use crate::error::Error;
+use crate::key::Key;
 use crate::store::Store;
 
 /// The `_meta` entry of a `tools/call` in which a client may name the unit of work itself, in
@@ -26,6 +27,16 @@ pub const SCOPE_META: &str = "io.idem/scope";
 /// The `_meta` entry in which the key goes upstream, so that a server that can use it (to send
 /// it on as an `Idempotency-Key`) does.
 pub const KEY_META: &str = "io.idem/key";
+
+/// The `_meta` entry in which a client sends its own idempotency key for a `tools/call`: the
+/// `idempotencyKey` of MCP's SEP-3182, for clients (such as rmcp 3.11's) whose request type has
+/// no such field. The key stands in for the scope: a retry that sends it again with the same
+/// arguments runs at most once, and one that sends it with other arguments is refused.
+pub const IDEMPOTENCY_KEY_META: &str = "io.idem/idempotency-key";
+
+/// What the record that ties a client's idempotency key to its first call is named after: the
+/// tool's name in the store, then this. `#` is in no MCP tool name, so it names no real tool.
+const CLAIM_SUFFIX: &str = "#idempotency-key";
 
 /// What idem does with one upstream tool, from the configuration ([`ToolPolicy`]) and the
 /// server's `tools/list` hints.
@@ -118,6 +129,12 @@ impl ToolPolicy {
 /// whose answer was lost (the connection broke after it was sent) leaves its key in doubt. idem's
 /// outcomes (in doubt, in flight past the wait, awaiting approval, denied) come back as tool
 /// results with `isError: true` that name the key and the next step, never as errors.
+///
+/// A call may bring its client's own idempotency key in `_meta` under [`IDEMPOTENCY_KEY_META`]
+/// (MCP's SEP-3182): it then protects any write, configured or not, and stands in for the
+/// scope. The first call with a key ties it to its arguments; a later call with the same key
+/// and other arguments gets a tool result with `isError: true` (kind `key-reused`, naming both
+/// keys) and runs nothing.
 ///
 /// ```no_run
 /// # async fn demo(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> Result<(), rmcp::service::ServiceError> {
@@ -223,22 +240,32 @@ impl IdempotentClient {
     ) -> Result<CallToolResult, ServiceError> {
         let tool = params.name.to_string();
         let arguments = params.arguments.clone().unwrap_or_default();
-        let scope = match (self.protection(&tool), call_scope(&params)) {
-            (Protection::Read, _) => return self.peer.call_tool(params).await,
-            (_, Some(scope)) => scope,
-            (Protection::Keyed { scope }, None) => match scope_of(&scope, &arguments) {
+        let client_key = match client_key(&params) {
+            Ok(client_key) => client_key,
+            Err(reason) => return Ok(told(&tool, Error::Key { tool: tool.clone(), reason })),
+        };
+        let scope = match (self.protection(&tool), &client_key, call_scope(&params)) {
+            (Protection::Read, ..) => return self.peer.call_tool(params).await,
+            (_, Some(client_key), _) => client_key.clone(),
+            (_, None, Some(scope)) => scope,
+            (Protection::Keyed { scope }, None, None) => match scope_of(&scope, &arguments) {
                 Ok(scope) => scope,
                 Err(reason) => {
                     let error = Error::Key { tool: tool.clone(), reason };
                     return Ok(told(&tool, error));
                 }
             },
-            (Protection::Unscoped, None) => return self.peer.call_tool(params).await,
+            (Protection::Unscoped, None, None) => return self.peer.call_tool(params).await,
         };
         let call = match self.call(&tool, &scope, &arguments) {
             Ok(call) => call,
             Err(error) => return Ok(told(&tool, error)),
         };
+        if let Some(client_key) = &client_key {
+            if let Err(refused) = self.claim(&tool, client_key, call.key()).await {
+                return Ok(refused);
+            }
+        }
         let key = call.key().to_string();
         let sent_key = key.clone();
         let forward = || async move {
@@ -272,6 +299,32 @@ impl IdempotentClient {
     /// tools never share keys.
     fn key_tool(&self, tool: &str) -> String {
         format!("{}/{tool}", self.server)
+    }
+
+    /// Ties the client's idempotency key to the call's key, the first time it is seen, in a
+    /// record of its own (the tool's name in the store with [`CLAIM_SUFFIX`], the client's key
+    /// as scope, and `key` as its result): a key is a hash, like every key the store holds, so
+    /// no argument is stored. Refuses, as the tool result to return, a key tied to another call
+    /// of this tool: the same client key with other arguments.
+    async fn claim(&self, tool: &str, client_key: &str, key: &Key) -> Result<(), CallToolResult> {
+        let claimed = format!("{}{CLAIM_SUFFIX}", self.key_tool(tool));
+        // Claiming has no effect outside the store, so a claim left in doubt by a crash is
+        // simply made again.
+        let mut claim =
+            Call::from_canonical(&claimed, client_key, "{}").in_doubt(InDoubtPolicy::Rerun);
+        if let Some(store) = &self.store {
+            claim = claim.store(Arc::clone(store));
+        }
+        if let Some(ttl) = self.policies.get(tool).and_then(|policy| policy.ttl) {
+            claim = claim.ttl(ttl);
+        }
+        let mine = key.to_string();
+        let first = claim.run_async(|| async { Ok::<_, Error>(mine) }).await;
+        match first {
+            Ok(first) if first == key.as_str() => Ok(()),
+            Ok(first) => Err(reused(tool, &self.key_tool(tool), client_key, &first)),
+            Err(error) => Err(told(tool, error)),
+        }
     }
 
     fn call(&self, tool: &str, scope: &str, arguments: &JsonObject) -> Result<Call, Error> {
@@ -315,6 +368,42 @@ fn may_have_landed(error: &ServiceError) -> bool {
     ![ErrorCode::INVALID_PARAMS, ErrorCode::METHOD_NOT_FOUND, ErrorCode::INVALID_REQUEST]
         .contains(&error.code)
         && error.code != ErrorCode::PARSE_ERROR
+}
+
+/// The client's own idempotency key, if the call brings one in its `_meta`; an error naming the
+/// entry if it is not a non-empty string.
+fn client_key(params: &CallToolRequestParams) -> Result<Option<String>, String> {
+    let Some(value) = params.meta.as_ref().and_then(|meta| meta.0.get(IDEMPOTENCY_KEY_META)) else {
+        return Ok(None);
+    };
+    match value {
+        Value::String(key) if !key.is_empty() => Ok(Some(key.clone())),
+        other => Err(format!(
+            "the client's idempotency key (SEP-3182's `idempotencyKey`, or \
+             `_meta.\"{IDEMPOTENCY_KEY_META}\"`) must be a non-empty string, not {other}"
+        )),
+    }
+}
+
+/// The tool result for a client key that was first used with other arguments: names the
+/// client's key and the key of its first call, which an operator can look up.
+fn reused(tool: &str, key_tool: &str, client_key: &str, first: &str) -> CallToolResult {
+    let message = format!(
+        "the idempotency key `{client_key}` was used for a call of `{key_tool}` with other \
+         arguments (idem key {first}); a key names one request: send a new key for a new \
+         request, or the first request's arguments unchanged to retry it"
+    );
+    let data = serde_json::json!({
+        "idem": {
+            "error": "key-reused",
+            "key": first,
+            "idempotencyKey": client_key,
+            "retryable": false,
+        }
+    });
+    let data = ErrorData::invalid_params(message.clone(), Some(data));
+    super::tool_result::tool_result(tool, &data)
+        .unwrap_or_else(|| CallToolResult::error(vec![rmcp::model::ContentBlock::text(message)]))
 }
 
 /// The scope a call names for itself in its `_meta`, if it names one.

@@ -141,6 +141,12 @@ fn what_to_do(
              idempotent call, which is a fault in the server. Do not retry; tell the user that \
              the server needs fixing."
         ),
+        "key-reused" => format!(
+            "`{tool}` did not run: the idempotency key sent with this call was already used for \
+             a `{tool}` call with other arguments (idem key {key}). A key names one request. To \
+             retry that request, send its arguments unchanged; for a new request, send a new \
+             key. Never reuse a key to get around this."
+        ),
         "key" => format!(
             "`{tool}` did not run: its arguments cannot identify the request ({message}). \
              Change the argument that was refused, then call again."
