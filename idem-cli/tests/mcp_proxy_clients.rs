@@ -14,7 +14,7 @@ use rmcp::service::PeerRequestOptions;
 use serde_json::{json, Value};
 
 use self::common::proxy::{charge, charged, params, python, told, within, Setup, CONFIG};
-use self::common::Lines;
+use self::common::{Lines, DEADLINE};
 
 /// Runs `host.py` (the Python SDK's client), which starts the proxy and makes `calls` in order;
 /// returns the result of each, as the SDK read it.
@@ -100,32 +100,32 @@ async fn a_call_cancelled_after_it_was_forwarded_completes_and_is_replayed() {
 
 /// The client closes the proxy's stdin (MCP's stdio shutdown) with a shipment forwarded and
 /// unanswered. The proxy gives open calls a moment to answer (rmcp drains its handlers for 5 s
-/// after stdin ends; an answer in that time is recorded), then exits without one: the next
-/// proxy on the store says the key is in doubt, as a tool result naming it, and does not ship
-/// again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_closes_the_stream_mid_call_leaves_the_key_in_doubt() {
+/// after stdin ends; an answer in that time is recorded), then exits by itself without one:
+/// the next proxy on the store says the key is in doubt, as a tool result naming it, and does
+/// not ship again.
+#[test]
+fn a_client_that_closes_the_stream_mid_call_leaves_the_key_in_doubt() {
     let Some(python) = python() else { return };
     let setup = Setup::new(python, CONFIG);
-    let ship = || params("ship_order", json!({ "order_id": "o-1" }));
+    let ship = json!({ "name": "ship_order", "arguments": { "order_id": "o-1" } });
 
-    let first = setup.proxy().await;
-    let client = first.client.peer().clone();
-    let pending = tokio::spawn(async move { client.call_tool(ship()).await });
+    let mut first = WireClient::start(&setup);
+    first.send_request("tools/call", ship.clone());
     setup.wait_for_effect("ship o-1");
-    within(first.client.cancel()).await.expect("the session closes");
-    let mut stderr = first.stderr;
-    stderr.end();
-    let lost = within(pending).await.expect("the call's task");
-    assert!(lost.is_err(), "a closed session has no answer: {lost:?}");
+    let exited = first.close();
+    assert!(exited.success(), "the proxy exits by itself when its client goes: {exited}");
 
-    let second = setup.proxy().await;
-    let answer = second.call(ship()).await;
-    let (_, key) = told(&answer, "in-doubt");
+    let mut second = WireClient::start(&setup);
+    let answer = second.request("tools/call", ship);
+    assert_eq!(answer["isError"], true, "{answer}");
+    let idem = &answer["structuredContent"]["idem"];
+    assert_eq!(idem["error"], "in-doubt", "{idem}");
+    let key = idem["key"].as_str().expect("the key");
+    assert!(answer["content"].to_string().contains(key), "the text names the key: {answer}");
     assert_eq!(setup.effects(), ["ship o-1"], "one shipment");
     let listed = setup.idem(&["ls", "--json"]);
     let record: Value = serde_json::from_str(listed.ok().trim()).expect("one record");
-    assert_eq!(record["key"], key.as_str());
+    assert_eq!(record["key"], key);
     assert_eq!(record["status"], "in-doubt");
 }
 
@@ -174,7 +174,8 @@ async fn approval_through_the_proxy_with_the_idem_command() {
 /// yet: SEP-3182's top-level `idempotencyKey` on `tools/call`.
 struct WireClient {
     proxy: std::process::Child,
-    stdin: std::process::ChildStdin,
+    /// `None` once the client has closed the stream.
+    stdin: Option<std::process::ChildStdin>,
     stdout: Lines,
     /// Read, so that the proxy's warnings stay out of the test's output.
     _stderr: Lines,
@@ -192,7 +193,7 @@ impl WireClient {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the proxy starts");
-        let stdin = proxy.stdin.take().expect("piped stdin");
+        let stdin = proxy.stdin.take();
         let stdout = Lines::read(proxy.stdout.take().expect("piped stdout"));
         let _stderr = Lines::read(proxy.stderr.take().expect("piped stderr"));
         let mut client = WireClient { proxy, stdin, stdout, _stderr, next_id: 0 };
@@ -206,14 +207,21 @@ impl WireClient {
 
     fn send(&mut self, message: Value) {
         use std::io::Write;
-        writeln!(self.stdin, "{message}").expect("the proxy reads its stdin");
+        let stdin = self.stdin.as_mut().expect("the stream is open");
+        writeln!(stdin, "{message}").expect("the proxy reads its stdin");
+    }
+
+    /// Sends a request, and returns its id without waiting for the answer.
+    fn send_request(&mut self, method: &str, params: Value) -> u64 {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        id
     }
 
     /// Sends a request and returns its `result`.
     fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        let id = self.send_request(method, params);
         loop {
             let line = self.stdout.next(&format!("the answer to {method} #{id}"));
             let message: Value = serde_json::from_str(&line).expect("a JSON-RPC message");
@@ -229,6 +237,25 @@ impl WireClient {
         let params =
             json!({ "name": "charge_card", "arguments": arguments, "idempotencyKey": key });
         self.request("tools/call", params)
+    }
+}
+
+impl WireClient {
+    /// Closes the proxy's stdin and waits for it to exit, polling: its exit is what is
+    /// awaited, and a proxy that does not exit fails the test at [`DEADLINE`].
+    fn close(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        let until = std::time::Instant::now() + DEADLINE;
+        loop {
+            if let Some(status) = self.proxy.try_wait().expect("the proxy's status") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the proxy did not exit within {DEADLINE:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
 
