@@ -467,6 +467,21 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_client_key_tells_the_model_to_keep_the_arguments_or_send_a_new_key() {
+        let first = "82e1e1a327aa97bb3929e05cc4ca3bd5";
+        let result = reused("charge_card", "payments/charge_card", "k-1", first);
+        assert_eq!(result.is_error, Some(true));
+        let idem = &result.structured_content.as_ref().expect("structured content")["idem"];
+        assert_eq!(idem["error"], "key-reused");
+        assert_eq!(idem["key"], first);
+        assert_eq!(idem["idempotencyKey"], "k-1");
+        let text = serde_json::to_string(&result.content).unwrap();
+        for part in ["`charge_card` did not run", first, "send a new key", "`k-1` was used"] {
+            assert!(text.contains(part), "{part} in {text}");
+        }
+    }
+
+    #[test]
     fn only_a_refused_request_cannot_have_landed() {
         let refused = ServiceError::McpError(ErrorData::invalid_params("no such field", None));
         assert!(!may_have_landed(&refused));
