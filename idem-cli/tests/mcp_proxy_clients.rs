@@ -69,6 +69,41 @@ fn five_charges_from_the_python_sdk_client_charge_once_and_reads_pass_through() 
     assert_eq!(record["status"], "done");
 }
 
+/// The Python SDK has no `idempotencyKey` field (its request types drop unknown ones), so its
+/// client sends the key in `_meta`: once per key and arguments, refused for other arguments.
+/// Each key's tie to its call is a record of its own, beside the charge's.
+#[test]
+fn the_python_sdk_client_sends_its_idempotency_key_in_meta() {
+    let Some(python) = python() else { return };
+    let setup = Setup::new(python, CONFIG);
+    let charge = |amount: u64, key: &str| {
+        let arguments = json!({ "order_id": "o-3", "amount": amount });
+        let meta = json!({ "io.idem/idempotency-key": key });
+        json!({ "tool": "charge_card", "arguments": arguments, "meta": meta })
+    };
+    let calls =
+        json!([charge(42, "k-py"), charge(42, "k-py"), charge(43, "k-py"), charge(43, "k-py-2")]);
+
+    let results = python_host(&setup, &calls);
+    assert_eq!(results[0]["structuredContent"]["result"], "ch_1_o-3_42", "{results:?}");
+    assert_eq!(results[1], results[0], "the retry's answer");
+    assert_eq!(results[2]["isError"], true, "{results:?}");
+    let idem = &results[2]["structuredContent"]["idem"];
+    assert_eq!((&idem["error"], &idem["idempotencyKey"]), (&json!("key-reused"), &json!("k-py")));
+    assert_eq!(results[3]["structuredContent"]["result"], "ch_2_o-3_43", "a new key runs");
+    assert_eq!(setup.effects(), ["charge o-3 42", "charge o-3 43"]);
+
+    let listed = setup.idem(&["ls", "--json"]);
+    let mut tools: Vec<String> = listed
+        .ok()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("a record")["tool"].to_string())
+        .collect();
+    tools.sort();
+    let claim = "\"payments/charge_card#idempotency-key\"";
+    assert_eq!(tools, ["\"payments/charge_card\"", "\"payments/charge_card\"", claim, claim]);
+}
+
 /// The client sends `notifications/cancelled` once the upstream has charged, while the charge
 /// has not answered yet. The proxy has already forwarded the call, so it does not give the key
 /// up: the charge runs to its end and is recorded, and the client's retry gets that answer, with
