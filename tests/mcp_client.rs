@@ -419,4 +419,39 @@ mod client {
         }
         assert_eq!(effects.charges.load(Ordering::SeqCst), 2);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_key_reused_while_its_first_call_runs_is_refused_at_once() {
+        let (store, effects) = (store(), Arc::new(Effects::default()));
+        let (acted, mut actions) = mpsc::unbounded_channel();
+        *effects.acted.lock().unwrap() = Some(acted);
+        effects.gated.store(true, Ordering::SeqCst);
+        let upstream = connect(&effects).await;
+        let payments = guard(&upstream, &store).await;
+        let charge = |amount: u64| {
+            keyed(
+                params("charge_card", json!({ "order_id": "o-8", "amount": amount })),
+                json!("k-8"),
+            )
+        };
+
+        let first = tokio::spawn({
+            let payments = payments.clone();
+            async move { payments.call_tool(charge(42)).await }
+        });
+        actions.recv().await.expect("the first charge reached upstream");
+        // The first call holds the key open upstream; other arguments under its client key are
+        // refused without waiting for it. Were they to wait, they would wait for the gate this
+        // test opens after: bound it, so that the test fails rather than hangs.
+        let reused = payments.call_tool(charge(43));
+        let reused = tokio::time::timeout(std::time::Duration::from_secs(30), reused)
+            .await
+            .unwrap_or_else(|_| panic!("the reused key waited for the first call"))
+            .expect("the call");
+        told(&reused, "key-reused");
+        effects.gate.notify_one();
+        let first = first.await.expect("the task").expect("the call");
+        assert_eq!(first.is_error, Some(false), "{first:?}");
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 1);
+    }
 }
