@@ -64,7 +64,10 @@ fn main() {
     group.finish();
     criterion.final_summary();
 
-    percentiles(&runtime, &mut cases);
+    // `--test` (each bench run once, to see that it works) and `--list` skip the long table.
+    if !std::env::args().any(|arg| arg == "--test" || arg == "--list") {
+        percentiles(&runtime, &mut cases);
+    }
     runtime.block_on(cases.stop());
 }
 
