@@ -3,7 +3,7 @@
 //! Every dependency line resolves against it: each ```toml block of README.md and of the member
 //! crates' READMEs becomes the `[dependencies]` of a throwaway project, with the workspace's own
 //! packages patched to their directories here (so a version a user writes, `idem-agent =
-//! "0.1"`, must match the checkout's), and `cargo metadata --offline` resolves it, which needs no
+//! "0.1"`, must match the checkout's), and `cargo metadata` resolves it, which needs no
 //! compiling. A wrong package name, an unknown feature or a version the workspace does not have
 //! fails here, naming the README and the line.
 //!
@@ -12,6 +12,8 @@
 //! line is resolved as written. Crates from crates.io keep their versions, and resolve from what
 //! the workspace's build has already downloaded (`--offline`), with the workspace's Cargo.lock as
 //! a start; so a README's line for a crate from crates.io asks for features the workspace uses.
+//! Resolving reads the manifest of every package in the graph, for every platform, and a build
+//! downloads only this one's: where one is missing, it is fetched from the registry once.
 //!
 //! The README's recipe is `examples/shared_desk.rs` word for word, which the workspace's build
 //! compiles (with `--features idem/rmcp,idem/sqlite`, as CI builds it).
@@ -101,12 +103,26 @@ fn project(parent: &Path, name: &str, lines: &[String]) -> PathBuf {
     dir
 }
 
-/// `cargo metadata --offline` on the project: `Err` with cargo's message when it does not
-/// resolve.
+/// `cargo metadata` on the project: `Err` with cargo's message when it does not resolve. Offline
+/// first, from what the workspace's own build fetched; a machine that never fetched a package
+/// the README's lines reach (one for another platform, say) fetches it from the registry once.
 fn resolve(project: &Path) -> Result<(), String> {
+    let offline = metadata(project, true);
+    match &offline {
+        Err(cargo) if cargo.contains("failed to download") => metadata(project, false),
+        _ => offline,
+    }
+}
+
+fn metadata(project: &Path, offline: bool) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(cargo)
-        .args(["metadata", "--offline", "--format-version", "1", "--manifest-path"])
+    let mut command = Command::new(cargo);
+    command.arg("metadata");
+    if offline {
+        command.arg("--offline");
+    }
+    let output = command
+        .args(["--format-version", "1", "--manifest-path"])
         .arg(project.join("Cargo.toml"))
         .env_remove("CARGO_TARGET_DIR")
         .output()
