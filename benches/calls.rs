@@ -111,10 +111,10 @@ fn keys(c: &mut Criterion) {
         b.iter(|| Key::derive(black_box("book_room"), black_box("trip-9"), black_box(&BOOKING)))
     });
     group.bench_function("canonical_json_2_fields", |b| {
-        b.iter(|| idem::canonical_json(black_box(&charge)))
+        b.iter(|| idem_runtime::canonical_json(black_box(&charge)))
     });
     group.bench_function("canonical_json_20_fields", |b| {
-        b.iter(|| idem::canonical_json(black_box(&BOOKING)))
+        b.iter(|| idem_runtime::canonical_json(black_box(&BOOKING)))
     });
     group.finish();
 }

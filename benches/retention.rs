@@ -24,7 +24,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::{Call, Retention, SledStore, Store};
+use idem::retention::Retention;
+use idem::{Call, SledStore, Store};
 
 fn main() {
     let args: Vec<u64> = std::env::args()

@@ -233,7 +233,7 @@ fn settle(dir: &Path, key: &Key) -> Result<serde_json::Value, String> {
     let shown = path.display();
     println!("   $ idem --store {shown} ls --status in-doubt");
     let filter = Filter::new().status(Status::InDoubt);
-    let in_doubt = idem::admin::list(&store, &filter).map_err(|e| e.to_string())?;
+    let in_doubt = idem::admin::scan(&store, &filter).map_err(|e| e.to_string())?.records;
     for record in &in_doubt {
         println!("     {}  {}  scope {}", record.key, record.tool, record.scope);
     }

@@ -49,7 +49,7 @@ fn waiting_key(amount_cents: u64) -> Key {
     let deadline = Instant::now() + Duration::from_secs(30);
     let awaiting = Filter::new().status(Status::AwaitingApproval).tool("refund");
     loop {
-        let listed = admin::list(store().as_ref(), &awaiting).expect("the store lists");
+        let listed = admin::scan(store().as_ref(), &awaiting).expect("the store lists").records;
         if let Some(record) = listed.iter().find(|record| record.key == key.as_str()) {
             println!("   $ idem ls --status awaiting-approval");
             println!("   {}  {}  {}  {}", record.key, record.tool, record.scope, record.status);
@@ -78,14 +78,8 @@ fn operator(path: &Path, key: &Key, decision: Decision, note: &str) {
             println!("   {}", said.trim_end());
         }
         None => {
-            admin::decide(
-                store().as_ref(),
-                key,
-                decision,
-                &admin::operator("operator"),
-                Some(note),
-            )
-            .expect("the decision is recorded");
+            admin::decide(store().as_ref(), key, decision, "operator", Some(note))
+                .expect("the decision is recorded");
         }
     }
 }

@@ -80,8 +80,9 @@
 //!   file between the processes of one machine, and `idem-postgres`'s `PgStore` one database
 //!   between processes anywhere; [`open_store`] and [`set_default_store_named`] take a store by
 //!   its name (`sqlite:PATH`, `postgres://…`, or a sled directory), as `$IDEM_STORE` does. The
-//!   [`admin`] module holds the operator's operations, and `remote` reaches the store a running
-//!   process holds (Unix).
+//!   [`admin`] module holds the operator's operations. A store of your own, and the client of a
+//!   running process's admin socket (`remote::Remote`, Unix), are `idem-agent-runtime`'s: its
+//!   `store` module is what an implementor needs, and its conformance suite checks the result.
 //! - Without the macros: [`Call`] runs one keyed call, and [`Key::derive`] computes a key as a
 //!   Python service does (`json.dumps(args, sort_keys=True, separators=(",", ":"))`).
 //!
@@ -106,6 +107,7 @@
 //! DESIGN.md is the contract: the record's states and who may change them. The examples
 //! `agent_loop`, `crash_recovery`, `crash_reconcile` and `mcp_server` run the whole story.
 
+#![deny(missing_docs)]
 // docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -303,25 +305,53 @@ pub use idem_macros::retry;
 pub use idem_macros::tools;
 
 /// rmcp without glue (feature `rmcp`): `From<idem::Error>` for rmcp's `ErrorData` lives in
-/// idem's runtime, and [`mcp::annotate`] fills a router's MCP hints from the classification.
+/// idem's runtime, [`annotate`](mcp::annotate) fills a router's MCP hints from the
+/// classification, and [`IdempotentClient`](mcp::IdempotentClient) keys the calls an MCP client
+/// sends.
 #[cfg(feature = "rmcp")]
-pub use idem_runtime::mcp;
+pub mod mcp {
+    pub use idem_runtime::mcp::{
+        annotate, ask_for_approval, final_error, IdempotentClient, Protection, ToolPolicy,
+    };
+}
 
-/// The `idem::admin` operations on a sled store that a running process holds, through its
-/// admin socket (Unix only).
-#[cfg(unix)]
-pub use idem_runtime::remote;
+/// What an operator does with records: show, scan, settle, approve, purge, count. Blocking
+/// calls on a store this process opened, for scripts and tests; the `idem` command runs the same
+/// operations, on a store a running process holds too.
+pub mod admin {
+    pub use idem_runtime::admin::{
+        decide, history, purge, resolve, scan, show, stats, Decision, Filter, Listing, Purge,
+        Purged, Resolution, Stats,
+    };
+}
+
+/// A key's history: one [`Entry`](history::Entry) per change of its record, each naming its
+/// [`Event`](history::Event) and who made it ([`admin::history`] reads it).
+pub mod history {
+    pub use idem_runtime::history::{Answer, Entry, Event};
+}
+
+/// Retention: a store's background removal of finished records and released keys' histories
+/// past a bound ([`Retention`](retention::Retention), given to a store's builder), and what its
+/// passes did ([`RetentionStatus`](retention::RetentionStatus), in [`admin::Stats`]).
+pub mod retention {
+    pub use idem_runtime::retention::{Retention, RetentionStatus};
+}
+
+// What only a store implementor needs (the fence, the record's parts, the notifier) and the
+// client of a running process's admin socket are in `idem-agent-runtime` (`idem_runtime::store`,
+// `idem_runtime::remote`): a user of idem never names them, and the facade stays small
+// (tests/facade.rs counts it).
 pub use idem_runtime::{
-    admin, canonical_json, current_key, default_store_name, default_store_path, fencing_token,
-    history, may_have_landed, retention, set_default_store, store, try_current_key,
-    try_fencing_token, Annotations, Args, Backoff, Call, Durability, Error, InDoubtPolicy, Key,
-    Kind, MemoryStore, Reconciled, Record, Retention, SledStore, SledStoreBuilder, Status, Store,
-    StoreError, StoreFuture, StoreName, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
+    current_key, default_store_path, fencing_token, may_have_landed, set_default_store,
+    try_current_key, try_fencing_token, Annotations, Backoff, Call, Durability, Error,
+    InDoubtPolicy, Key, Kind, MemoryStore, Reconciled, Record, SledStore, SledStoreBuilder, Status,
+    Store, StoreError, Sweep, SweepOutcome, SweepReport, Swept, ToolInfo,
 };
 
 /// The SQLite store (feature `sqlite`): one file that several processes on one machine share.
 #[cfg(feature = "sqlite")]
-pub use idem_runtime::{rusqlite, SqliteStore, SqliteStoreBuilder, SqliteTransactional};
+pub use idem_runtime::{rusqlite, SqliteStore, SqliteStoreBuilder};
 
 mod named;
 pub use named::{default_store, open_default_store, open_store, set_default_store_named};

@@ -153,7 +153,7 @@ mod mcp {
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
         let printed = String::from_utf8(output.stdout).unwrap().trim().to_owned();
         let filter = idem::admin::Filter::new().tool("send_payment");
-        let records = idem::admin::list(store.as_ref(), &filter).unwrap();
+        let records = idem::admin::scan(store.as_ref(), &filter).unwrap().records;
         let stored: Vec<(&str, &str)> =
             records.iter().map(|r| (r.scope.as_str(), r.key.as_str())).collect();
         assert!(stored.contains(&("inv-1", printed.as_str())), "{printed} not in {stored:?}");

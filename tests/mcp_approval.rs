@@ -112,7 +112,7 @@ mod mcp {
         let tools = client.list_all_tools().await.unwrap();
         let description = tools[0].description.as_deref().unwrap_or_default();
         assert!(description.starts_with("Refund an order"), "{description}");
-        assert!(description.contains(idem::mcp::NEEDS_APPROVAL), "{description}");
+        assert!(description.contains(idem_runtime::mcp::NEEDS_APPROVAL), "{description}");
 
         let small = client.call_tool(refund("o-1", 500)).await.unwrap();
         assert_eq!(small.is_error, Some(false), "under the threshold: runs at once");

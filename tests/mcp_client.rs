@@ -21,10 +21,10 @@ mod client {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::{Arc, Mutex};
 
-    use idem::mcp::{
-        IdempotentClient, Protection, ToolPolicy, IDEMPOTENCY_KEY_META, KEY_META, SCOPE_META,
-    };
+    use idem::mcp::{IdempotentClient, Protection, ToolPolicy};
     use idem::{SqliteStore, Store};
+    // The names of the request's meta fields, which only a test of the wire reads.
+    use idem_runtime::mcp::{IDEMPOTENCY_KEY_META, KEY_META, SCOPE_META};
     use rmcp::handler::server::router::tool::ToolRouter;
     use rmcp::handler::server::wrapper::{Json, Parameters};
     use rmcp::model::{

@@ -1,7 +1,7 @@
 //! Who runs the command, as a key's history records an operator: `user@host`.
 
 /// The operator's `user@host`: the login name (`$USER`, else `$LOGNAME`, else the numeric uid)
-/// and the host name (`idem::admin::operator`). The history keeps it with every resolve and
+/// and the host name (`idem_runtime::admin::operator`). The history keeps it with every resolve and
 /// purge.
 pub(crate) fn operator() -> String {
     let user = ["USER", "LOGNAME"]

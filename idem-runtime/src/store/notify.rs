@@ -22,7 +22,7 @@ struct Slot {
     wakers: Vec<Waker>,
 }
 
-/// The waiters of one process, per key: see the module docs of `idem::store` for its use by a
+/// The waiters of one process, per key: see the docs of the `store` module for its use by a
 /// store.
 #[derive(Default)]
 pub struct Notifier {
