@@ -96,6 +96,7 @@
 //! - `sqlite`: the SQLite store (`SqliteStore`, `sqlite:PATH` in `$IDEM_STORE` and
 //!   [`open_store`]), and transactional tools on it (`#[idempotent(…, transactional = "tx")]`).
 //! - `postgres`: `postgres://…` in `$IDEM_STORE` and [`open_store`], through `idem-postgres`.
+//!   (An async transactional tool on a `PgStore` needs only idem-postgres, not this feature.)
 //!
 //! ## Further reading
 //!
@@ -370,6 +371,10 @@ pub mod __private {
     #[cfg(feature = "sqlite")]
     pub use idem_runtime::for_macros::{
         run_transactional, IntoTxStore, TxStoreFromFn, TxStoreFromStatic,
+    };
+    // An async transactional tool: the store named lends the transaction (idem-postgres).
+    pub use idem_runtime::for_macros::{
+        run_transactional_async, AsyncTransactional, AsyncTxStoreFromFn, AsyncTxStoreFromStatic,
     };
     // A tool with a reconciler (`reconcile = "…"`).
     pub use idem_runtime::for_macros::{

@@ -151,6 +151,17 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         Some(_) => (quote!(run_sync_reconciled), quote!(run_async_reconciled)),
         None => (quote!(run_sync), quote!(run_async)),
     };
+    if let (Some(_), Shape::Async | Shape::Boxed) = (&tool.transaction, tool.shape) {
+        let block = if tool.shape == Shape::Boxed {
+            &mut signature::boxed_async_block(&mut item.block)
+                .expect("validated: a boxed async body")
+                .block
+        } else {
+            &mut *item.block
+        };
+        *block = async_transactional(tool, &prepare, output, block, &unwrap, &rewrap);
+        return;
+    }
     if let Some(transaction) = &tool.transaction {
         // Validated: sync, with a store, no reconciler.
         let run = respan(quote_spanned!(mixed=> #krate::__private::run_transactional), span);
@@ -310,6 +321,42 @@ fn async_body(
         };
         let __idem_codec = #codec(&__idem_body);
         #reconciler
+        #run #rewrap
+    })
+}
+
+/// An async transactional body: an async closure over the transaction parameter, which the
+/// store named lends (`__private::AsyncTransactional`, implemented by the store's crate), run on
+/// the engine's transactional path. The bound is checked where the store is named, so that a
+/// store that lends no such transaction is reported there, in our words.
+fn async_transactional(
+    tool: &Tool,
+    prepare: &TokenStream,
+    output: &syn::Type,
+    body: &syn::Block,
+    unwrap: &TokenStream,
+    rewrap: &TokenStream,
+) -> syn::Block {
+    let krate = &tool.krate;
+    let mixed = Span::mixed_site();
+    let transaction = tool.transaction.as_ref().expect("called for a transactional tool");
+    let store = tool.store.as_ref().expect("validated: a transactional tool names its store");
+    let (name, ty) = (&transaction.name, &transaction.ty);
+    let run = respan(
+        quote_spanned!(mixed=> #krate::__private::run_transactional_async(__idem_call, __idem_store, __idem_body).await),
+        store.span(),
+    );
+    syn::parse_quote_spanned!(mixed=> {
+        #prepare
+        let __idem_body = async move |#name: #ty| {
+            let __idem_ret: #output = #body;
+            __idem_ret #unwrap
+        };
+        let __idem_store = {
+            #[allow(unused_imports)]
+            use #krate::__private::{AsyncTxStoreFromFn as _, AsyncTxStoreFromStatic as _};
+            (#store).__idem_async_tx_store()
+        };
         #run #rewrap
     })
 }

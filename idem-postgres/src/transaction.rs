@@ -62,9 +62,11 @@ pub const DEFAULT_ATTEMPTS: u32 = 5;
 /// **The body must write only to this database, through the transaction it is given.** What it
 /// does elsewhere (an HTTP request, an email, a file) is not rolled back and may run again when
 /// the transaction is retried or rolled back; such effects belong in an ordinary idem call.
-/// A tool whose effects are all in the transaction is idempotent in the strict sense: give MCP
-/// its hints with [`tool_info`], not a second `#[idem::idempotent]` (which would write a second
-/// record).
+/// A tool whose effects are all in the transaction is idempotent in the strict sense. In a tool,
+/// prefer the attribute (`#[idem::idempotent(scope = "…", transactional = "tx", store = …)]` on
+/// an `async fn` taking `tx: &mut tokio_postgres::Transaction<'_>`), which classifies it too;
+/// called by hand, give MCP its hints with [`tool_info`], never a second `#[idem::idempotent]`
+/// around this call (which would write a second record).
 #[must_use = "a transactional call does nothing until it is run"]
 pub struct Transactional<'s> {
     store: &'s PgStore,
@@ -146,20 +148,19 @@ impl<'a> Run<'a> {
         &self,
         call: &Call,
         codec: Codec<T, E>,
+        transient: fn(&E) -> bool,
         driver: D,
         body: F,
     ) -> Attempt<T, E>
     where
         D: Driver,
         F: AsyncFnOnce(&mut D::Body) -> Result<T, E>,
-        E: TransactionError,
     {
         let store = self.store;
         let clock = || store.clock();
         let site = Site { instance: store.instance(), clock: &clock };
         let tx = PgTransaction { run: self, driver };
         let mut body = Some(body);
-        let transient = |e: &E| error::transient(e.sqlstate());
         call.attempt(codec, &site, tx, &mut body, Some(store), transient).await
     }
 }

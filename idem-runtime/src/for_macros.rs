@@ -515,3 +515,95 @@ pub fn run_transactional<T: ToolOutput, E: ToolError>(
         .map(|stored| stored.0)
         .map_err(|failed| failed.0)
 }
+
+/// A store that runs an async transactional tool (`transactional = "tx"` on an `async fn`) whose
+/// body is `B`: it lends the transaction `B` takes, and runs the call on the engine's one
+/// transactional path (`Call::transact`). A store crate implements it for its store and its
+/// drivers' transactions (idem-postgres: `PgStore`, `&mut tokio_postgres::Transaction<'_>`), so
+/// that the macros know no database.
+#[diagnostic::on_unimplemented(
+    message = "the store `{Self}` cannot run this async transactional tool",
+    label = "the store `store = …` gives",
+    note = "an async tool marked `transactional = \"tx\"` runs on a PostgreSQL store \
+            (`Arc<idem_postgres::PgStore>`, from a function or a static) and takes \
+            `tx: &mut tokio_postgres::Transaction<'_>`, that store's own driver; on a SQLite store \
+            a transactional tool is a plain `fn` taking `tx: &rusqlite::Transaction<'_>`"
+)]
+pub trait AsyncTransactional<B, T, E> {
+    /// Runs `call` with `body` in a transaction of this store: its writes commit with the call's
+    /// record, or neither does.
+    fn run_transactional(&self, call: Call, body: B) -> impl Future<Output = Result<T, E>>;
+}
+
+/// What a function named by `store = …` on an async transactional tool returns: the store, or
+/// an error in getting it.
+pub trait IntoStoreArc {
+    /// The store's type.
+    type Store: ?Sized;
+    /// The store.
+    fn into_store_arc(self) -> Result<Arc<Self::Store>, Error>;
+}
+
+impl<S: ?Sized> IntoStoreArc for Arc<S> {
+    type Store = S;
+    fn into_store_arc(self) -> Result<Arc<S>, Error> {
+        Ok(self)
+    }
+}
+
+impl<S: ?Sized> IntoStoreArc for Result<Arc<S>, Error> {
+    type Store = S;
+    fn into_store_arc(self) -> Result<Arc<S>, Error> {
+        self
+    }
+}
+
+/// `store = f` on an async transactional tool, where `f` is a function: call it.
+pub trait AsyncTxStoreFromFn {
+    /// The store's type.
+    type Store: ?Sized;
+    /// The store the function gives.
+    fn __idem_async_tx_store(&self) -> Result<Arc<Self::Store>, Error>;
+}
+
+impl<F: Fn() -> R, R: IntoStoreArc> AsyncTxStoreFromFn for F {
+    type Store = R::Store;
+    fn __idem_async_tx_store(&self) -> Result<Arc<R::Store>, Error> {
+        self().into_store_arc()
+    }
+}
+
+/// `store = STATIC` on an async transactional tool, where the static derefs to an `Arc` of the
+/// store.
+pub trait AsyncTxStoreFromStatic {
+    /// The store's type.
+    type Store: ?Sized;
+    /// The store the static holds.
+    fn __idem_async_tx_store(&self) -> Result<Arc<Self::Store>, Error>;
+}
+
+impl<T: Deref<Target = Arc<S>>, S: ?Sized> AsyncTxStoreFromStatic for T {
+    type Store = S;
+    fn __idem_async_tx_store(&self) -> Result<Arc<S>, Error> {
+        Ok(Arc::clone(self))
+    }
+}
+
+/// Runs an async transactional tool's body through the store that lends its transaction. A
+/// plain `fn` making the future, so that a store that lends no such transaction is reported
+/// once, where the tool names it, rather than again where the future is awaited.
+pub fn run_transactional_async<S, B, T, E>(
+    call: Result<Call, Error>,
+    store: Result<Arc<S>, Error>,
+    body: B,
+) -> impl Future<Output = Result<T, E>>
+where
+    S: AsyncTransactional<B, T, E> + ?Sized,
+    E: ToolError,
+{
+    let ready = call.and_then(|call| store.map(|store| (call, store)));
+    async move {
+        let (call, store) = ready.map_err(|e| E::from_idem(crate::retry::raise(e)))?;
+        store.run_transactional(call, body).await
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use idem_runtime::{Attempt, Call, Codec, Error};
+use idem_runtime::{Attempt, Call, Codec, Error, Retries};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use sqlx::postgres::{PgArguments, PgConnection, PgPool, Postgres};
@@ -85,8 +85,9 @@ impl Transactional<'_> {
         F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
     {
         let (codec, run) = (Codec::<T, E>::serde(), Run::new(self.store));
-        let attempt = || once(&run, &self.call, pool, codec, body.clone());
-        self.call.transact(codec, self.store, self.retries(), attempt).await
+        let retries = self.retries();
+        let attempt = || once(&run, &self.call, pool, (codec, retries), body.clone());
+        self.call.transact(codec, self.store, retries, attempt).await
     }
 }
 
@@ -95,11 +96,10 @@ async fn once<T, E, F>(
     run: &Run<'_>,
     call: &Call,
     pool: &PgPool,
-    codec: Codec<T, E>,
+    (codec, retries): (Codec<T, E>, Retries<E>),
     body: F,
 ) -> Attempt<T, E>
 where
-    E: TransactionError,
     F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E>,
 {
     let tx = match pool.begin().await {
@@ -110,7 +110,10 @@ where
         }
     };
     // Dropped without a commit, sqlx's transaction rolls back as its connection goes back.
-    run.attempt(call, codec, Sqlx(tx), async move |conn: &mut PgConnection| body(conn).await).await
+    run.attempt(call, codec, retries.transient, Sqlx(tx), async move |conn: &mut PgConnection| {
+        body(conn).await
+    })
+    .await
 }
 
 /// A sqlx transaction lent to the engine; the body gets its connection.

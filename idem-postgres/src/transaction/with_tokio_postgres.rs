@@ -1,14 +1,18 @@
 //! Transactional calls through tokio-postgres, on a connection of the store's own pool.
 
-use idem_runtime::{Attempt, Call, Codec, Error};
+use idem_runtime::for_macros::AsyncTransactional;
+use idem_runtime::{Attempt, Call, Codec, Error, Retries};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::error::DbError;
 use super::statements::Param;
-use super::{store_error, Driver, Exec, Finished, Run, TransactionError, Transactional};
+use super::{
+    store_error, Driver, Exec, Finished, Run, TransactionError, Transactional, DEFAULT_ATTEMPTS,
+};
 use crate::fault::Fault;
+use crate::store::PgStore;
 
 /// The parameters with their types, as `query_typed` takes them.
 fn typed(params: &[Param]) -> Vec<(&(dyn ToSql + Sync), Type)> {
@@ -84,16 +88,54 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
     {
-        let (codec, run) = (Codec::<T, E>::serde(), Run::new(self.store));
-        let attempt = || once(&run, &self.call, codec, body.clone());
-        self.call.transact(codec, self.store, self.retries(), attempt).await
+        run_tokio_postgres(self.store, &self.call, self.retries(), body).await
     }
 }
 
-/// One attempt: a pooled connection, a transaction, and the engine's attempt inside it.
-async fn once<T, E, F>(run: &Run<'_>, call: &Call, codec: Codec<T, E>, body: F) -> Attempt<T, E>
+/// What `#[idem::idempotent(…, transactional = "tx", store = …)]` runs for an async tool on a
+/// [`PgStore`] whose body takes `tx: &mut tokio_postgres::Transaction<'_>`: the same run as
+/// [`Transactional::run`], the body's error being the tool's own. Its own error is not asked
+/// for a SQLSTATE (a tool's error type, rmcp's `ErrorData` say, need not implement
+/// [`TransactionError`]): a serialization failure or deadlock of idem's statements or the
+/// commit, or a broken connection, runs the transaction again, and one the body returns ends
+/// the call with the body's error, nothing committed and the key free.
+impl<B, T, E> AsyncTransactional<B, T, E> for PgStore
 where
-    E: TransactionError,
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    B: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
+{
+    async fn run_transactional(&self, call: Call, body: B) -> Result<T, E> {
+        let retries = Retries { attempts: DEFAULT_ATTEMPTS, transient: |_: &E| false };
+        run_tokio_postgres(self, &call, retries, body).await
+    }
+}
+
+/// Runs `call` with `body` on the store's pool, attempt after attempt as `retries` says.
+async fn run_tokio_postgres<T, E, F>(
+    store: &PgStore,
+    call: &Call,
+    retries: Retries<E>,
+    body: F,
+) -> Result<T, E>
+where
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E> + Clone,
+{
+    let (codec, run) = (Codec::<T, E>::serde(), Run::new(store));
+    let attempt = || once(&run, call, (codec, retries), body.clone());
+    call.transact(codec, store, retries, attempt).await
+}
+
+/// One attempt: a pooled connection, a transaction, and the engine's attempt inside it.
+async fn once<T, E, F>(
+    run: &Run<'_>,
+    call: &Call,
+    (codec, retries): (Codec<T, E>, Retries<E>),
+    body: F,
+) -> Attempt<T, E>
+where
     F: for<'t, 'c> AsyncFnOnce(&'t mut tokio_postgres::Transaction<'c>) -> Result<T, E>,
 {
     let key = call.key().as_str();
@@ -111,7 +153,7 @@ where
     };
     // Dropped without a commit, the transaction sends its `ROLLBACK` without waiting for the
     // answer: the connection goes back to the pool with it queued ahead of anything else.
-    run.attempt(call, codec, Tokio(tx), body).await
+    run.attempt(call, codec, retries.transient, Tokio(tx), body).await
 }
 
 /// A tokio-postgres transaction lent to the engine.

@@ -1,0 +1,128 @@
+//! `#[idem::idempotent(scope = "…", transactional = "tx", store = …)]` on an `async fn` whose
+//! store is a `PgStore`: the tool's writes through `tx` commit with its record, on the engine's
+//! transactional path, as `PgStore::transactional(call).run(…)` does by hand.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use idem_postgres::PgStore;
+use idem_runtime::{Status, Store};
+use tokio_postgres::types::Type;
+
+/// The store of this test, on a schema of its own: the tool names it by this function.
+static SHOP: OnceLock<Arc<PgStore>> = OnceLock::new();
+
+fn shop() -> Result<Arc<PgStore>, idem::Error> {
+    Ok(Arc::clone(SHOP.get().expect("the test opens the store before calling the tool")))
+}
+
+/// Runs of the tool's body, all calls together.
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// The key of the body's last run (`idem::current_key()`).
+static LAST_KEY: Mutex<String> = Mutex::new(String::new());
+
+fn last_key() -> String {
+    LAST_KEY.lock().unwrap().clone()
+}
+
+/// What a refund's body does after its insert.
+#[derive(Clone, Copy, serde::Serialize)]
+enum Then {
+    /// Returns the row's id: the call commits.
+    Return,
+    /// Returns an error: nothing commits.
+    Fail,
+    /// Commits the transaction itself, which idem refuses.
+    Commit,
+}
+
+/// A refund of `order`: one row in `refunds`, and the id and key as the tool's answer.
+#[idem::idempotent(scope = "order", transactional = "tx", store = shop)]
+async fn refund(
+    order: i64,
+    then: Then,
+    table: String,
+    tx: &mut tokio_postgres::Transaction<'_>,
+) -> Result<(i64, String), String> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    let key = idem::current_key().to_string();
+    *LAST_KEY.lock().unwrap() = key.clone();
+    let sql = format!("INSERT INTO {table} (order_id) VALUES ($1) RETURNING id");
+    let row = tx.query_typed_one(&sql, &[(&order, Type::INT8)]).await.map_err(|e| e.to_string())?;
+    match then {
+        Then::Return => Ok((row.get(0), key)),
+        Then::Fail => Err(format!("refused {key}")),
+        Then::Commit => {
+            tx.batch_execute("COMMIT").await.map_err(|e| e.to_string())?;
+            Ok((row.get(0), key))
+        }
+    }
+}
+
+/// The tool's future is `Send`, as rmcp and `tokio::spawn` need it.
+fn sendable<F: std::future::Future + Send>(future: F) -> F {
+    future
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("txattr");
+    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = PgStore::builder(&url).schema(&schema).connect_async().await;
+    let store = SHOP.get_or_init(|| Arc::new(store.expect("the store connects")));
+    let table = format!("\"{schema}\".refunds");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
+    client.batch_execute(&sql).await.unwrap();
+    let rows = async |order: i64| -> i64 {
+        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
+        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
+    };
+
+    // Three calls of one intent, at once: one run, one row, one record, three equal answers.
+    let (a, b, c) = tokio::join!(
+        sendable(refund(17, Then::Return, table.clone())),
+        refund(17, Then::Return, table.clone()),
+        refund(17, Then::Return, table.clone()),
+    );
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    assert_eq!((&b, &c), (&a, &a), "the three callers get one answer");
+    assert_eq!(RUNS.load(Ordering::SeqCst), 1, "the body ran once");
+    assert_eq!(rows(17).await, 1, "one refund row");
+    let key = a.1;
+    let record = store.get(&key).await.unwrap().expect("the record committed");
+    assert_eq!(record.status, Status::Done);
+    let events: Vec<String> = store
+        .history(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|entry| entry.event.as_str().to_owned())
+        .collect();
+    assert_eq!(events, ["reserved", "done"], "one record, committed once");
+
+    // A body that returns an error: no row, no record, and the key is free for the next call.
+    let refused = refund(18, Then::Fail, table.clone()).await.expect_err("the body failed");
+    let key = last_key();
+    assert_eq!(refused, format!("refused {key}"), "the body's own error");
+    assert_eq!(rows(18).await, 0, "the failed call's row rolled back");
+    assert!(store.get(&key).await.unwrap().is_none(), "no record: the key is free");
+    assert!(store.history(&key).await.unwrap().is_empty(), "and no history");
+
+    // A body that commits the transaction itself: refused, and the key left in doubt.
+    let before = RUNS.load(Ordering::SeqCst);
+    let ended = refund(19, Then::Commit, table.clone()).await.expect_err("its own commit");
+    assert!(ended.contains("ended the transaction itself"), "{ended}");
+    assert_eq!(RUNS.load(Ordering::SeqCst), before + 1, "it ran once");
+    let key = last_key();
+    assert!(ended.contains(&key), "the error names the key: {ended}");
+    let status = store.get(&key).await.unwrap().map(|record| record.status);
+    assert_eq!(status, Some(Status::InDoubt), "what it wrote may have been kept: in doubt");
+    drop(client);
+    let _ = std::thread::spawn(move || drop(guard)).join();
+}
