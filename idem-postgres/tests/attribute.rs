@@ -62,6 +62,25 @@ async fn refund(
     }
 }
 
+/// A tool as a method: `&self` is part of the body, not of the key.
+struct Desk {
+    table: String,
+}
+
+impl Desk {
+    #[idem::idempotent(scope = "order", transactional = "tx", store = shop)]
+    async fn refund(
+        &self,
+        order: i64,
+        tx: &mut tokio_postgres::Transaction<'_>,
+    ) -> Result<i64, String> {
+        let sql = format!("INSERT INTO {} (order_id) VALUES ($1) RETURNING id", self.table);
+        let row =
+            tx.query_typed_one(&sql, &[(&order, Type::INT8)]).await.map_err(|e| e.to_string())?;
+        Ok(row.get(0))
+    }
+}
+
 /// The tool's future is `Send`, as rmcp and `tokio::spawn` need it.
 fn sendable<F: std::future::Future + Send>(future: F) -> F {
     future
@@ -123,6 +142,11 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     assert!(ended.contains(&key), "the error names the key: {ended}");
     let status = store.get(&key).await.unwrap().map(|record| record.status);
     assert_eq!(status, Some(Status::InDoubt), "what it wrote may have been kept: in doubt");
+    // A method: the same, with `&self` in the body.
+    let desk = Desk { table: table.clone() };
+    let (first, again) = (desk.refund(20).await.unwrap(), desk.refund(20).await.unwrap());
+    assert_eq!(first, again, "the repeat replays");
+    assert_eq!(rows(20).await, 1, "one row");
     drop(client);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }
