@@ -74,10 +74,10 @@ mod on_sqlite {
     /// The records of the store whose tool is `tool` and scope `scope`.
     fn records(store: &SqliteStore, tool: &str, scope: &str) -> usize {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
-        let scanned = runtime.block_on(store.scan()).expect("the store scans");
+        let scanned = runtime.block_on(store.scan_page(None, usize::MAX)).expect("the store scans");
         scanned
             .into_iter()
-            .filter_map(Result::ok)
+            .filter_map(|(_, record)| record.ok())
             .filter(|record| record.tool == tool && record.scope == scope)
             .count()
     }

@@ -428,26 +428,6 @@ impl Table {
             .map_err(Fault::Store)
     }
 
-    /// Every key with a history and no record, with the time of its last entry.
-    pub(crate) async fn released(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        retrying!(
-            self.deadline(),
-            "cannot list the histories of released keys",
-            self.try_released()
-        )
-    }
-
-    async fn try_released(&self) -> Result<Vec<(String, u64)>, Fault> {
-        let client = self.connection().await?;
-        let rows = self.statements.released.query(&client, &[]).await?;
-        let mut released = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let last: i64 = row.try_get(1)?;
-            released.push((row.try_get(0)?, u64::try_from(last).unwrap_or(0)));
-        }
-        Ok(released)
-    }
-
     /// Removes the history of `key` while it has no record; whether there was one. A repeat
     /// after a broken connection whose first attempt landed finds nothing, and says so.
     pub(crate) async fn remove_history(&self, key: &str) -> Result<bool, StoreError> {
@@ -457,17 +437,6 @@ impl Table {
             self.query_value::<i64>(&self.statements.remove_history, &[&key])
         )
         .map(|removed| removed > 0)
-    }
-
-    pub(crate) async fn scan(&self) -> Result<Vec<Result<Record, StoreError>>, StoreError> {
-        retrying!(self.deadline(), "cannot list records", self.try_scan())
-    }
-
-    async fn try_scan(&self) -> Result<Vec<Result<Record, StoreError>>, Fault> {
-        let client = self.connection().await?;
-        let rows = self.statements.scan.query(&client, &[]).await?;
-        // One damaged row is reported as such; the listing goes on.
-        Ok(rows.iter().map(rows::decode).collect())
     }
 
     pub(crate) async fn size(&self) -> Result<u64, StoreError> {

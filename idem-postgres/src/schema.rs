@@ -182,14 +182,11 @@ pub(crate) struct Statements {
     /// Key $1's record, read by a caller that waits for it to change, which marks it so that
     /// the write that changes it announces the change.
     pub(crate) watch: Sql,
-    pub(crate) scan: Sql,
     pub(crate) update: Sql,
     pub(crate) delete: Sql,
     pub(crate) purge: Sql,
     /// The history of key $1, removed while the key has no record.
     pub(crate) remove_history: Sql,
-    /// Every key with history rows and no record, with the time of its last row.
-    pub(crate) released: Sql,
     pub(crate) history: Sql,
     /// The key's last history row: the fencing token of a write whose answer was lost.
     pub(crate) token: Sql,
@@ -377,7 +374,6 @@ impl Statements {
                  SELECT {COLUMNS} FROM u UNION ALL \
                  SELECT {COLUMNS} FROM {t} WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM u)"
             )),
-            scan: bare(format!("SELECT {COLUMNS} FROM {t}")),
             update,
             delete,
             purge,
@@ -388,10 +384,6 @@ impl Statements {
                 "WITH gone AS (DELETE FROM {h} WHERE key = $1 \
                  AND NOT EXISTS (SELECT 1 FROM {t} WHERE key = $1) RETURNING 1) \
                  SELECT count(*) FROM gone"
-            )),
-            released: bare(format!(
-                "SELECT h.key, max(h.at) FROM {h} AS h \
-                 WHERE NOT EXISTS (SELECT 1 FROM {t} AS r WHERE r.key = h.key) GROUP BY h.key"
             )),
             history: of_key(format!(
                 "SELECT at, event, answer, status, by, note FROM {h} WHERE key = $1 ORDER BY seq"

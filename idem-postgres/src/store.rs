@@ -398,11 +398,6 @@ impl Store for PgStore {
         })
     }
 
-    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
-        let shared = Arc::clone(&self.shared);
-        self.runtime.spawn_store(async move { shared.released().await })
-    }
-
     fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         // Nothing of the purge is kept: the history goes whole, as with a purged record.
         let _ = change;
@@ -431,11 +426,6 @@ impl Store for PgStore {
 
     fn clock(&self) -> u64 {
         self.shared.db_now()
-    }
-
-    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
-        let shared = Arc::clone(&self.shared);
-        self.runtime.spawn_store(async move { shared.scan().await })
     }
 
     fn size_on_disk(&self) -> Option<u64> {

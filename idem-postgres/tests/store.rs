@@ -123,7 +123,7 @@ fn the_url_names_the_table() {
     let store =
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");
     assert_eq!(store.table(), format!("{schema}.calls"));
-    assert!(block_on(store.scan()).unwrap().is_empty());
+    assert!(block_on(store.scan_page(None, usize::MAX)).unwrap().is_empty());
 }
 
 #[test]
@@ -159,10 +159,10 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     .expect("the old table is created");
 
     let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
-    let mut statuses: Vec<(String, Status)> = block_on(store.scan())
+    let mut statuses: Vec<(String, Status)> = block_on(store.scan_page(None, usize::MAX))
         .unwrap()
         .into_iter()
-        .map(|r| r.unwrap())
+        .map(|(_, r)| r.unwrap())
         .map(|r| (r.key, r.status))
         .collect();
     statuses.sort_by(|a, b| a.0.cmp(&b.0));
@@ -186,7 +186,11 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     assert!(common::run_sql(&url, &old_spelling).is_err(), "the old spelling is refused now");
     drop(store);
     let reopened = self::store(&url, &schema);
-    assert_eq!(block_on(reopened.scan()).unwrap().len(), 3, "a second migration changes nothing");
+    assert_eq!(
+        block_on(reopened.scan_page(None, usize::MAX)).unwrap().len(),
+        3,
+        "a second migration changes nothing"
+    );
 }
 
 /// Earlier releases announced changes from triggers inside the writing transaction, which made

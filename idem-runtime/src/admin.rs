@@ -18,6 +18,7 @@ use crate::lifecycle::retention::{self, RetentionStatus};
 use crate::lifecycle::transition;
 use crate::lifecycle::{assess, Assessment, Record, Status};
 use crate::meter::{self, ApprovalEvent};
+use crate::store::walk::{Walk, PAGE};
 use crate::store::Store;
 
 /// Which records [`list`] returns.
@@ -48,6 +49,11 @@ impl Filter {
     pub fn tool(mut self, tool: impl Into<String>) -> Filter {
         self.tool = Some(tool.into());
         self
+    }
+
+    fn matches(&self, record: &Record) -> bool {
+        self.status.is_none_or(|s| record.status == s)
+            && self.tool.as_deref().is_none_or(|t| record.tool == t)
     }
 }
 
@@ -264,18 +270,20 @@ fn store_error(key: Option<&str>, source: crate::error::StoreError) -> Error {
     Error::store(key, None, source)
 }
 
-/// Every record the store holds, split into those that read and those that do not: one bad
-/// record never fails a listing as a whole.
-fn read_all(store: &dyn Store) -> Result<(Vec<Record>, Vec<Error>), Error> {
-    let scanned = block_on(store.scan()).map_err(|e| store_error(None, e))?;
-    let (mut records, mut unreadable) = (Vec::new(), Vec::new());
-    for record in scanned {
-        match record {
-            Ok(record) => records.push(record),
-            Err(e) => unreadable.push(store_error(None, e)),
+/// Calls `each` with every record the store holds, a page at a time, each as read or as the
+/// error that names it: one bad record never fails a listing as a whole, and no listing holds
+/// more of the store than a page besides what `each` keeps.
+fn each_record(
+    store: &dyn Store,
+    mut each: impl FnMut(Result<Record, Error>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut walk = Walk::default();
+    while let Some(page) = block_on(walk.next(store)).map_err(|e| store_error(None, e))? {
+        for (_, record) in page {
+            each(record.map_err(|e| store_error(None, e)))?;
         }
     }
-    Ok((records, unreadable))
+    Ok(())
 }
 
 /// `record` with the status a call would act on: a record in flight whose owner is gone (its
@@ -292,15 +300,17 @@ fn as_assessed(store: &dyn Store, mut record: Record) -> Record {
 /// Records matching `filter`, newest first, and every record that could not be read. A record
 /// in flight whose owner is gone is listed in doubt, as a call assesses it.
 pub fn scan(store: &dyn Store, filter: &Filter) -> Result<Listing, Error> {
-    let (records, unreadable) = read_all(store)?;
-    let mut records: Vec<Record> =
-        records.into_iter().map(|record| as_assessed(store, record)).collect();
-    records.retain(|r| {
-        filter.status.is_none_or(|s| r.status == s)
-            && filter.tool.as_deref().is_none_or(|t| r.tool == t)
-    });
-    records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
-    Ok(Listing { records, unreadable })
+    let mut listing = Listing::default();
+    each_record(store, |record| {
+        match record.map(|record| as_assessed(store, record)) {
+            Ok(record) if filter.matches(&record) => listing.records.push(record),
+            Ok(_) => {}
+            Err(e) => listing.unreadable.push(e),
+        }
+        Ok(())
+    })?;
+    listing.records.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| a.key.cmp(&b.key)));
+    Ok(listing)
 }
 
 /// Records matching `filter`, newest first. A record that cannot be read is left out and
@@ -421,54 +431,68 @@ pub fn decide(
 /// (an operator's `user@host`). Returns how many records and histories were removed.
 pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error> {
     let now = store.clock();
-    // A record that cannot be read is not known to be finished: it is kept, and logged.
-    let (records, unreadable) = read_all(store)?;
-    for error in &unreadable {
-        tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
-    }
     let mut purged = Purged::default();
-    for record in records.iter().filter(|r| r.status.is_finished()) {
-        let remove = match which {
-            Purge::Expired => record.is_expired(now),
-            Purge::OlderThan(age) => retention::outlived(record, age, now),
+    each_record(store, |record| {
+        // A record that cannot be read is not known to be finished: it is kept, and logged.
+        let record = match record {
+            Ok(record) => record,
+            Err(error) => {
+                tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
+                return Ok(());
+            }
         };
+        let remove = record.status.is_finished()
+            && match which {
+                Purge::Expired => record.is_expired(now),
+                Purge::OlderThan(age) => retention::outlived(&record, age, now),
+            };
         let step = transition::purge(by);
         if remove
-            && block_on(store.compare_and_swap(record, None, step.change))
+            && block_on(store.compare_and_swap(&record, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?
                 .is_some()
         {
             purged.records += 1;
         }
-    }
+        Ok(())
+    })?;
     let Purge::OlderThan(age) = which else { return Ok(purged) };
-    let released = block_on(store.histories_without_record()).map_err(|e| store_error(None, e))?;
-    for (key, _) in
-        released.into_iter().filter(|(_, last)| retention::history_outlived(*last, age, now))
-    {
-        let step = transition::purge(by);
-        if block_on(store.remove_history(&key, step.change))
-            .map_err(|e| store_error(Some(&key), e))?
+    let mut after: Option<String> = None;
+    loop {
+        let page = block_on(store.histories_page(after.as_deref(), PAGE))
+            .map_err(|e| store_error(None, e))?;
+        for (key, _) in page
+            .iter()
+            .filter(|(_, last)| last.is_some_and(|at| retention::history_outlived(at, age, now)))
         {
-            purged.histories += 1;
+            let step = transition::purge(by);
+            if block_on(store.remove_history(key, step.change))
+                .map_err(|e| store_error(Some(key), e))?
+            {
+                purged.histories += 1;
+            }
+        }
+        match page.last() {
+            Some((last, _)) if page.len() >= PAGE => after = Some(last.clone()),
+            _ => return Ok(purged),
         }
     }
-    Ok(purged)
 }
 
 /// Counts records by status (a record in flight whose owner is gone counts in doubt, as a call
 /// assesses it) and by tool. The store runs no retention: whoever runs the passes reports them
 /// ([`Local::with_retention`]).
 pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
-    let (records, unreadable) = read_all(store)?;
-    let mut stats = Stats {
-        size_on_disk: store.size_on_disk(),
-        unreadable: unreadable.len() as u64,
-        ..Stats::default()
-    };
-    for record in records.into_iter().map(|record| as_assessed(store, record)) {
-        *stats.by_status.entry(record.status.to_string()).or_default() += 1;
-        *stats.by_tool.entry(record.tool).or_default() += 1;
-    }
+    let mut stats = Stats { size_on_disk: store.size_on_disk(), ..Stats::default() };
+    each_record(store, |record| {
+        match record.map(|record| as_assessed(store, record)) {
+            Ok(record) => {
+                *stats.by_status.entry(record.status.to_string()).or_default() += 1;
+                *stats.by_tool.entry(record.tool).or_default() += 1;
+            }
+            Err(_) => stats.unreadable += 1,
+        }
+        Ok(())
+    })?;
     Ok(stats)
 }

@@ -111,7 +111,7 @@ fn worker(dir: &Path) {
 /// Child mode `peek`: opens the store, reads every record, and closes it.
 fn peek(dir: &Path) {
     let store = SqliteStore::open(path(dir)).expect("the store opens");
-    let records = block_on(store.scan()).expect("the store reads");
+    let records = block_on(store.scan_page(None, usize::MAX)).expect("the store reads");
     println!("RECORDS {}", records.len());
 }
 
@@ -326,9 +326,9 @@ fn chaos_on_one_sqlite_file_runs_no_effect_twice_and_strands_no_key() {
     // Every effect is recorded with its result or in doubt, and in doubt only where its owner
     // was killed.
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(path(dir.path())).unwrap());
-    let records = block_on(store.scan()).unwrap();
+    let records = block_on(store.scan_page(None, usize::MAX)).unwrap();
     let mut by_scope = BTreeMap::new();
-    for record in records {
+    for (_, record) in records {
         let record = record.unwrap();
         by_scope.insert(record.scope.clone(), record);
     }

@@ -116,7 +116,7 @@ fn peek_child(dir: &Path) {
     let records = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
-        .block_on(store.scan())
+        .block_on(store.scan_page(None, usize::MAX))
         .unwrap();
     println!("RECORDS {}", records.len());
 }

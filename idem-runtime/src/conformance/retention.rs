@@ -169,7 +169,8 @@ pub fn a_call_during_a_retention_pass_is_not_held_up(store: Arc<dyn Store>) {
     let status_now = retainer.status();
     assert_eq!(status_now.passes, 0, "the pass is still under way: {status_now:?}");
     assert_eq!(status_now.removed.records, 5, "one batch of 5 so far: {status_now:?}");
-    let left = block_on(store.scan()).unwrap().into_iter().filter_map(Result::ok);
+    let left = block_on(store.scan_page(None, usize::MAX)).unwrap();
+    let left = left.into_iter().filter_map(|(_, record)| record.ok());
     assert_eq!(
         left.filter(|r| r.tool.starts_with("charge_") && r.tool != "charge_new").count(),
         15

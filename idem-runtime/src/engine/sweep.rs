@@ -13,10 +13,12 @@ use super::machine::{encode_for_replay, Reservation, Taken};
 use super::reconciler::{ask, erred, Reconciled};
 use super::Codec;
 use crate::error::Error;
+use crate::error::StoreError;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::Answer;
 use crate::lifecycle::{assess, Assessment, Record};
+use crate::store::walk::Walk;
 use crate::store::Store;
 
 /// The reconciler of one tool in a [`Sweep`], its answer's result already JSON that reads back.
@@ -127,38 +129,52 @@ impl<'a> Sweep<'a> {
             Some(store) => store,
             None => super::open::default::default_store()?,
         };
-        let listed = store.scan().await.map_err(|e| Error::store(None, None, e))?;
         let mut report = SweepReport::default();
-        for record in listed {
-            let record = match record {
-                Ok(record) => record,
-                Err(e) => {
-                    tracing::warn!(error = %e, "idem: sweep: a record cannot be read; skipped");
-                    continue;
-                }
-            };
-            let Some((_, reconcile)) = self.tools.iter_mut().find(|(tool, _)| *tool == record.tool)
-            else {
-                continue;
-            };
-            if Key::parse(&record.key).is_err() {
-                // Another writer of a shared store can leave such a row: it is no call's.
-                tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
-                continue;
+        let mut walk = Walk::default();
+        while let Some(page) =
+            walk.next(store.as_ref()).await.map_err(|e| Error::store(None, None, e))?
+        {
+            for (_, record) in page {
+                self.sweep_record(&store, record, &mut report).await;
             }
-            if assess(Some(&record), store.clock(), store.instance()) != Assessment::InDoubt {
-                continue;
-            }
-            let outcome = sweep_one(&store, &record, reconcile).await;
-            report.keys.push(Swept {
-                key: record.key,
-                tool: record.tool,
-                scope: record.scope,
-                function: record.function,
-                outcome,
-            });
         }
         Ok(report)
+    }
+
+    /// Settles `record` if it is in doubt and its tool has a reconciler, into `report`.
+    async fn sweep_record(
+        &mut self,
+        store: &Arc<dyn Store>,
+        record: Result<Record, StoreError>,
+        report: &mut SweepReport,
+    ) {
+        let record = match record {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(error = %e, "idem: sweep: a record cannot be read; skipped");
+                return;
+            }
+        };
+        let Some((_, reconcile)) = self.tools.iter_mut().find(|(tool, _)| *tool == record.tool)
+        else {
+            return;
+        };
+        if Key::parse(&record.key).is_err() {
+            // Another writer of a shared store can leave such a row: it is no call's.
+            tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
+            return;
+        }
+        if assess(Some(&record), store.clock(), store.instance()) != Assessment::InDoubt {
+            return;
+        }
+        let outcome = sweep_one(store, &record, reconcile).await;
+        report.keys.push(Swept {
+            key: record.key,
+            tool: record.tool,
+            scope: record.scope,
+            function: record.function,
+            outcome,
+        });
     }
 }
 

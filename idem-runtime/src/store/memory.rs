@@ -241,17 +241,6 @@ impl Store for MemoryStore {
         Box::pin(ready(Ok(entries)))
     }
 
-    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
-        let keys = self.keys();
-        let released = keys
-            .histories
-            .iter()
-            .filter(|(key, _)| !keys.has_record(key))
-            .filter_map(|(key, entries)| Some((key.clone(), entries.last()?.at)))
-            .collect();
-        Box::pin(ready(Ok(released)))
-    }
-
     fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         // Nothing of the purge is kept: the history goes whole, as with a purged record.
         let _ = change;
@@ -316,11 +305,6 @@ impl Store for MemoryStore {
             let _ = crate::exec::until(watch, deadline).await;
             Ok(self.read(key))
         })
-    }
-
-    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
-        let records = self.keys().records.values().cloned().map(Ok).collect();
-        Box::pin(ready(Ok(records)))
     }
 }
 

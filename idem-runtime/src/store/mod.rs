@@ -19,6 +19,7 @@ pub(crate) mod sled;
 pub(crate) mod sqlite;
 pub(crate) mod sync;
 pub(crate) mod transaction;
+pub(crate) mod walk;
 
 /// The future a [`Store`] method returns: boxed, `Send`, and runnable on any executor (the sync
 /// engine drives it with a plain thread-parking loop, so a store must not need an ambient tokio
@@ -117,69 +118,32 @@ pub trait Store: Send + Sync + 'static {
     /// a purge. Empty when the key has none. Durable, as from [`Store::get`].
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
-    /// Every key that has a history but no record (a released key), with the time of its last
-    /// entry (the store's clock), in no particular order: what a purge of histories looks at.
-    /// The default finds none, for a store that keeps no history past a release.
-    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
-        Box::pin(std::future::ready(Ok(Vec::new())))
-    }
-
     /// Removes the history of `key`, atomically and only while the key has no record, durably:
     /// `change` is the purge's (`idem::store::transition::purge`). Returns whether there was a
     /// history to remove. A reservation of the key racing the removal keeps its own entry: it
     /// either continues the old history or starts a fresh one. A crash part-way shows no
-    /// history. The default removes nothing.
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
-        let _ = (key, change);
-        Box::pin(std::future::ready(Ok(false)))
-    }
+    /// history.
+    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool>;
 
     /// Up to `limit` keys that have a history and sort after `after` (from the first when
-    /// `None`), in key order, each with the time of its last entry when the key has no record
-    /// (a released key) and `None` when it has one (a store may leave such keys out): what a
-    /// retention pass walks histories with, a page at a time. Fewer than `limit` means there
-    /// are no more. The default pages through [`Store::histories_without_record`], listing
-    /// released keys only and reading every one of them for each page; a store that can seek
-    /// by key overrides it (every store this crate ships does).
+    /// `None`), in key order, each with the time of its last entry (the store's clock) when the
+    /// key has no record (a released key) and `None` when it has one (a store may leave such
+    /// keys out): what a purge of histories walks, a page at a time. Fewer than `limit` means
+    /// there are no more. A page seeks by key: it reads no key before `after`.
     fn histories_page<'a>(
         &'a self,
         after: Option<&'a str>,
         limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
-        Box::pin(async move {
-            let mut found = self.histories_without_record().await?;
-            found.retain(|(key, _)| after.is_none_or(|after| key.as_str() > after));
-            found.sort_unstable();
-            found.truncate(limit);
-            Ok(found.into_iter().map(|(key, last)| (key, Some(last))).collect())
-        })
-    }
+    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>>;
 
     /// Up to `limit` records whose keys sort after `after` (from the first when `None`), in
-    /// key order, each beside its key, with an `Err` for a record that cannot be read: what a
-    /// retention pass walks the store with, a page at a time, so that no pass holds a whole
-    /// store in memory. The default pages through [`Store::scan`] (leaving out records that
-    /// cannot be read), so it reads the whole store, results included, for each page; a store
-    /// that can seek by key overrides it (every store this crate ships does).
-    fn scan_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, RecordPage> {
-        Box::pin(async move {
-            let mut page: RecordPage = self
-                .scan()
-                .await?
-                .into_iter()
-                .filter_map(Result::ok)
-                .filter(|record| after.is_none_or(|after| record.key.as_str() > after))
-                .map(|record| (record.key.clone(), Ok(record)))
-                .collect();
-            page.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            page.truncate(limit);
-            Ok(page)
-        })
-    }
+    /// key order, each beside its key, with an `Err` naming the key for a record that cannot be
+    /// read (one bad record must not hide the rest): how the operator interface, a sweep and a
+    /// retention pass walk the whole store, a page at a time, so that none holds a whole store
+    /// in memory. Fewer than `limit` means there are no more. A page seeks by key: it reads no
+    /// record before `after`. An `Err` of the whole future means the store could not be read.
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize)
+        -> StoreFuture<'a, RecordPage>;
 
     /// Deletes each of `records` that is still as given, each exactly as
     /// [`Store::compare_and_swap`] to nothing with `change` (a purge's) would; returns how many
@@ -210,11 +174,6 @@ pub trait Store: Send + Sync + 'static {
         seen: &'a Record,
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>>;
-
-    /// Every record, in no particular order (for the operator interface). A record that cannot
-    /// be read is an `Err` naming its key, in its place: one bad record must not hide the rest.
-    /// An `Err` of the whole future means the store itself could not be read.
-    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>>;
 
     /// Now, in milliseconds since the Unix epoch, on the clock this store's leases are read on
     /// (a shared database's clock for a store that several machines share). This machine's

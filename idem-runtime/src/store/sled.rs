@@ -395,26 +395,6 @@ impl Store for SledStore {
         })
     }
 
-    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
-        Box::pin(async move {
-            let read_error = |e| io_error(&self.path, "cannot read", e);
-            let mut found = Vec::new();
-            for key in self.history.keys().map_err(read_error)? {
-                // Under the key's lock, the record and its entries are read as one state.
-                let _key_lock = self.lock_key(&key);
-                if self.tree.get(&key).map_err(read_error)?.is_some() {
-                    continue;
-                }
-                let confirmed = self.history.confirmed(&key, None).map_err(read_error)?;
-                if let Some(last) = self.history.read(&key, confirmed)?.last() {
-                    found.push((String::from_utf8_lossy(&key).into_owned(), last.at));
-                }
-            }
-            self.durable().await?;
-            Ok(found)
-        })
-    }
-
     fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             match self.remove_history_now(key.as_bytes(), change)? {
@@ -464,28 +444,6 @@ impl Store for SledStore {
                 ticket.await?;
             }
             Ok(removed)
-        })
-    }
-
-    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
-        Box::pin(async move {
-            let mut records = Vec::new();
-            for entry in self.tree.iter() {
-                let (key, bytes) = entry.map_err(|e| io_error(&self.path, "cannot read", e))?;
-                let key = String::from_utf8_lossy(&key);
-                // One damaged record is reported as such; the listing goes on.
-                match decode(key.as_bytes(), &bytes) {
-                    Ok(view) if view.spilled.is_none() => records.push(Ok(view.to_record(&key))),
-                    Ok(_) => {
-                        if let Some(record) = self.load(&key).transpose() {
-                            records.push(record);
-                        }
-                    }
-                    Err(e) => records.push(Err(e)),
-                }
-            }
-            self.durable().await?;
-            Ok(records)
         })
     }
 

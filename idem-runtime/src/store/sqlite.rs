@@ -372,11 +372,6 @@ impl Store for SqliteStore {
         Box::pin(std::future::ready(self.shared.read(&doing, |conn| schema::history(conn, key))))
     }
 
-    fn histories_without_record(&self) -> StoreFuture<'_, Vec<(String, u64)>> {
-        let doing = "cannot list the histories of released keys";
-        Box::pin(std::future::ready(self.shared.read(doing, schema::released)))
-    }
-
     fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         // Nothing of the purge is kept: the history goes whole, as with a purged record.
         let _ = change;
@@ -419,13 +414,6 @@ impl Store for SqliteStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(self.shared.watch(key, seen, deadline))
-    }
-
-    fn scan(&self) -> StoreFuture<'_, Vec<Result<Record, StoreError>>> {
-        let scanned = self.shared.read("cannot list records", schema::scan).map(|records| {
-            records.into_iter().map(|found| found.map(|r| self.shared.present(r))).collect()
-        });
-        Box::pin(std::future::ready(scanned))
     }
 
     fn size_on_disk(&self) -> Option<u64> {

@@ -255,27 +255,10 @@ impl History {
         self.tree.remove(entry_key(key, 1)).map(drop)
     }
 
-    /// Every key that has entries, each once: an entry's key is the key, a zero byte and eight
-    /// bytes of sequence number.
-    pub(crate) fn keys(&self) -> sled::Result<Vec<Vec<u8>>> {
-        let mut keys: Vec<Vec<u8>> = Vec::new();
-        for entry_key in self.tree.iter().keys() {
-            let entry_key = entry_key?;
-            let Some(cut) = entry_key.len().checked_sub(9) else { continue };
-            if entry_key[cut] == 0 && keys.last().map(Vec::as_slice) != Some(&entry_key[..cut]) {
-                keys.push(entry_key[..cut].to_vec());
-            }
-        }
-        // A key that holds a zero byte could interleave with a shorter one.
-        keys.sort_unstable();
-        keys.dedup();
-        Ok(keys)
-    }
-
     /// Up to `limit` keys that have entries and sort after `after`, in order, each once: a
     /// retention pass's page. It seeks past every entry of `after` (its key, a zero byte, any
     /// sequence number), so each page reads only its own keys' entries. (A key holding a zero
-    /// byte could sort among another's entries; keys are hex, and `keys` above covers them.)
+    /// byte could sort among another's entries: keys are hex.)
     pub(crate) fn keys_after(
         &self,
         after: Option<&[u8]>,
@@ -441,7 +424,9 @@ mod tests {
         for (key, seq) in [(&b"ab"[..], 1), (b"ab", 2), (b"ab\0x", 1), (b"b", 300)] {
             history.write(key, seq, entry.clone()).unwrap();
         }
-        assert_eq!(history.keys().unwrap(), [&b"ab"[..], b"ab\0x", b"b"]);
+        assert_eq!(history.keys_after(None, 10).unwrap(), [&b"ab"[..], b"ab\0x", b"b"]);
+        assert_eq!(history.keys_after(None, 2).unwrap(), [&b"ab"[..], b"ab\0x"], "the limit");
+        assert_eq!(history.keys_after(Some(b"ab\0x"), 10).unwrap(), [&b"b"[..]], "the rest");
     }
 
     #[test]

@@ -162,17 +162,6 @@ pub(super) fn read(conn: &Connection, key: &str) -> Result<Option<Record>, rusql
     row.map(|parts| parts.map(Record::from)).transpose().map_err(damaged)
 }
 
-/// Every record: each row read, or an error naming its key.
-pub(super) fn scan(conn: &Connection) -> Result<Vec<Result<Record, StoreError>>, rusqlite::Error> {
-    let mut statement = conn.prepare(&format!("SELECT {COLUMNS} FROM idem_records"))?;
-    let rows = statement.query_map([], row_parts)?;
-    let mut records = Vec::new();
-    for row in rows {
-        records.push(row?.map(Record::from));
-    }
-    Ok(records)
-}
-
 /// A row's record parts, or an error naming the key when a column does not read.
 pub(super) fn row_parts(row: &Row<'_>) -> rusqlite::Result<Result<RecordParts, StoreError>> {
     let key: String = row.get(0)?;
@@ -301,14 +290,4 @@ pub(super) fn history(conn: &Connection, key: &str) -> Result<Vec<Entry>, rusqli
         entries.push(Entry::new(u64::try_from(at).unwrap_or(0), event, status, by, note));
     }
     Ok(entries)
-}
-
-/// Every key with a history and no record, with the time of its last entry.
-pub(super) fn released(conn: &Connection) -> Result<Vec<(String, u64)>, rusqlite::Error> {
-    let mut statement = conn.prepare_cached(
-        "SELECT h.key, max(h.at) FROM idem_history h \
-         WHERE NOT EXISTS (SELECT 1 FROM idem_records r WHERE r.key = h.key) GROUP BY h.key",
-    )?;
-    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get::<_, i64>(1)?)))?;
-    rows.map(|row| row.map(|(key, at)| (key, u64::try_from(at).unwrap_or(0)))).collect()
 }
