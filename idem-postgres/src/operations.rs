@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use idem_runtime::deadline_after;
 use idem_runtime::history::Entry;
-use idem_runtime::store::{lease, now_ms, Inserted, Notifier, StoreError};
+use idem_runtime::store::{lease, now_ms, Guard, Inserted, Notifier, StoreError};
 use idem_runtime::{Record, Status};
 
 use crate::fault::{retrying, Fault, Retry};
@@ -21,7 +21,7 @@ use crate::lease::{Holder, Leases};
 use crate::listen::{Listener, UNHEARD_RECHECK};
 use crate::rows::{self, ChangeValues, Values};
 use crate::runtime::{Detached, Writes};
-use crate::schema::{Names, Statements};
+use crate::schema::{guard_param, Names, Statements};
 use crate::sql::{Conn, Param, Sql};
 
 /// What the store's tasks share with it.
@@ -176,13 +176,14 @@ impl Table {
     pub(crate) async fn replace(
         &self,
         current: &Record,
+        guard: Guard,
         new: Option<&Record>,
         change: &ChangeValues,
     ) -> Result<Option<u64>, StoreError> {
-        // The fence's owner clause (`lifecycle::admits`): the record's own owner may replace it
-        // while its lease holds; anyone else only once it has lapsed.
-        let own = change.by == current.owner.as_str() && current.owner.is_of(&self.owner);
-        let outcome = self.replace_fenced(current, new, own, change).await;
+        // The engine's guard, which the fence's `WHERE` compares with the row (`schema::fence`).
+        let outcome = self.replace_fenced(current, guard, new, change).await;
+        // A write that asks no lapse is the holder's own, or of a record no heartbeat renews.
+        let own = guard == Guard::Fence;
         match outcome {
             Ok(Some(_)) => {
                 // The waiters of this process need not wait for the announcement's round trip.
@@ -205,8 +206,8 @@ impl Table {
     async fn replace_fenced(
         &self,
         current: &Record,
+        guard: Guard,
         new: Option<&Record>,
-        own: bool,
         change: &ChangeValues,
     ) -> Result<Option<u64>, StoreError> {
         let deadline = self.deadline();
@@ -215,7 +216,7 @@ impl Table {
         loop {
             // A repeat whose first attempt landed is refused by the fence: its history row was
             // committed with that attempt, once.
-            match self.try_replace(current, new, own, change).await {
+            match self.try_replace(current, guard, new, change).await {
                 Ok(Some(token)) => return Ok(Some(token)),
                 Ok(None) if !repeated => return Ok(None),
                 Ok(None) => {
@@ -243,8 +244,8 @@ impl Table {
     async fn try_replace(
         &self,
         current: &Record,
+        guard: Guard,
         new: Option<&Record>,
-        own: bool,
         change: &ChangeValues,
     ) -> Result<Option<u64>, Fault> {
         let client = self.connection().await?;
@@ -252,7 +253,8 @@ impl Table {
         let (status, owner, attempts) =
             (seen.status.as_str(), seen.owner, i64::from(seen.attempts));
         let now = self.db_now_param();
-        let fence: [Param; 5] = [&current.key, &status, &owner, &attempts, &own];
+        let guard = guard_param(guard);
+        let fence: [Param; 5] = [&current.key, &status, &owner, &attempts, &guard];
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);

@@ -1,6 +1,7 @@
 //! The table, its migration, and the statements the store runs on it (rows and records are
 //! mapped in `rows.rs`).
 
+use idem_runtime::store::Guard;
 use idem_runtime::{Status, StoreError};
 use tokio_postgres::types::Type;
 
@@ -232,16 +233,26 @@ fn marking(insert: &str, update: &str) -> (String, String) {
     (insert, update)
 }
 
-/// The fence of `update`, `delete` and `purge`, the SQL form of `idem::store::admits`: the
+/// The fence of `update`, `delete` and `purge`, the SQL form of `Guard::passes`, which
+/// compares stored columns with the guard the engine gave the write and decides nothing: the
 /// stored record must still be in the state the caller saw ($2 status, $3 owner, $4 attempts),
-/// and an in-flight record may be replaced by someone other than its owner ($5 = false) only
-/// once the owner's lease has lapsed at `${now}`, the writer's reading of the store's clock
-/// (`Store::clock`, the one clock every lease is set and read on).
-fn fence(in_flight: &str, now: u8) -> String {
+/// and, when the guard asks for it ($5 not NULL, see [`guard_param`]), its lease must have
+/// lapsed at `${now}`, the writer's reading of the store's clock (`Store::clock`, the one clock
+/// every lease is set and read on), a row with no lease passing only when $5 is true.
+fn fence(now: u8) -> String {
     format!(
         "key = $1 AND status = $2 AND owner = $3 AND attempts = $4 \
-         AND ($5 OR status <> '{in_flight}' OR lease_until IS NULL OR lease_until <= ${now}::bigint)"
+         AND ($5 IS NULL OR lease_until <= ${now}::bigint OR (lease_until IS NULL AND $5))"
     )
+}
+
+/// A write's guard as the fence's $5: `NULL` for the fence alone, else whether a row with no
+/// lease passes (`Guard::Lapsed { unleased }`).
+pub(crate) fn guard_param(guard: Guard) -> Option<bool> {
+    match guard {
+        Guard::Lapsed { unleased } => Some(unleased),
+        _ => None,
+    }
 }
 
 /// The history row of a write: one `INSERT … SELECT … FROM r`, where `r` is the write's CTE,
@@ -273,7 +284,7 @@ struct Writes {
 const TEXT: Type = Type::TEXT;
 const INT8: Type = Type::INT8;
 
-/// The types of the fence's parameters ($1..$5: key, status, owner, attempts, own).
+/// The types of the fence's parameters ($1..$5: key, status, owner, attempts, the guard).
 const FENCE: [Type; 5] = [TEXT, TEXT, TEXT, INT8, Type::BOOL];
 
 /// The types of a record's columns as the insert and the update write them (status, tool,
@@ -315,7 +326,7 @@ impl Writes {
                      lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
                      WHERE {} RETURNING key, status, waiters), e AS ({}) \
                      SELECT e.seq, r.waiters FROM e, r",
-                    fence(in_flight, 23),
+                    fence(23),
                     entry(h, 19, "status", 23)
                 ),
                 &types(&[&FENCE, &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
@@ -326,7 +337,7 @@ impl Writes {
                 format!(
                     "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key, waiters), e AS ({}) \
                      SELECT e.seq, r.waiters FROM e, r",
-                    fence(in_flight, 10),
+                    fence(10),
                     entry(h, 6, "NULL", 10)
                 ),
                 &types(&[&FENCE, &CHANGE, &[INT8]]),
@@ -337,7 +348,7 @@ impl Writes {
                     "WITH r AS (DELETE FROM {t} WHERE {} RETURNING key), \
                      gone AS (DELETE FROM {h} WHERE key IN (SELECT key FROM r)) \
                      SELECT count(*) FROM r",
-                    fence(in_flight, 6)
+                    fence(6)
                 ),
                 &types(&[&FENCE, &[INT8]]),
             ),

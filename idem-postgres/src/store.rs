@@ -9,7 +9,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::{Retainer, RetentionStatus};
-use idem_runtime::store::{new_instance, Inserted, RecordPage, StoreError};
+use idem_runtime::store::{new_instance, Guard, Inserted, RecordPage, StoreError};
 use idem_runtime::{Record, Retention, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -336,6 +336,7 @@ impl Store for PgStore {
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
+        guard: Guard,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>> {
@@ -345,13 +346,14 @@ impl Store for PgStore {
             self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
         self.runtime.spawn_write(async move {
             let _writing = writing;
-            shared.replace(&current, new.as_ref(), &change).await
+            shared.replace(&current, guard, new.as_ref(), &change).await
         })
     }
 
     fn compare_and_swap_detached(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<Record>,
         change: Change<'_>,
     ) -> idem_runtime::store::Detached {
@@ -364,7 +366,7 @@ impl Store for PgStore {
         let written = self.runtime.handle().spawn(async move {
             let _pending = pending;
             earlier.await;
-            shared.replace(&current, new.as_ref(), &change).await
+            shared.replace(&current, guard, new.as_ref(), &change).await
         });
         Box::pin(async move {
             match written.await {

@@ -23,7 +23,7 @@
 use std::future::Future;
 
 use idem_runtime::history::{Change, Entry};
-use idem_runtime::store::{Committed, Inserted, StoreError, Transaction};
+use idem_runtime::store::{Committed, Guard, Inserted, StoreError, Transaction};
 use idem_runtime::{Attempt, Call, Codec, Kind, Record, Retries, Site, Store, ToolInfo};
 
 use crate::store::PgStore;
@@ -270,12 +270,13 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
     async fn compare_and_swap(
         &mut self,
         expected: &Record,
+        guard: Guard,
         new: &Record,
         change: &Change<'_>,
     ) -> Result<Option<u64>, StoreError> {
         let now = self.run.store.clock();
         let params =
-            statements::update_params(expected, new, false, change, self.run.lease_ms, now);
+            statements::update_params(expected, guard, new, change, self.run.lease_ms, now);
         let written = self.driver.exec().int(self.run.update, &params).await;
         let written = written.map_err(|e| store_error("cannot take over", &expected.key, e))?;
         Ok(written.map(|seq| u64::try_from(seq).unwrap_or(0)))
@@ -296,13 +297,14 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
     async fn complete_and_commit(
         self,
         held: &Record,
+        guard: Guard,
         done: &Record,
         change: &Change<'_>,
     ) -> Result<Committed, StoreError> {
         let now = self.run.store.clock();
         let key = held.key.as_str();
         let check = [Param::Text(Some(key.to_owned()))];
-        let params = statements::update_params(held, done, true, change, self.run.lease_ms, now);
+        let params = statements::update_params(held, guard, done, change, self.run.lease_ms, now);
         let finished =
             self.driver.finish((self.run.check, &check), (self.run.complete, &params)).await;
         match finished.check {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::store::Inserted;
+use idem_runtime::store::{Guard, Inserted};
 use idem_runtime::{Call, Error, Key, Status, Store};
 use serde_json::json;
 
@@ -33,9 +33,14 @@ fn two_hours_ago(store: &dyn Store, tool: &str, doubted: bool) -> Key {
         false => transition::complete(&reserved, "\"ch_old\"".into(), None, at),
     };
     let new = step.new.unwrap();
-    assert!(block_on(store.compare_and_swap(&reserved, Some(&new), step.change))
-        .unwrap()
-        .is_some());
+    assert!(block_on(store.compare_and_swap(
+        &reserved,
+        Guard::of(reserved.fence(), step.change.by(), store.instance()),
+        Some(&new),
+        step.change
+    ))
+    .unwrap()
+    .is_some());
     key
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::store::Inserted;
+use idem_runtime::store::{Guard, Inserted};
 use idem_runtime::{Call, Error, Store};
 
 fn store(url: &str, schema: &str, lease: Duration) -> Arc<dyn Store> {
@@ -225,9 +225,14 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let sibling_owner = new_call(store.instance());
     let sibling = transition::take_over(&held, &sibling_owner, None, store.clock());
     assert!(
-        block_on(store.compare_and_swap(&held, sibling.new.as_ref(), sibling.change))
-            .unwrap()
-            .is_none(),
+        block_on(store.compare_and_swap(
+            &held,
+            Guard::of(held.fence(), sibling.change.by(), store.instance()),
+            sibling.new.as_ref(),
+            sibling.change
+        ))
+        .unwrap()
+        .is_none(),
         "a live lease is not taken over, by a sibling either"
     );
     let now = block_on(store.get("k")).unwrap().unwrap();
@@ -242,9 +247,14 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let lapsed = block_on(store.get("k")).unwrap().unwrap();
     let sibling = transition::take_over(&lapsed, &sibling_owner, None, store.clock());
     assert!(
-        block_on(store.compare_and_swap(&lapsed, sibling.new.as_ref(), sibling.change))
-            .unwrap()
-            .is_some(),
+        block_on(store.compare_and_swap(
+            &lapsed,
+            Guard::of(lapsed.fence(), sibling.change.by(), store.instance()),
+            sibling.new.as_ref(),
+            sibling.change
+        ))
+        .unwrap()
+        .is_some(),
         "a lapsed lease is"
     );
     // And the owner's own settling write is still accepted while its lease lives.
@@ -256,9 +266,14 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     ));
     let done = transition::complete(&other_record, "1".into(), None, store.clock());
     assert!(
-        block_on(store.compare_and_swap(&other_record, done.new.as_ref(), done.change))
-            .unwrap()
-            .is_some(),
+        block_on(store.compare_and_swap(
+            &other_record,
+            Guard::of(other_record.fence(), done.change.by(), store.instance()),
+            done.new.as_ref(),
+            done.change
+        ))
+        .unwrap()
+        .is_some(),
         "the owner settles its own"
     );
 }

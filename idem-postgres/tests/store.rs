@@ -9,7 +9,7 @@ use std::time::Duration;
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::store::{lease, Inserted};
+use idem_runtime::store::{lease, Guard, Inserted};
 use idem_runtime::{Call, Error, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
@@ -40,22 +40,41 @@ fn a_live_lease_cannot_be_taken_over() {
     let other = new_call(b.instance());
     let takeover = transition::take_over(&held, &other, None, b.clock());
     assert!(
-        block_on(b.compare_and_swap(&held, takeover.new.as_ref(), takeover.change))
-            .unwrap()
-            .is_none(),
+        block_on(b.compare_and_swap(
+            &held,
+            Guard::of(held.fence(), takeover.change.by(), b.instance()),
+            takeover.new.as_ref(),
+            takeover.change
+        ))
+        .unwrap()
+        .is_none(),
         "a live owner's record is not taken over"
     );
     // b writing under a's owner: the store refuses an owner that is not one of its calls.
     let release = transition::release(&held);
     assert!(
-        block_on(b.compare_and_swap(&held, None, release.change)).unwrap().is_none(),
+        block_on(b.compare_and_swap(
+            &held,
+            Guard::of(held.fence(), release.change.by(), b.instance()),
+            None,
+            release.change
+        ))
+        .unwrap()
+        .is_none(),
         "nor released by another"
     );
     assert!(block_on(a.renew(&held)).unwrap(), "the owner renews its lease");
 
     let done = transition::complete(&held, "1".into(), None, a.clock());
     assert!(
-        block_on(a.compare_and_swap(&held, done.new.as_ref(), done.change)).unwrap().is_some(),
+        block_on(a.compare_and_swap(
+            &held,
+            Guard::of(held.fence(), done.change.by(), a.instance()),
+            done.new.as_ref(),
+            done.change
+        ))
+        .unwrap()
+        .is_some(),
         "the owner finishes"
     );
     let finished = block_on(b.get("k1")).unwrap().unwrap();

@@ -16,7 +16,7 @@ use crate::key::Key;
 use crate::lifecycle::history::Entry;
 use crate::lifecycle::retention::{self, RetentionStatus};
 use crate::lifecycle::transition;
-use crate::lifecycle::{assess, Assessment, Record, Status};
+use crate::lifecycle::{assess, Assessment, Guard, Record, Status};
 use crate::meter::{self, ApprovalEvent};
 use crate::store::walk::{Walk, PAGE};
 use crate::store::Store;
@@ -369,7 +369,8 @@ pub fn resolve(
         return Err(Error::OwnerAlive { key: key.to_string(), tool: current.tool, pid });
     }
     let step = transition::resolve(&current, &resolution, by, note, store.clock());
-    let swapped = block_on(store.compare_and_swap(&current, step.new.as_ref(), step.change))
+    let guard = Guard::of(current.fence(), step.change.by(), store.instance());
+    let swapped = block_on(store.compare_and_swap(&current, guard, step.new.as_ref(), step.change))
         .map_err(|e| store_error(Some(key.as_str()), e))?;
     if swapped.is_none() {
         return Err(Error::store(
@@ -407,8 +408,10 @@ pub fn decide(
         }
         let step = transition::decide(&current, decision, by, note, store.clock());
         let decided = step.new.expect("a decision leaves a record");
-        let swapped = block_on(store.compare_and_swap(&current, Some(&decided), step.change))
-            .map_err(|e| store_error(Some(key.as_str()), e))?;
+        let guard = Guard::of(current.fence(), step.change.by(), store.instance());
+        let swapped =
+            block_on(store.compare_and_swap(&current, guard, Some(&decided), step.change))
+                .map_err(|e| store_error(Some(key.as_str()), e))?;
         if swapped.is_some() {
             crate::failpoint::failpoint("after_decision");
             let counted = match decision {
@@ -447,8 +450,9 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
                 Purge::OlderThan(age) => retention::outlived(&record, age, now),
             };
         let step = transition::purge(by);
+        let guard = Guard::of(record.fence(), by, store.instance());
         if remove
-            && block_on(store.compare_and_swap(&record, None, step.change))
+            && block_on(store.compare_and_swap(&record, guard, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?
                 .is_some()
         {

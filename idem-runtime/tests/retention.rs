@@ -10,7 +10,7 @@ use idem_runtime::admin::{self, Admin};
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
 use idem_runtime::retention::RetentionStatus;
-use idem_runtime::store::Inserted;
+use idem_runtime::store::{Guard, Inserted};
 use idem_runtime::{Call, Error, Key, SledStore, SqliteStore, Status, Store};
 use serde_json::json;
 
@@ -35,9 +35,14 @@ fn two_hours_ago(store: &dyn Store, tool: &str, doubted: bool) -> Key {
         false => transition::complete(&reserved, "\"ch_old\"".into(), None, at),
     };
     let new = step.new.unwrap();
-    assert!(block_on(store.compare_and_swap(&reserved, Some(&new), step.change))
-        .unwrap()
-        .is_some());
+    assert!(block_on(store.compare_and_swap(
+        &reserved,
+        Guard::of(reserved.fence(), step.change.by(), store.instance()),
+        Some(&new),
+        step.change
+    ))
+    .unwrap()
+    .is_some());
     key
 }
 

@@ -6,7 +6,7 @@
 //! runs unchanged through a pooler in transaction mode.
 
 use idem_runtime::history::Change;
-use idem_runtime::store::{RecordParts, StoreError};
+use idem_runtime::store::{Guard, RecordParts, StoreError};
 use idem_runtime::{Record, Status};
 
 /// A parameter of a statement, with its PostgreSQL type.
@@ -16,8 +16,8 @@ pub(crate) enum Param {
     Text(Option<String>),
     /// `bigint`, or `NULL`.
     Int(Option<i64>),
-    /// `boolean`.
-    Bool(bool),
+    /// `boolean`, or `NULL`.
+    Bool(Option<bool>),
 }
 
 fn text(value: &str) -> Param {
@@ -73,12 +73,12 @@ pub(crate) fn insert_params(record: &Record, change: &Change<'_>, lease_ms: u64)
 }
 
 /// The parameters of the store's fenced update (`schema::Writes::update`): the fence of
-/// `current`, whether the writer is its owner, the new record, its lease and function, the
-/// change, and now.
+/// `current`, the guard the engine gave the write (`schema::guard_param`), the new record,
+/// its lease and function, the change, and now.
 pub(crate) fn update_params(
     current: &Record,
+    guard: Guard,
     new: &Record,
-    own: bool,
     change: &Change<'_>,
     lease_ms: u64,
     now: u64,
@@ -89,7 +89,7 @@ pub(crate) fn update_params(
         text(fence.status.as_str()),
         text(fence.owner),
         int(u64::from(fence.attempts)),
-        Param::Bool(own),
+        Param::Bool(crate::schema::guard_param(guard)),
     ];
     params.extend(record_params(new));
     params.push(int(lease_ms));

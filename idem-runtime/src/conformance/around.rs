@@ -11,7 +11,7 @@ use crate::admin::{self, Filter, Purge};
 use crate::engine::{Call, InDoubtPolicy};
 use crate::error::Error;
 use crate::exec::block_on;
-use crate::lifecycle::{transition, Resolution, Status};
+use crate::lifecycle::{transition, Guard, Resolution, Status};
 use crate::store::Store;
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
@@ -28,14 +28,26 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
         .unwrap();
     let stale = transition::complete(&doubtful, r#""late""#.into(), None, store.clock());
     assert!(
-        block_on(store.compare_and_swap(&doubtful, stale.new.as_ref(), stale.change))
-            .unwrap()
-            .is_none(),
+        block_on(store.compare_and_swap(
+            &doubtful,
+            Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+            stale.new.as_ref(),
+            stale.change
+        ))
+        .unwrap()
+        .is_none(),
         "a stale write is refused"
     );
     let stale = transition::release(&doubtful);
     assert!(
-        block_on(store.compare_and_swap(&doubtful, None, stale.change)).unwrap().is_none(),
+        block_on(store.compare_and_swap(
+            &doubtful,
+            Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+            None,
+            stale.change
+        ))
+        .unwrap()
+        .is_none(),
         "a stale release is refused"
     );
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
@@ -169,7 +181,14 @@ pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
     tokens.push(again);
     let done = block_on(store.get(key.as_str())).unwrap().expect("a result is recorded");
     let purge = transition::purge("ann@host");
-    assert!(block_on(store.compare_and_swap(&done, None, purge.change)).unwrap().is_some());
+    assert!(block_on(store.compare_and_swap(
+        &done,
+        Guard::of(done.fence(), purge.change.by(), store.instance()),
+        None,
+        purge.change
+    ))
+    .unwrap()
+    .is_some());
     let after_purge = block_on(
         call(&store, "charge_card", &scope)
             .run_async(|| async { Ok::<_, Error>(crate::engine::fencing_token()) }),

@@ -12,7 +12,7 @@ use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::{Answer, Entry, Event, MAX_NOTE};
-use crate::lifecycle::{transition, Resolution, Status};
+use crate::lifecycle::{transition, Guard, Resolution, Status};
 use crate::store::{Inserted, Store};
 
 fn history(store: &Arc<dyn Store>, key: &Key) -> Vec<Entry> {
@@ -153,25 +153,47 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let why = "the vendor has no record\nof this key yet";
     let asked = transition::settle_cannot_tell(&doubtful, Answer::CannotTell, why, now);
     let still = asked.new.clone().unwrap();
-    assert!(block_on(store.compare_and_swap(&doubtful, Some(&still), asked.change))
-        .unwrap()
-        .is_some());
+    assert!(block_on(store.compare_and_swap(
+        &doubtful,
+        Guard::of(doubtful.fence(), asked.change.by(), store.instance()),
+        Some(&still),
+        asked.change
+    ))
+    .unwrap()
+    .is_some());
     let landed = transition::settle_landed(&still, r#""sent""#.into(), None, now);
     let done = landed.new.clone().unwrap();
-    assert!(block_on(store.compare_and_swap(&still, Some(&done), landed.change))
-        .unwrap()
-        .is_some());
+    assert!(block_on(store.compare_and_swap(
+        &still,
+        Guard::of(still.fence(), landed.change.by(), store.instance()),
+        Some(&done),
+        landed.change
+    ))
+    .unwrap()
+    .is_some());
     let before = history(&store, &key);
     let noted = before.iter().rev().find(|e| e.note.is_some()).unwrap();
     assert_eq!(noted.note.as_deref(), Some("the vendor has no record\\nof this key yet"));
 
     // Stale writes are refused by the fence, and leave no entry.
     let stale = transition::complete(&doubtful, r#""sent""#.into(), None, now);
-    assert!(block_on(store.compare_and_swap(&doubtful, Some(&done), stale.change))
-        .unwrap()
-        .is_none());
+    assert!(block_on(store.compare_and_swap(
+        &doubtful,
+        Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+        Some(&done),
+        stale.change
+    ))
+    .unwrap()
+    .is_none());
     let stale = transition::release(&still);
-    assert!(block_on(store.compare_and_swap(&still, None, stale.change)).unwrap().is_none());
+    assert!(block_on(store.compare_and_swap(
+        &still,
+        Guard::of(still.fence(), stale.change.by(), store.instance()),
+        None,
+        stale.change
+    ))
+    .unwrap()
+    .is_none());
     let again = transition::reserve(key.as_str(), "send_email", &scope, None, &doubtful.owner, now);
     let found = block_on(store.insert_if_absent(again.new.as_ref().unwrap(), again.change));
     assert!(matches!(found.unwrap(), Inserted::Existing(_)), "a reservation finds the record");

@@ -15,7 +15,7 @@ use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::MAX_NOTE;
 use crate::lifecycle::transition::{self, Step};
-use crate::lifecycle::{Record, Status};
+use crate::lifecycle::{Guard, Record, Status};
 use crate::store::Store;
 
 /// Leaves the key of (`tool`, `scope`) in doubt, as a call whose answer was lost does.
@@ -89,7 +89,12 @@ fn move_on_while_asking(
     let held = block_on(store.get(key.as_str())).unwrap().expect("the reconciling call's record");
     assert_eq!(held.status, Status::InFlight, "the reconciling call holds the key");
     let step = settle(&held, store.clock());
-    let moved = block_on(store.compare_and_swap(&held, step.new.as_ref(), step.change));
+    let moved = block_on(store.compare_and_swap(
+        &held,
+        Guard::of(held.fence(), step.change.by(), store.instance()),
+        step.new.as_ref(),
+        step.change,
+    ));
     assert!(moved.unwrap().is_some(), "the key moved on while the reconciler ran");
 }
 

@@ -17,7 +17,7 @@ use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::retention::Removed;
 use crate::lifecycle::retention::Retention;
-use crate::lifecycle::{transition, Owner, Record, Status};
+use crate::lifecycle::{transition, Guard, Owner, Record, Status};
 use crate::store::{Inserted, Store};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -41,7 +41,12 @@ fn written_ago(
     let Some(finish) = finish else { return (key, reserved) };
     let step = finish(&reserved, at);
     let new = step.new.expect("the outcome is a record");
-    let swapped = block_on(store.compare_and_swap(&reserved, Some(&new), step.change));
+    let swapped = block_on(store.compare_and_swap(
+        &reserved,
+        Guard::of(reserved.fence(), step.change.by(), store.instance()),
+        Some(&new),
+        step.change,
+    ));
     assert!(swapped.expect("swap").is_some(), "the owner settles its own record");
     (key, new)
 }

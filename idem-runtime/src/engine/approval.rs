@@ -10,7 +10,7 @@ use super::Call;
 use crate::error::Error;
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;
-use crate::lifecycle::{Owner, Record, Status};
+use crate::lifecycle::{Guard, Owner, Record, Status};
 use crate::meter::{self, ApprovalEvent};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
@@ -39,11 +39,11 @@ impl Call {
                 Inserted::New { .. } => true,
                 Inserted::Existing(existing) => return Ok(Some(existing)),
             },
-            Some(found) => store
-                .compare_and_swap(found, Some(&new), step.change)
-                .await
-                .map_err(failed)?
-                .is_some(),
+            Some(found) => {
+                let guard = Guard::of(found.fence(), step.change.by(), store.instance());
+                let written = store.compare_and_swap(found, guard, Some(&new), step.change);
+                written.await.map_err(failed)?.is_some()
+            }
         };
         if !written {
             return store.get(key).await.map_err(failed);

@@ -18,7 +18,7 @@ use crate::error::{Error, StoreError};
 use crate::key::Key;
 use crate::lifecycle::history::{Answer, Change};
 use crate::lifecycle::transition::{self, Step};
-use crate::lifecycle::{Owner, Record, Status};
+use crate::lifecycle::{Guard, Owner, Record, Status};
 use crate::meter::{self, Outcome};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
@@ -99,7 +99,10 @@ impl Reservation {
                 Inserted::Existing(existing) => Err(Some(existing)),
             },
             Some(before) => {
-                match store.compare_and_swap(before, Some(&pending.record), step.change).await? {
+                let guard = Guard::of(before.fence(), step.change.by(), store.instance());
+                let written =
+                    store.compare_and_swap(before, guard, Some(&pending.record), step.change);
+                match written.await? {
                     Some(token) => Ok(token),
                     None => Err(store.get(&pending.record.key).await?),
                 }
@@ -147,7 +150,9 @@ impl Reservation {
     /// refuses for good ([`StoreError::lasting`]: a result too large) is not tried again.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
-        let written = self.store.compare_and_swap(&self.record, new.as_ref(), change.clone()).await;
+        let guard = Guard::of(self.record.fence(), change.by(), self.store.instance());
+        let written =
+            self.store.compare_and_swap(&self.record, guard, new.as_ref(), change.clone()).await;
         self.settled.store(true, Ordering::Relaxed);
         match written {
             Ok(token) => Ok((token.is_some(), new)),
@@ -297,8 +302,10 @@ impl Drop for Reservation {
         } else {
             transition::undo(&self.record, self.before.as_ref(), self.store.clock())
         };
+        let guard = Guard::of(self.record.fence(), step.change.by(), self.store.instance());
         let sent = self.store.compare_and_swap_detached(
             &self.record,
+            guard,
             step.new.clone(),
             step.change.clone(),
         );

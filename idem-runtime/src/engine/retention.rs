@@ -12,7 +12,7 @@ use crate::exec::block_on;
 use crate::lifecycle::retention::{
     history_outlived, outlived, PassReport, Removed, Retention, RetentionStatus, RETAIN_ENV,
 };
-use crate::lifecycle::{transition, Record};
+use crate::lifecycle::{transition, Guard, Record};
 use crate::meter;
 use crate::store::Store;
 
@@ -124,16 +124,21 @@ impl<'a> RetentionPass<'a> {
             Some((last, _)) if page.len() >= limit => Stage::Records(Some(last.clone())),
             _ => Stage::Histories(None),
         };
+        let step = transition::purge(self.store.instance());
+        let instance = self.store.instance();
         // A record that cannot be read is not known to be finished: it is kept.
-        let old: Vec<Record> = page
+        let old: Vec<(Record, Guard)> = page
             .into_iter()
             .filter_map(|(_, record)| record.ok())
             .filter(|record| outlived(record, self.policy.keep, self.now))
+            .map(|record| {
+                let guard = Guard::of(record.fence(), step.change.by(), instance);
+                (record, guard)
+            })
             .collect();
         if old.is_empty() {
             return Ok(Removed::default());
         }
-        let step = transition::purge(self.store.instance());
         let removed = self
             .store
             .remove_records(&old, step.change)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::exec::block_on;
 use crate::lifecycle::history::Change;
-use crate::lifecycle::Record;
+use crate::lifecycle::{Guard, Record};
 use crate::store::{Detached, Store};
 
 /// The first pause before a failed write is tried again; it doubles up to [`LONGEST_PAUSE`].
@@ -45,7 +45,9 @@ impl Unsettled {
         match self {
             Unsettled::Swap { expected, new, change, .. } => {
                 let (key, tool) = (&expected.key, &expected.tool);
-                match block_on(store.compare_and_swap(expected, new.as_ref(), change.clone())) {
+                let guard = Guard::of(expected.fence(), change.by(), store.instance());
+                let written = store.compare_and_swap(expected, guard, new.as_ref(), change.clone());
+                match block_on(written) {
                     Ok(Some(_)) => {
                         tracing::info!(key = %key, tool = %tool, event = %change.event(), "idem: a settling write that had failed is stored");
                         true

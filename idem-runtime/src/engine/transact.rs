@@ -26,7 +26,7 @@ use super::{as_current, reports_failure, Call, CallParts, Codec, Next, DEFAULT_W
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;
-use crate::lifecycle::{Owner, Record};
+use crate::lifecycle::{Guard, Owner, Record};
 use crate::meter::{self, Outcome};
 use crate::store::transaction::{Committed, Transaction};
 use crate::store::{Inserted, Store};
@@ -252,7 +252,8 @@ impl Call {
         let step = transition::complete(&held, json, self.ttl, (site.clock)());
         let done = step.new.as_ref().expect("a completion leaves a record");
         failpoint("txn_before_commit");
-        match tx.complete_and_commit(&held, done, &step.change).await {
+        let guard = Guard::of(held.fence(), step.change.by(), site.instance);
+        match tx.complete_and_commit(&held, guard, done, &step.change).await {
             Ok(Committed::Committed) => {}
             Ok(Committed::NotAsLeft) => {
                 return fail(self.store_error(StoreError::new(
@@ -300,12 +301,15 @@ impl Call {
             // The body's commit kept the record in flight: mark it. A rollback of the body's
             // took it away, though what the body wrote after may have landed: put it back in
             // doubt.
-            let marked =
-                match store.compare_and_swap(held, Some(in_doubt), step.change.clone()).await {
-                    Ok(Some(_)) => Ok(()),
-                    Ok(None) => store.insert_if_absent(in_doubt, step.change).await.map(drop),
-                    Err(e) => Err(e),
-                };
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let marked = match store
+                .compare_and_swap(held, guard, Some(in_doubt), step.change.clone())
+                .await
+            {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => store.insert_if_absent(in_doubt, step.change).await.map(drop),
+                Err(e) => Err(e),
+            };
             if let Err(e) = marked {
                 tracing::error!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot mark the key in doubt after the body ended its transaction");
             }
@@ -371,7 +375,9 @@ impl CallParts<'_> {
                 Next::Claim => {
                     let step = transition::take_over(&record, &owner, self.function, now);
                     let new = step.new.expect("a takeover leaves a record");
-                    match tx.compare_and_swap(&record, &new, &step.change).await.map_err(failed)? {
+                    let guard = Guard::of(record.fence(), step.change.by(), site.instance);
+                    let taken = tx.compare_and_swap(&record, guard, &new, &step.change).await;
+                    match taken.map_err(failed)? {
                         Some(token) => return Ok(Claimed::Mine(new, token)),
                         // Changed by a transaction that committed meanwhile: decide again.
                         None => found = tx.get(key).await.map_err(failed)?,

@@ -23,7 +23,7 @@ pub(crate) mod status;
 pub mod transition;
 
 pub use self::assess::{assess, Assessment};
-pub use self::fence::{admits, Fence};
+pub use self::fence::{admits, Fence, Guard};
 pub use self::owner::{Liveness, Owner};
 pub use self::record::{now_ms, Record, RecordParts};
 pub use self::status::Status;

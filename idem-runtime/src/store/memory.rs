@@ -13,14 +13,15 @@ use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::owner::new_instance;
-use crate::lifecycle::{admits, Record, Status};
+use crate::lifecycle::{Guard, Record, Status};
 use crate::loom::Arc;
 
 /// The reference store: records and histories in a map in memory, under one lock.
 ///
 /// It is what the storage contract means, with nothing else in the way: every change of a key
 /// (its record, and its history entry in the same step) is made under one lock, which makes it
-/// atomic and linearizable; [`admits`](crate::store::admits) decides every fenced write; the
+/// atomic and linearizable; every fenced write checks the guard the engine gave it
+/// ([`Guard::passes`](crate::store::Guard::passes)); the
 /// crate's one [`Notifier`](crate::store::Notifier) wakes waiters. It passes the conformance
 /// suite (`idem_runtime::conformance_suite!`), which is all a new backend must pass: read it
 /// beside the suite when writing one.
@@ -144,15 +145,21 @@ impl MemoryStore {
         self.keys().records.get(key).cloned()
     }
 
-    /// Replaces `expected` by `new` if the fence admits `change`'s author now; the fencing
+    /// Replaces `expected` by `new` if the stored record passes `guard` now; the fencing
     /// token, or `None` when refused. Waiters are told once the change has landed.
-    fn swap(&self, expected: &Record, new: Option<&Record>, change: &Change<'_>) -> Option<u64> {
+    fn swap(
+        &self,
+        expected: &Record,
+        guard: Guard,
+        new: Option<&Record>,
+        change: &Change<'_>,
+    ) -> Option<u64> {
         let key = expected.key.as_str();
         let token = {
             let mut keys = self.keys();
             let stored = keys.records.get(key)?;
             let now = self.clock();
-            if !admits(expected.fence(), stored, change.by(), now, &self.instance) {
+            if !guard.passes(expected.fence(), stored.fence(), stored.lease_until, now) {
                 return None;
             }
             keys.land(key, new, change, now)
@@ -209,20 +216,22 @@ impl Store for MemoryStore {
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
+        guard: Guard,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>> {
-        Box::pin(async move { answered(self.swap(expected, new, &change)).await })
+        Box::pin(async move { answered(self.swap(expected, guard, new, &change)).await })
     }
 
     fn compare_and_swap_detached(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<Record>,
         change: Change<'_>,
     ) -> Detached {
         // Nothing to wait for, and nothing that can fail: the same swap, answered at once.
-        Box::pin(ready(Ok(self.swap(expected, new.as_ref(), &change))))
+        Box::pin(ready(Ok(self.swap(expected, guard, new.as_ref(), &change))))
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
@@ -337,12 +346,16 @@ mod tests {
         for n in released {
             let held = reserve(n);
             let step = transition::release(&held);
-            assert!(block_on(store.compare_and_swap(&held, None, step.change)).unwrap().is_some());
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let released = block_on(store.compare_and_swap(&held, guard, None, step.change));
+            assert!(released.unwrap().is_some());
         }
         for n in done {
             let held = reserve(n);
             let step = transition::complete(&held, "\"ch_1\"".into(), None, 2);
-            let swapped = block_on(store.compare_and_swap(&held, step.new.as_ref(), step.change));
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let swapped =
+                block_on(store.compare_and_swap(&held, guard, step.new.as_ref(), step.change));
             assert!(swapped.unwrap().is_some());
         }
         store

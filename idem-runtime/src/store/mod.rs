@@ -46,8 +46,8 @@ pub enum Durability {
 
 /// What a backend stores: a durable map from keys to [`Record`]s, each key with its history, and
 /// the few atomic operations the engine builds every rule on. A backend knows no policy: the
-/// lifecycle (`idem::store::transition` rules, [`admits`],
-/// [`assess()`]) decides, and the backend stores atomically, durably, and
+/// lifecycle (`idem::store::transition` rules, [`Guard::of`],
+/// [`assess()`]) decides, a write's guard comes in as data, and the backend stores atomically, durably, and
 /// tells waiters.
 ///
 /// Every method that changes a record returns only once the change is as durable as the store's
@@ -84,14 +84,17 @@ pub trait Store: Send + Sync + 'static {
         change: Change<'a>,
     ) -> StoreFuture<'a, Inserted>;
 
-    /// Replaces the record `expected` by `new` (deletes it when `new` is `None`) only if
-    /// [`admits`] lets `change`'s author do it now, on this store's
-    /// [`clock`](Store::clock), durably. Returns whether it did (`None`: refused; a caller
-    /// that lost its record cannot write), with the fencing token of `new`'s owner when `new`
-    /// is in flight (a takeover; see [`Inserted::New`]), and a number of no meaning otherwise.
+    /// Replaces the record `expected` by `new` (deletes it when `new` is `None`) only if the
+    /// stored record passes `guard` (the engine's [`Guard::of`] the write; the store compares,
+    /// with [`Guard::passes`], the stored fence and lease with it, now on this store's
+    /// [`clock`](Store::clock), atomically with the write), durably. Returns whether it did
+    /// (`None`: refused; a caller that lost its record cannot write), with the fencing token of
+    /// `new`'s owner when `new` is in flight (a takeover; see [`Inserted::New`]), and a number
+    /// of no meaning otherwise.
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
+        guard: Guard,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>>;
@@ -103,6 +106,7 @@ pub trait Store: Send + Sync + 'static {
     fn compare_and_swap_detached(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<Record>,
         change: Change<'_>,
     ) -> Detached;
@@ -145,19 +149,19 @@ pub trait Store: Send + Sync + 'static {
     fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize)
         -> StoreFuture<'a, RecordPage>;
 
-    /// Deletes each of `records` that is still as given, each exactly as
+    /// Deletes each of `records` that still passes its guard, each exactly as
     /// [`Store::compare_and_swap`] to nothing with `change` (a purge's) would; returns how many
     /// it deleted. Returns once every deletion is durable. The default makes the swaps one
     /// after another; a store whose writes share durable points makes them all and waits once.
     fn remove_records<'a>(
         &'a self,
-        records: &'a [Record],
+        records: &'a [(Record, Guard)],
         change: Change<'a>,
     ) -> StoreFuture<'a, usize> {
         Box::pin(async move {
             let mut removed = 0;
-            for record in records {
-                if self.compare_and_swap(record, None, change.clone()).await?.is_some() {
+            for (record, guard) in records {
+                if self.compare_and_swap(record, *guard, None, change.clone()).await?.is_some() {
                     removed += 1;
                 }
             }
@@ -219,5 +223,5 @@ pub use crate::lifecycle::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;
 pub use crate::lifecycle::owner::new_instance;
 pub use crate::lifecycle::{
-    admits, assess, now_ms, Assessment, Fence, Liveness, Owner, RecordParts,
+    assess, now_ms, Assessment, Fence, Guard, Liveness, Owner, RecordParts,
 };

@@ -12,9 +12,8 @@ use super::notify::Notifier;
 use super::sync::Syncer;
 use super::{Detached, Durability, Inserted, Store, StoreFuture};
 use crate::error::StoreError;
-use crate::lifecycle::fence::admits_stored;
 use crate::lifecycle::history::{Change, Entry};
-use crate::lifecycle::{now_ms, Record};
+use crate::lifecycle::{now_ms, Guard, Record};
 use crate::loom::Arc;
 
 mod chunks;
@@ -191,11 +190,12 @@ impl SledStore {
         }
     }
 
-    /// Swaps `expected` for `new` if the fence admits it (`lifecycle::admits`); the swap, or
-    /// `None` when it was refused.
+    /// Swaps `expected` for `new` if the stored record passes `guard`; the swap, or `None`
+    /// when it was refused.
     fn swap_now(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<&Record>,
         change: Change<'_>,
     ) -> Result<Option<Swapped>, StoreError> {
@@ -206,7 +206,7 @@ impl SledStore {
         let Some(bytes) = self.read(&expected.key)? else { return Ok(None) };
         let stored = decode(key, &bytes)?;
         let (fence, lease) = (stored.fence(), stored.lease_until);
-        if !admits_stored(expected.fence(), fence, lease, change.by(), now_ms(), &self.owner) {
+        if !guard.passes(expected.fence(), fence, lease, now_ms()) {
             return Ok(None);
         }
         Ok(self.cas_held(key, Some(&bytes), new, change, &key_lock)?.ok())
@@ -299,11 +299,12 @@ impl Store for SledStore {
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
+        guard: Guard,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>> {
         Box::pin(async move {
-            match self.swap_now(expected, new, change)? {
+            match self.swap_now(expected, guard, new, change)? {
                 Some(Swapped { ticket, token }) => {
                     if let Some(ticket) = ticket {
                         ticket.await?;
@@ -318,12 +319,13 @@ impl Store for SledStore {
     fn compare_and_swap_detached(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<Record>,
         change: Change<'_>,
     ) -> Detached {
         // The sync is asked for but not awaited: a crash before it lands leaves the record in
         // flight, which the next open marks in doubt, the same outcome.
-        let swapped = self.swap_now(expected, new.as_ref(), change);
+        let swapped = self.swap_now(expected, guard, new.as_ref(), change);
         let swapped = swapped.map(|swapped| swapped.map(|swapped| swapped.token));
         Box::pin(std::future::ready(swapped))
     }
@@ -435,7 +437,7 @@ impl Store for SledStore {
 
     fn remove_records<'a>(
         &'a self,
-        records: &'a [Record],
+        records: &'a [(Record, Guard)],
         change: Change<'a>,
     ) -> StoreFuture<'a, usize> {
         Box::pin(async move {

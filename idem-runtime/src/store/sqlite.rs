@@ -14,7 +14,7 @@ use super::notify::Notifier;
 use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
-use crate::lifecycle::{admits, lease, now_ms, Record, Status};
+use crate::lifecycle::{lease, now_ms, Guard, Record, Status};
 
 mod fault;
 mod open;
@@ -331,6 +331,7 @@ impl Store for SqliteStore {
     fn compare_and_swap<'a>(
         &'a self,
         expected: &'a Record,
+        guard: Guard,
         new: Option<&'a Record>,
         change: Change<'a>,
     ) -> StoreFuture<'a, Option<u64>> {
@@ -338,13 +339,14 @@ impl Store for SqliteStore {
         let doing = format!("cannot write key {}", expected.key);
         let key = expected.key.clone();
         Box::pin(self.write(&key, doing, move |tx, shared| {
-            swap(tx, shared, &expected, new.as_ref(), &entry.change())
+            swap(tx, shared, &expected, guard, new.as_ref(), &entry.change())
         }))
     }
 
     fn compare_and_swap_detached(
         &self,
         expected: &Record,
+        guard: Guard,
         new: Option<Record>,
         change: Change<'_>,
     ) -> Detached {
@@ -353,7 +355,7 @@ impl Store for SqliteStore {
         let key = expected.key.clone();
         // Queued now, behind this owner's earlier writes; the future only reports the outcome.
         Box::pin(self.write(&key, doing, move |tx, shared| {
-            swap(tx, shared, &expected, new.as_ref(), &entry.change())
+            swap(tx, shared, &expected, guard, new.as_ref(), &entry.change())
         }))
     }
 
@@ -441,18 +443,19 @@ fn reserve(
     Ok(Inserted::New { token })
 }
 
-/// Replaces `expected` by `new` (deletes it when `None`) if the fence admits `change`'s
-/// author now; the fencing token, or `None` when refused.
+/// Replaces `expected` by `new` (deletes it when `None`) if the stored record, as
+/// [`Shared::present`] shows it, passes `guard` now; the fencing token, or `None` when refused.
 fn swap(
     tx: &rusqlite::Transaction<'_>,
     shared: &Shared,
     expected: &Record,
+    guard: Guard,
     new: Option<&Record>,
     change: &Change<'_>,
 ) -> Result<(Option<u64>, bool), rusqlite::Error> {
     let now = now_ms();
     let Some(stored) = shared.stored(tx, &expected.key)? else { return Ok((None, false)) };
-    if !admits(expected.fence(), &stored, change.by(), now, &shared.instance) {
+    if !guard.passes(expected.fence(), stored.fence(), stored.lease_until, now) {
         return Ok((None, false));
     }
     match new {

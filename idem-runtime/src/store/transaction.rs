@@ -7,7 +7,7 @@ use std::future::Future;
 use super::Inserted;
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
-use crate::lifecycle::Record;
+use crate::lifecycle::{Guard, Record};
 
 /// idem's writes inside one transaction of a store's database: the storage capability that
 /// transactional calls run on (the SQLite store lends one on its file, idem-postgres on its
@@ -30,12 +30,13 @@ pub trait Transaction {
         change: &Change<'_>,
     ) -> impl Future<Output = Result<Inserted, StoreError>>;
 
-    /// Replaces `expected` by `new`, with its history row `change`, if the fence admits
-    /// `change`'s author: the new owner's fencing token, or `None` when refused (nothing
-    /// written).
+    /// Replaces `expected` by `new`, with its history row `change`, if the stored record
+    /// passes `guard` (as [`Store::compare_and_swap`](super::Store::compare_and_swap)): the new
+    /// owner's fencing token, or `None` when refused (nothing written).
     fn compare_and_swap(
         &mut self,
         expected: &Record,
+        guard: Guard,
         new: &Record,
         change: &Change<'_>,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>>;
@@ -53,11 +54,12 @@ pub trait Transaction {
     /// [`Committed::EndedByBody`] there.
     fn body_ended(&mut self) -> impl Future<Output = Result<Option<bool>, StoreError>>;
 
-    /// Replaces `held` by `done` (the body's result, with its history row `change`) and
-    /// commits, together or not at all.
+    /// Replaces `held` by `done` (the body's result, with its history row `change`) if the
+    /// stored record passes `guard`, and commits, together or not at all.
     fn complete_and_commit(
         self,
         held: &Record,
+        guard: Guard,
         done: &Record,
         change: &Change<'_>,
     ) -> impl Future<Output = Result<Committed, StoreError>>;

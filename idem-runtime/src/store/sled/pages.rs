@@ -9,7 +9,7 @@ use super::write::Swapped;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
 use crate::lifecycle::history::Change;
-use crate::lifecycle::Record;
+use crate::lifecycle::{Guard, Record};
 use crate::store::sync::Ticket;
 use crate::store::RecordPage;
 
@@ -71,17 +71,19 @@ impl SledStore {
         Ok(page)
     }
 
-    /// Deletes each record still as given, each swap fenced and made under its key's lock as
-    /// any other; the caller waits once for the durable point that covers them all.
+    /// Deletes each record that still passes its guard, each swap fenced and made under its
+    /// key's lock as any other; the caller waits once for the durable point that covers them
+    /// all.
     pub(super) fn remove_records_now(
         &self,
-        records: &[Record],
+        records: &[(Record, Guard)],
         change: &Change<'_>,
     ) -> Result<(usize, Vec<Ticket>), StoreError> {
         let mut removed = 0;
         let mut tickets = Vec::new();
-        for record in records {
-            if let Some(Swapped { ticket, .. }) = self.swap_now(record, None, change.clone())? {
+        for (record, guard) in records {
+            let swapped = self.swap_now(record, *guard, None, change.clone())?;
+            if let Some(Swapped { ticket, .. }) = swapped {
                 removed += 1;
                 tickets.extend(ticket);
             }

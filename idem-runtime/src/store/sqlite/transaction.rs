@@ -20,7 +20,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use super::{fault, reserve, schema, swap, Shared, SqliteStore};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
-use crate::lifecycle::Record;
+use crate::lifecycle::{Guard, Record};
 use crate::store::transaction::{Committed, Transaction};
 use crate::store::Inserted;
 
@@ -120,10 +120,11 @@ impl<'c> Transaction for SqliteTransaction<'c> {
     async fn compare_and_swap(
         &mut self,
         expected: &Record,
+        guard: Guard,
         new: &Record,
         change: &Change<'_>,
     ) -> Result<Option<u64>, StoreError> {
-        match swap(&self.tx, self.shared, expected, Some(new), change) {
+        match swap(&self.tx, self.shared, expected, guard, Some(new), change) {
             Ok((token, _)) => Ok(token),
             Err(e) => Err(self.failed("cannot take over", &expected.key, e)),
         }
@@ -148,10 +149,11 @@ impl<'c> Transaction for SqliteTransaction<'c> {
     async fn complete_and_commit(
         self,
         held: &Record,
+        guard: Guard,
         done: &Record,
         change: &Change<'_>,
     ) -> Result<Committed, StoreError> {
-        match swap(&self.tx, self.shared, held, Some(done), change) {
+        match swap(&self.tx, self.shared, held, guard, Some(done), change) {
             Ok((Some(_), _)) => {}
             Ok((None, _)) => return Ok(Committed::NotAsLeft),
             Err(e) => return Err(self.failed("cannot record the result of", &held.key, e)),
