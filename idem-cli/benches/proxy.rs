@@ -9,30 +9,29 @@
 //!
 //! `cargo bench -p idem-agent-cli --bench proxy`
 //!
-//! The upstream is this binary itself: started with `IDEM_PROXY_BENCH_UPSTREAM` set, it serves a
-//! tiny rmcp server on stdio instead of benchmarking (a bench cannot add a binary to the
+//! The upstream is this binary itself: started with `IDEM_TEST_RMCP_UPSTREAM` set, it serves the
+//! tiny rmcp server of `tests/common/rmcp_upstream.rs` on stdio instead of benchmarking (a bench cannot add a binary to the
 //! package), so that the upstream's own time is small and steady and the proxy's shows.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use idem_runtime::rusqlite;
 use idem_runtime::{Call, Error, SqliteStore, Store};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
-};
-use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 
-/// Set in the upstream's environment: serve MCP on stdio rather than benchmark.
-const UPSTREAM: &str = "IDEM_PROXY_BENCH_UPSTREAM";
+// The upstream, shared with tests/mcp_proxy_rmcp.rs.
+#[path = "../tests/common/rmcp_upstream.rs"]
+mod rmcp_upstream;
+
+use self::rmcp_upstream::UPSTREAM;
 
 /// The proxy's configuration: the charge is a keyed write, the balance a read by its hint.
 const CONFIG: &str = "server = \"bench\"\n[tools.charge_card]\nscope = \"/order_id\"\n";
@@ -44,7 +43,7 @@ const QUICK_CALLS: usize = 400;
 
 fn main() {
     if std::env::var_os(UPSTREAM).is_some() {
-        return serve_upstream();
+        return rmcp_upstream::serve();
     }
     let dir = tempfile::tempdir().expect("a temp dir");
     let runtime =
@@ -69,75 +68,6 @@ fn main() {
         percentiles(&runtime, &mut cases);
     }
     runtime.block_on(cases.stop());
-}
-
-// ---- the upstream -------------------------------------------------------------------------
-
-/// The upstream MCP server: a charge counts itself and answers at once, a balance is a read.
-#[derive(Clone, Default)]
-struct Upstream {
-    charges: Arc<AtomicU64>,
-}
-
-fn serve_upstream() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the upstream's runtime");
-    runtime.block_on(async {
-        let server = Upstream::default()
-            .serve(rmcp::transport::stdio())
-            .await
-            .expect("the upstream's client initializes");
-        // Ends when the client closes stdin.
-        let _ = server.waiting().await;
-    });
-}
-
-fn schema(properties: Value) -> Arc<JsonObject> {
-    let Value::Object(schema) = json!({ "type": "object", "properties": properties }) else {
-        unreachable!("a JSON object")
-    };
-    Arc::new(schema)
-}
-
-impl ServerHandler for Upstream {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let charge =
-            schema(json!({ "order_id": { "type": "string" }, "amount": { "type": "integer" } }));
-        let balance = schema(json!({ "account": { "type": "string" } }));
-        Ok(ListToolsResult::with_all_items(vec![
-            Tool::new("charge_card", "Charge a card for an order", charge),
-            Tool::new("get_balance", "An account's balance", balance)
-                .with_annotations(ToolAnnotations::new().read_only(true)),
-        ]))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = request.arguments.unwrap_or_default();
-        let answer = match request.name.as_ref() {
-            "charge_card" => {
-                let n = self.charges.fetch_add(1, Ordering::Relaxed) + 1;
-                let order = arguments.get("order_id").and_then(Value::as_str).unwrap_or("?");
-                format!("ch_{n}_{order}")
-            }
-            "get_balance" => "100".to_owned(),
-            other => return Err(ErrorData::invalid_params(format!("no tool `{other}`"), None)),
-        };
-        Ok(CallToolResult::structured(json!({ "result": answer })).into())
-    }
 }
 
 // ---- the raw commit ----------------------------------------------------------------------

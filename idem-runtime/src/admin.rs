@@ -176,7 +176,7 @@ pub trait Admin: sealed::Sealed {
     /// Counts records by status and tool, as [`stats`].
     fn stats(&mut self) -> Result<Stats, Error>;
 
-    /// What a call would make of `record` now (`idem::store::assess`, on the
+    /// What a call would make of `record` now (`idem_runtime::store::assess`, on the
     /// store's clock, seen from the process that holds it), for telling an operator.
     fn assess(&self, record: &Record) -> Assessment;
 }

@@ -16,6 +16,7 @@ use tempfile::TempDir;
 
 #[cfg(unix)]
 pub mod proxy;
+pub mod rmcp_upstream;
 
 /// What one run of the binary gave.
 #[derive(Debug)]

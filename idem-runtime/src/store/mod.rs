@@ -46,7 +46,7 @@ pub enum Durability {
 
 /// What a backend stores: a durable map from keys to [`Record`]s, each key with its history, and
 /// the few atomic operations the engine builds every rule on. A backend knows no policy: the
-/// lifecycle (`idem::store::transition` rules, [`Guard::of`],
+/// lifecycle (`idem_runtime::store::transition` rules, [`Guard::of`],
 /// [`assess()`]) decides, a write's guard comes in as data, and the backend stores atomically, durably, and
 /// tells waiters.
 ///
@@ -123,7 +123,7 @@ pub trait Store: Send + Sync + 'static {
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
     /// Removes the history of `key`, atomically and only while the key has no record, durably:
-    /// `change` is the purge's (`idem::store::transition::purge`). Returns whether there was a
+    /// `change` is the purge's (`idem_runtime::store::transition::purge`). Returns whether there was a
     /// history to remove. A reservation of the key racing the removal keeps its own entry: it
     /// either continues the old history or starts a fresh one. A crash part-way shows no
     /// history.
