@@ -152,13 +152,7 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         None => (quote!(run_sync), quote!(run_async)),
     };
     if let (Some(_), Shape::Async | Shape::Boxed) = (&tool.transaction, tool.shape) {
-        let block = if tool.shape == Shape::Boxed {
-            &mut signature::boxed_async_block(&mut item.block)
-                .expect("validated: a boxed async body")
-                .block
-        } else {
-            &mut *item.block
-        };
+        let block = async_block(item, tool.shape);
         *block = async_transactional(tool, &prepare, output, block, &unwrap, &rewrap);
         return;
     }
@@ -215,13 +209,7 @@ fn wrap_body(tool: &Tool, item: &mut ItemFn) {
         }
         Shape::Async | Shape::Boxed => {
             let run = Run { run: run_async, reconciler, reconciled };
-            let block = if tool.shape == Shape::Boxed {
-                &mut signature::boxed_async_block(&mut item.block)
-                    .expect("validated: a boxed async body")
-                    .block
-            } else {
-                &mut *item.block
-            };
+            let block = async_block(item, tool.shape);
             *block = async_body(krate, &prepare, output, block, span, &unwrap, &rewrap, &run);
         }
     }
@@ -238,6 +226,18 @@ struct Run {
 /// The closure that asks a tool's reconciler about its key: `reconcile(&key)`, or for a method
 /// `Self::reconcile(self, &key)`; an async tool's returns the answer's future, which keeps the
 /// key. `self` and `Self` are the user's (call-site), so that they name the method's receiver.
+/// The block an async tool's body runs in: the function's own (`async fn`), or the one inside
+/// its `Box::pin(async move { … })` (a boxed future).
+fn async_block(item: &mut ItemFn, shape: Shape) -> &mut syn::Block {
+    if shape == Shape::Boxed {
+        &mut signature::boxed_async_block(&mut item.block)
+            .expect("validated: a boxed async body")
+            .block
+    } else {
+        &mut item.block
+    }
+}
+
 fn reconcile_closure(krate: &syn::Path, reconciler: &Reconciler, shape: Shape) -> TokenStream {
     let mixed = Span::mixed_site();
     let path = &reconciler.path;
