@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use self::common::proxy::{charge, charged, free_port, params, python, within, Setup, CONFIG};
+use self::common::proxy::{
+    charge, charge_five_times, charged, free_port, params, python, within, Setup, CONFIG,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_charges_through_the_proxy_charge_once_and_a_fresh_proxy_replays() {
@@ -20,18 +22,12 @@ async fn five_charges_through_the_proxy_charge_once_and_a_fresh_proxy_replays() 
     let setup = Setup::new(python, CONFIG);
 
     let proxy = setup.proxy().await;
-    let mut answers = Vec::new();
-    for _ in 0..5 {
-        answers.push(proxy.call(charge()).await);
-    }
-    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge upstream");
-    assert!(answers.iter().all(|answer| answer == &answers[0]), "five equal answers");
-    assert_eq!(charged(&answers[0]), "ch_1_o-1_42");
+    let answer = charge_five_times(&setup, &proxy).await;
     within(proxy.client.cancel()).await.expect("the session closes");
 
     // Another proxy process, another upstream process, the same store: a replay.
     let again = setup.proxy().await;
-    assert_eq!(again.call(charge()).await, answers[0]);
+    assert_eq!(again.call(charge()).await, answer);
     assert_eq!(setup.effects(), ["charge o-1 42"], "still one charge");
 
     // Another order is charged, once.
@@ -203,13 +199,7 @@ async fn a_proxy_in_front_of_a_streamable_http_upstream_charges_once() {
     assert!(check.ok().starts_with("charge_card           keyed by /order_id\n"), "{check:?}");
 
     let proxy = setup.proxy_with(setup.http_args(false, &upstream.url)).await;
-    let mut answers = Vec::new();
-    for _ in 0..5 {
-        answers.push(proxy.call(charge()).await);
-    }
-    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge upstream");
-    assert!(answers.iter().all(|answer| answer == &answers[0]), "five equal answers");
-    assert_eq!(charged(&answers[0]), "ch_1_o-1_42");
+    charge_five_times(&setup, &proxy).await;
 
     let balance = proxy.call(params("get_balance", json!({ "account": "acc-1" }))).await;
     assert_eq!(balance.structured_content.unwrap()["result"], "100", "a read passes through");

@@ -279,6 +279,19 @@ pub fn charge() -> CallToolRequestParams {
     params("charge_card", json!({ "order_id": "o-1", "amount": 42 }))
 }
 
+/// Five charges of order `o-1` through `proxy`: one charge upstream, five equal answers; the
+/// answer.
+pub async fn charge_five_times(setup: &Setup, proxy: &Proxy) -> CallToolResult {
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        answers.push(proxy.call(charge()).await);
+    }
+    assert_eq!(setup.effects(), ["charge o-1 42"], "one charge upstream");
+    assert!(answers.iter().all(|answer| answer == &answers[0]), "five equal answers");
+    assert_eq!(charged(&answers[0]), "ch_1_o-1_42");
+    answers.swap_remove(0)
+}
+
 /// The charge id of a successful charge.
 pub fn charged(result: &CallToolResult) -> String {
     assert_eq!(result.is_error, Some(false), "{result:?}");
