@@ -1,6 +1,8 @@
 //! Test-only crash points. With the `failpoints` feature, `IDEM_FAILPOINT=<name>` makes the
 //! process print `IDEM_FAILPOINT_REACHED <name>` on stdout and stop there, so that a crash test
-//! can SIGKILL it at an exact point. Without the feature this compiles to nothing.
+//! can SIGKILL it at an exact point; `IDEM_PAUSE=<name>` makes it print `IDEM_PAUSED <name>` the
+//! first time it gets there and go on once a line arrives on its stdin, so that a race test can
+//! make another process act at that exact point. Without the feature this compiles to nothing.
 
 #[cfg(feature = "failpoints")]
 fn wanted() -> Option<&'static str> {
@@ -33,3 +35,27 @@ pub(crate) fn failpoint(name: &str) {
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub(crate) fn failpoint(_name: &str) {}
+
+/// Pauses the process the first time it reaches `name` when `IDEM_PAUSE` names it, until a
+/// line arrives on its stdin. Only the SQLite store pauses (`sqlite_read_before_probe`).
+#[cfg(feature = "failpoints")]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) fn pause(name: &str) {
+    use std::io::{BufRead, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static PAUSED: AtomicBool = AtomicBool::new(false);
+    if std::env::var("IDEM_PAUSE").is_ok_and(|wanted| wanted == name)
+        && !PAUSED.swap(true, Ordering::SeqCst)
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "IDEM_PAUSED {name}");
+        let _ = out.flush();
+        drop(out);
+        let _ = std::io::stdin().lock().read_line(&mut String::new());
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+#[inline(always)]
+pub(crate) fn pause(_name: &str) {}

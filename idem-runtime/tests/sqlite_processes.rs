@@ -316,6 +316,27 @@ fn a_waiter_in_another_process_gets_the_owner_s_result() {
     assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
 }
 
+#[test]
+fn an_owner_that_finishes_between_a_read_and_its_probe_is_not_taken_for_gone() {
+    // The reader reads the record in flight, then pauses before it asks whether its owner
+    // lives; meanwhile the owner records its result, closes the store and exits. Its lock is
+    // free by then, yet the key is not in doubt: the reader gets the owner's result.
+    let dir = tempfile::tempdir().unwrap();
+    let mut owner = start(child(dir.path(), "call").env("IDEM_BODY", "stdin"));
+    owner.until_line("IN_BODY");
+    let mut reader = start(child(dir.path(), "call").env("IDEM_PAUSE", "sqlite_read_before_probe"));
+    reader.until_line("IDEM_PAUSED sqlite_read_before_probe");
+    writeln!(owner.process.stdin.as_mut().unwrap(), "finish").unwrap();
+    let owned = outcome_of(&owner.until_line("OUTCOME"));
+    assert!(owned.starts_with("ok order-7:"), "{owned}");
+    assert!(owner.finish().1.success(), "the owner exited, its lock free");
+    writeln!(reader.process.stdin.as_mut().unwrap(), "go").unwrap();
+    let read = outcome_of(&reader.until_line("OUTCOME"));
+    assert_eq!(read, owned, "the reader gets the owner's result, not in doubt");
+    assert!(reader.finish().1.success());
+    assert_eq!(ledger(dir.path()).len(), 1, "the body ran once");
+}
+
 /// The lock files beside the store, as an operator or a tmp cleaner would find them.
 fn lock_files(dir: &Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir.join("idem.sqlite-idem"))

@@ -237,22 +237,48 @@ impl Shared {
     /// when it is gone); see `sqlite/owners.rs`. A dead owner's lease lapsed when it last wrote
     /// the record, not at the reading, so that a fenced write whose clock was read a moment
     /// before this reading still finds it lapsed (a lease is held while `until > now`).
-    fn present(&self, mut record: Record) -> Record {
-        if record.status == Status::InFlight && !record.owner.is_of(&self.instance) {
-            let now = now_ms();
-            let alive = self.owners.alive(record.owner.instance());
-            record.lease_until = Some(if alive {
-                now.saturating_add(PROBED_ALIVE)
-            } else {
-                record.updated_at.min(now)
-            });
-        }
-        record
+    fn present(&self, record: Record) -> Record {
+        self.probe(record).0
     }
 
+    /// [`Shared::present`], and whether it found the record's owner gone.
+    fn probe(&self, mut record: Record) -> (Record, bool) {
+        let mut gone = false;
+        if record.status == Status::InFlight && !record.owner.is_of(&self.instance) {
+            let now = now_ms();
+            gone = !self.owners.alive(record.owner.instance());
+            record.lease_until = Some(if gone {
+                record.updated_at.min(now)
+            } else {
+                now.saturating_add(PROBED_ALIVE)
+            });
+        }
+        (record, gone)
+    }
+
+    /// The record of `key`, as [`Shared::present`] shows it. A read outside a write sees the
+    /// file as it was a moment before the owner is asked about: an owner may write its record
+    /// and close its store in between, and would then be found gone behind a record it had
+    /// already settled. So an owner found gone is believed only once a second read, made after
+    /// the asking, still finds the record as the first read did (a gone owner writes no more).
+    /// Inside a write ([`Shared::stored`]) no other process writes between the two.
     fn get(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let found = self.read(&format!("cannot read key {key}"), |conn| schema::read(conn, key))?;
-        Ok(found.map(|record| self.present(record)))
+        let read = || self.read(&format!("cannot read key {key}"), |conn| schema::read(conn, key));
+        let mut found = read()?;
+        loop {
+            let Some(record) = found else { return Ok(None) };
+            if record.status == Status::InFlight {
+                crate::failpoint::pause("sqlite_read_before_probe");
+            }
+            let (presented, gone) = self.probe(record);
+            if !gone {
+                return Ok(Some(presented));
+            }
+            match read()? {
+                Some(again) if again.is_as(&presented) => return Ok(Some(presented)),
+                other => found = other,
+            }
+        }
     }
 
     /// The stored record of `key`, as [`Shared::present`] shows it, inside a write.

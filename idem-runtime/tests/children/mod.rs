@@ -32,6 +32,7 @@ pub fn child(entry: &str, mode: &str, dir: &Path) -> Command {
         .env(CHILD, mode)
         .env(DIR, dir)
         .env_remove("IDEM_FAILPOINT")
+        .env_remove("IDEM_PAUSE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
