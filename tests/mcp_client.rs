@@ -417,7 +417,14 @@ mod client {
             told(&refused, "key");
             assert!(text.contains("must be a non-empty string"), "{text}");
         }
-        assert_eq!(effects.charges.load(Ordering::SeqCst), 2);
+        // So is a key too long to keep (255 bytes at most), naming its length.
+        let long = payments.call_tool(keyed(charge(44), json!("k".repeat(256)))).await.unwrap();
+        let text = serde_json::to_string(&long.content).unwrap();
+        told(&long, "key");
+        assert!(text.contains("is 256 bytes long, more than the 255 taken"), "{text}");
+        let longest = payments.call_tool(keyed(charge(45), json!("k".repeat(255)))).await;
+        assert!(!longest.expect("the call").is_error.unwrap_or(false), "255 bytes are taken");
+        assert_eq!(effects.charges.load(Ordering::SeqCst), 3);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -370,18 +370,28 @@ fn may_have_landed(error: &ServiceError) -> bool {
         && error.code != ErrorCode::PARSE_ERROR
 }
 
+/// The longest client key taken, in bytes: a UUID is 36, and the key is kept as the scope of
+/// its claim record, so a key of megabytes would be a record of megabytes.
+const MAX_CLIENT_KEY: usize = 255;
+
 /// The client's own idempotency key, if the call brings one in its `_meta`; an error naming the
-/// entry if it is not a non-empty string.
+/// entry if it is not a non-empty string of at most [`MAX_CLIENT_KEY`] bytes.
 fn client_key(params: &CallToolRequestParams) -> Result<Option<String>, String> {
     let Some(value) = params.meta.as_ref().and_then(|meta| meta.0.get(IDEMPOTENCY_KEY_META)) else {
         return Ok(None);
     };
+    let entry = format!(
+        "the client's idempotency key (SEP-3182's `idempotencyKey`, or \
+         `_meta.\"{IDEMPOTENCY_KEY_META}\"`)"
+    );
     match value {
-        Value::String(key) if !key.is_empty() => Ok(Some(key.clone())),
-        other => Err(format!(
-            "the client's idempotency key (SEP-3182's `idempotencyKey`, or \
-             `_meta.\"{IDEMPOTENCY_KEY_META}\"`) must be a non-empty string, not {other}"
+        Value::String(key) if key.len() > MAX_CLIENT_KEY => Err(format!(
+            "{entry} is {} bytes long, more than the {MAX_CLIENT_KEY} taken: send a shorter key \
+             (a UUID, say) naming the request",
+            key.len()
         )),
+        Value::String(key) if !key.is_empty() => Ok(Some(key.clone())),
+        other => Err(format!("{entry} must be a non-empty string, not {other}")),
     }
 }
 
