@@ -87,12 +87,15 @@ fn waiters() -> (Vec<f64>, Vec<f64>) {
 /// the default cache (64 MiB). Filled with `Durability::None`: the syncs change the time taken,
 /// not what is kept in memory or on disk.
 fn memory_child(records: u64) {
-    let (dir, store) = temp_store(Durability::None);
+    let dir = tempfile::Builder::new().prefix("idem-bench").tempdir().expect("temp dir");
+    let sled = SledStore::builder(dir.path().join("idem.sled")).durability(Durability::None);
+    let sled = Arc::new(sled.open().expect("open the sled store"));
+    let store: Arc<dyn Store> = Arc::clone(&sled) as Arc<dyn Store>;
     fill(&store, records);
     // Let sled's flusher write what it holds before measuring.
     std::thread::sleep(Duration::from_secs(1));
     let (rss, peak) = (proc_status_kib("VmRSS:"), proc_status_kib("VmHWM:"));
-    let sled_size = store.size_on_disk().unwrap_or(0);
+    let sled_size = sled.size_on_disk().unwrap_or(0);
     let files = dir_bytes(dir.path());
     println!("rss_kib={rss} peak_kib={peak} size_on_disk={sled_size} dir_bytes={files}");
     // Then how long opening that store takes, against an empty one, through idem and through

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use idem::retention::Retention;
 use idem::{Call, SledStore, Store};
+use idem_runtime::store::Stored;
 
 fn main() {
     let args: Vec<u64> = std::env::args()
@@ -70,8 +71,9 @@ fn run(keep: Duration, rate: u64, multiple: u64, retained: bool) {
         let status = store.retention().unwrap_or_default();
         let stats = idem::admin::stats(store.as_ref()).expect("stats");
         let records: u64 = stats.by_status.values().sum();
-        let histories = block_on(store.histories_page(None, usize::MAX)).expect("histories");
-        let released = histories.iter().filter(|(_, last)| last.is_some()).count();
+        let page = block_on(store.scan_page(None, usize::MAX)).expect("the store's keys");
+        let released = page.entries.iter().filter(|(_, s)| matches!(s, Stored::History { .. }));
+        let released = released.count();
         let size = store.size_on_disk().unwrap_or(0);
         drop(store);
         let open_ms = median_open_ms(&path);

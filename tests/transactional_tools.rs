@@ -76,8 +76,8 @@ mod on_sqlite {
         let runtime = tokio::runtime::Builder::new_current_thread().build().expect("a runtime");
         let scanned = runtime.block_on(store.scan_page(None, usize::MAX)).expect("the store scans");
         scanned
-            .into_iter()
-            .filter_map(|(_, record)| record.ok())
+            .into_records()
+            .filter_map(Result::ok)
             .filter(|record| record.tool == tool && record.scope == scope)
             .count()
     }

@@ -29,8 +29,8 @@ pub(crate) fn open(store: Option<&OsStr>) -> Result<Box<dyn Admin>, Failure> {
         None => idem_runtime::default_store_name()?,
     };
     match &name {
-        StoreName::Postgres(url) => open_postgres(url).map(local),
-        StoreName::Sqlite(path) => open_sqlite(path).map(local),
+        StoreName::Postgres(url) => open_postgres(url),
+        StoreName::Sqlite(path) => open_sqlite(path),
         StoreName::Sled(path) => {
             name.check_kind()?;
             open_sled(path)
@@ -61,8 +61,8 @@ fn connect_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
 }
 
 #[cfg(not(feature = "postgres"))]
-fn connect_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
-    open_postgres(url)
+fn connect_postgres(_url: &str) -> Result<Arc<dyn Store>, Failure> {
+    Err(no_postgres())
 }
 
 /// A sled store that a running process holds is reached through that process's admin socket;
@@ -82,35 +82,39 @@ fn open_sled(path: &Path) -> Result<Box<dyn Admin>, Failure> {
         .admin_socket(false)
         .retention(None)
         .open()?;
-    Ok(local(Arc::new(store)))
+    Ok(local(store, SledStore::size_on_disk))
 }
 
-fn local(store: Arc<dyn Store>) -> Box<dyn Admin> {
-    Box::new(Local::new(store))
+/// The admin operations on `store`, opened by this command, which knows where the store keeps
+/// its bytes: `stats` reports what `size` reads.
+fn local<S: Store>(store: S, size: fn(&S) -> Option<u64>) -> Box<dyn Admin> {
+    let store = Arc::new(store);
+    let sized = Arc::clone(&store);
+    Box::new(Local::new(store).with_size(Arc::new(move || size(&sized))))
 }
 
 /// A SQLite store is opened directly even while agents use it: SQLite lets several processes
 /// share the file, and the command's resolve or purge is fenced like any write.
 #[cfg(feature = "sqlite")]
-fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Failure> {
+fn open_sqlite(path: &Path) -> Result<Box<dyn Admin>, Failure> {
     // Fsync, `create(false)` and no retention passes, as for sled.
     let store = idem_runtime::SqliteStore::builder(path)
         .create(false)
         .durability(Durability::Fsync)
         .retention(None)
         .open()?;
-    Ok(Arc::new(store))
+    Ok(local(store, idem_runtime::SqliteStore::size_on_disk))
 }
 
 #[cfg(not(feature = "sqlite"))]
-fn open_sqlite(_path: &Path) -> Result<Arc<dyn Store>, Failure> {
+fn open_sqlite(_path: &Path) -> Result<Box<dyn Admin>, Failure> {
     Err(Failure::failed(
         "this idem was built without SQLite support: rebuild it with the `sqlite` feature",
     ))
 }
 
 #[cfg(feature = "postgres")]
-fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
+fn open_postgres(url: &str) -> Result<Box<dyn Admin>, Failure> {
     // One command needs few connections; `create(false)`: a mistyped database is an error.
     // No retention: it belongs to the fleet's processes, not to a command run for a moment.
     let store = idem_postgres::PgStore::builder(url)
@@ -118,13 +122,18 @@ fn open_postgres(url: &str) -> Result<Arc<dyn Store>, Failure> {
         .create(false)
         .retention(None)
         .connect()?;
-    Ok(Arc::new(store))
+    Ok(local(store, idem_postgres::PgStore::size_on_disk))
 }
 
 #[cfg(not(feature = "postgres"))]
-fn open_postgres(_url: &str) -> Result<Arc<dyn Store>, Failure> {
-    Err(Failure::failed(
+fn open_postgres(_url: &str) -> Result<Box<dyn Admin>, Failure> {
+    Err(no_postgres())
+}
+
+#[cfg(not(feature = "postgres"))]
+fn no_postgres() -> Failure {
+    Failure::failed(
         "this idem was built without PostgreSQL support: rebuild it with the `postgres` \
          feature",
-    ))
+    )
 }

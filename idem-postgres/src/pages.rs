@@ -1,11 +1,11 @@
-//! What a retention pass asks of the table: pages of records and of histories in key order,
-//! each one statement that seeks by the primary key. The pass decides what to remove and
-//! removes it through the store's fenced deletes; nothing here decides.
+//! A page of the store in key order (`Store::scan_page`): a page of records and one of
+//! histories, each one statement that seeks by the primary key, joined. A walk decides what to
+//! do with it; nothing here decides.
 //!
 //! The statements are sent unnamed, with their parameter types (`query_typed`), so that they
 //! need no prepared statement on the connection.
 
-use idem_runtime::store::RecordPage;
+use idem_runtime::store::{Page, RecordPage};
 use idem_runtime::StoreError;
 use tokio_postgres::types::Type;
 use tokio_postgres::Row;
@@ -16,8 +16,19 @@ use crate::rows;
 use crate::schema::COLUMNS;
 
 impl Table {
-    /// Up to `limit` records whose keys sort after `after`, in key order.
+    /// Up to `limit` keys after `after` in key order, each with its record or its history's
+    /// last time.
     pub(crate) async fn scan_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let records = self.records_page(after, limit).await?;
+        Ok(Page::merge(records, self.histories_page(after, limit).await?, limit))
+    }
+
+    /// Up to `limit` records whose keys sort after `after`, in key order.
+    async fn records_page(
         &self,
         after: Option<&str>,
         limit: usize,
@@ -38,7 +49,7 @@ impl Table {
     /// join): asked of every group, as an `EXISTS` in the select list, the question lets the
     /// planner hash the whole records table once per page when it expects many groups, and a
     /// pass would read every record for every page.
-    pub(crate) async fn histories_page(
+    async fn histories_page(
         &self,
         after: Option<&str>,
         limit: usize,

@@ -9,7 +9,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::{Retainer, RetentionStatus};
-use idem_runtime::store::{new_instance, Guard, Inserted, RecordPage, StoreError};
+use idem_runtime::store::{new_instance, Guard, Inserted, Page, StoreError};
 use idem_runtime::{Record, Retention, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -199,6 +199,13 @@ impl PgStore {
         &self.runtime
     }
 
+    /// Bytes the records table and its indexes take (`pg_total_relation_size`; what `idem
+    /// stats` prints), or `None` when the database cannot be asked.
+    pub fn size_on_disk(&self) -> Option<u64> {
+        let shared = Arc::clone(&self.shared);
+        idem_runtime::block_on(self.runtime.spawn_store(async move { shared.size().await })).ok()
+    }
+
     /// The records table, schema-qualified.
     pub fn table(&self) -> String {
         format!("{}.{}", self.shared.names.schema, self.shared.names.table)
@@ -386,10 +393,15 @@ impl Store for PgStore {
         self.runtime.spawn_store(async move { shared.watch(&key, &seen, deadline).await })
     }
 
-    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
+        if change.event().ends_history() {
+            // Nothing of the purge is kept: the history goes whole, as with a purged record,
+            // and only from a key with no record (the statement's own condition).
+            return self.runtime.spawn_write(async move { shared.remove_history(&key).await });
+        }
         let change = ChangeValues::of(&change);
-        self.runtime.spawn_write(async move { shared.append(&key, &change).await })
+        self.runtime.spawn_write(async move { shared.append(&key, &change).await.map(|()| true) })
     }
 
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>> {
@@ -400,39 +412,13 @@ impl Store for PgStore {
         })
     }
 
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
-        // Nothing of the purge is kept: the history goes whole, as with a purged record.
-        let _ = change;
-        let (shared, key) = (Arc::clone(&self.shared), key.to_owned());
-        self.runtime.spawn_write(async move { shared.remove_history(&key).await })
-    }
-
-    fn scan_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, RecordPage> {
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page> {
         let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
         self.runtime.spawn_store(async move { shared.scan_page(after.as_deref(), limit).await })
     }
 
-    fn histories_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
-        let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
-        self.runtime
-            .spawn_store(async move { shared.histories_page(after.as_deref(), limit).await })
-    }
-
     fn clock(&self) -> u64 {
         self.shared.db_now()
-    }
-
-    fn size_on_disk(&self) -> Option<u64> {
-        let shared = Arc::clone(&self.shared);
-        idem_runtime::block_on(self.runtime.spawn_store(async move { shared.size().await })).ok()
     }
 }
 

@@ -142,7 +142,7 @@ fn the_url_names_the_table() {
     let store =
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");
     assert_eq!(store.table(), format!("{schema}.calls"));
-    assert!(block_on(store.scan_page(None, usize::MAX)).unwrap().is_empty());
+    assert!(block_on(store.scan_page(None, usize::MAX)).unwrap().entries.is_empty());
 }
 
 #[test]
@@ -180,8 +180,8 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
     let mut statuses: Vec<(String, Status)> = block_on(store.scan_page(None, usize::MAX))
         .unwrap()
-        .into_iter()
-        .map(|(_, r)| r.unwrap())
+        .into_records()
+        .map(|r| r.unwrap())
         .map(|r| (r.key, r.status))
         .collect();
     statuses.sort_by(|a, b| a.0.cmp(&b.0));
@@ -206,7 +206,7 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
     drop(store);
     let reopened = self::store(&url, &schema);
     assert_eq!(
-        block_on(reopened.scan_page(None, usize::MAX)).unwrap().len(),
+        block_on(reopened.scan_page(None, usize::MAX)).unwrap().into_records().count(),
         3,
         "a second migration changes nothing"
     );

@@ -18,8 +18,8 @@ use crate::lifecycle::retention::{self, RetentionStatus};
 use crate::lifecycle::transition;
 use crate::lifecycle::{assess, Assessment, Guard, Record, Status};
 use crate::meter::{self, ApprovalEvent};
-use crate::store::walk::{Walk, PAGE};
-use crate::store::Store;
+use crate::store::walk::Walk;
+use crate::store::{Store, Stored};
 
 /// Which records [`list`] returns.
 #[derive(Clone, Debug, Default)]
@@ -108,7 +108,7 @@ pub struct Stats {
     pub by_status: BTreeMap<String, u64>,
     /// Records per tool.
     pub by_tool: BTreeMap<String, u64>,
-    /// Bytes on disk, when the store can tell.
+    /// Bytes on disk, when whoever opened the store can tell ([`Local::with_size`]).
     pub size_on_disk: Option<u64>,
     /// Records that could not be read (counted in neither map); `idem ls` names them.
     pub unreadable: u64,
@@ -193,22 +193,35 @@ pub struct Local {
     store: Arc<dyn Store>,
     /// The retention passes this process runs on the store, which `stats` reports.
     retention: Option<RetentionReport>,
+    /// The bytes the store takes on disk, which `stats` reports.
+    size: Option<SizeReport>,
 }
 
 /// Reads the status of the retention passes this process runs on a store, for `idem stats`:
 /// given by whoever runs them (`RetainerView::status`), since a store runs none.
 pub type RetentionReport = Arc<dyn Fn() -> RetentionStatus + Send + Sync>;
 
+/// Reads the bytes a store takes on disk, for `idem stats`: given by whoever opened it
+/// (`SledStore::size_on_disk`, `SqliteStore::size_on_disk`, `PgStore::size_on_disk`), since
+/// only the opener knows where the store keeps its bytes.
+pub type SizeReport = Arc<dyn Fn() -> Option<u64> + Send + Sync>;
+
 impl Local {
     /// Runs the operations on `store`.
     pub fn new(store: Arc<dyn Store>) -> Local {
-        Local { store, retention: None }
+        Local { store, retention: None, size: None }
     }
 
     /// Runs the operations on `store`, on which this process runs the retention passes that
     /// `retention` reads: [`Admin::stats`] reports them.
     pub fn with_retention(store: Arc<dyn Store>, retention: Option<RetentionReport>) -> Local {
-        Local { store, retention }
+        Local { store, retention, size: None }
+    }
+
+    /// The same operations, with [`Admin::stats`] reporting the size `size` reads.
+    pub fn with_size(mut self, size: SizeReport) -> Local {
+        self.size = Some(size);
+        self
     }
 }
 
@@ -258,7 +271,8 @@ impl Admin for Local {
 
     fn stats(&mut self) -> Result<Stats, Error> {
         let retention = self.retention.as_ref().map(|status| status());
-        Ok(Stats { retention, ..stats(self.store.as_ref())? })
+        let size_on_disk = self.size.as_ref().and_then(|size| size());
+        Ok(Stats { retention, size_on_disk, ..stats(self.store.as_ref())? })
     }
 
     fn assess(&self, record: &Record) -> Assessment {
@@ -270,20 +284,32 @@ fn store_error(key: Option<&str>, source: crate::error::StoreError) -> Error {
     Error::store(key, None, source)
 }
 
-/// Calls `each` with every record the store holds, a page at a time, each as read or as the
-/// error that names it: one bad record never fails a listing as a whole, and no listing holds
-/// more of the store than a page besides what `each` keeps.
+/// Calls `each` with every key the store holds, a page at a time, each with its record as read
+/// (or the error that names it: one bad record never fails a listing as a whole) or its
+/// history's last time; no listing holds more of the store than a page besides what `each`
+/// keeps.
+fn each_key(
+    store: &dyn Store,
+    mut each: impl FnMut(&str, Stored) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut walk = Walk::default();
+    while let Some(page) = block_on(walk.next(store)).map_err(|e| store_error(None, e))? {
+        for (key, stored) in page {
+            each(&key, stored)?;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `each` with every record the store holds, as [`each_key`] reads them.
 fn each_record(
     store: &dyn Store,
     mut each: impl FnMut(Result<Record, Error>) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let mut walk = Walk::default();
-    while let Some(page) = block_on(walk.next(store)).map_err(|e| store_error(None, e))? {
-        for (_, record) in page {
-            each(record.map_err(|e| store_error(None, e)))?;
-        }
-    }
-    Ok(())
+    each_key(store, |_, stored| match stored {
+        Stored::Record(record) => each(record.map_err(|e| store_error(None, e))),
+        Stored::History { .. } => Ok(()),
+    })
 }
 
 /// `record` with the status a call would act on: a record in flight whose owner is gone (its
@@ -435,12 +461,23 @@ pub fn decide(
 pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error> {
     let now = store.clock();
     let mut purged = Purged::default();
-    each_record(store, |record| {
-        // A record that cannot be read is not known to be finished: it is kept, and logged.
-        let record = match record {
-            Ok(record) => record,
-            Err(error) => {
+    each_key(store, |key, stored| {
+        let step = transition::purge(by);
+        let record = match stored {
+            Stored::Record(Ok(record)) => record,
+            // A record that cannot be read is not known to be finished: it is kept, and logged.
+            Stored::Record(Err(error)) => {
                 tracing::warn!(error = %error, "idem: a record cannot be read; not purged");
+                return Ok(());
+            }
+            Stored::History { last_at } => {
+                let Purge::OlderThan(age) = which else { return Ok(()) };
+                if retention::history_outlived(last_at, age, now)
+                    && block_on(store.append_history(key, step.change))
+                        .map_err(|e| store_error(Some(key), e))?
+                {
+                    purged.histories += 1;
+                }
                 return Ok(());
             }
         };
@@ -449,7 +486,6 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
                 Purge::Expired => record.is_expired(now),
                 Purge::OlderThan(age) => retention::outlived(&record, age, now),
             };
-        let step = transition::purge(by);
         let guard = Guard::of(record.fence(), by, store.instance());
         if remove
             && block_on(store.compare_and_swap(&record, guard, None, step.change))
@@ -460,34 +496,15 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
         }
         Ok(())
     })?;
-    let Purge::OlderThan(age) = which else { return Ok(purged) };
-    let mut after: Option<String> = None;
-    loop {
-        let page = block_on(store.histories_page(after.as_deref(), PAGE))
-            .map_err(|e| store_error(None, e))?;
-        for (key, _) in page
-            .iter()
-            .filter(|(_, last)| last.is_some_and(|at| retention::history_outlived(at, age, now)))
-        {
-            let step = transition::purge(by);
-            if block_on(store.remove_history(key, step.change))
-                .map_err(|e| store_error(Some(key), e))?
-            {
-                purged.histories += 1;
-            }
-        }
-        match page.last() {
-            Some((last, _)) if page.len() >= PAGE => after = Some(last.clone()),
-            _ => return Ok(purged),
-        }
-    }
+    Ok(purged)
 }
 
 /// Counts records by status (a record in flight whose owner is gone counts in doubt, as a call
-/// assesses it) and by tool. The store runs no retention: whoever runs the passes reports them
-/// ([`Local::with_retention`]).
+/// assesses it) and by tool. The store runs no retention and knows no size on disk: whoever
+/// runs the passes and opened the store reports them ([`Local::with_retention`],
+/// [`Local::with_size`]).
 pub fn stats(store: &dyn Store) -> Result<Stats, Error> {
-    let mut stats = Stats { size_on_disk: store.size_on_disk(), ..Stats::default() };
+    let mut stats = Stats::default();
     each_record(store, |record| {
         match record.map(|record| as_assessed(store, record)) {
             Ok(record) => {

@@ -219,6 +219,35 @@ pub(crate) async fn until<F: Future>(future: F, deadline: Instant) -> Option<F::
     .await
 }
 
+/// Runs `futures` together, each polled in turn until every one is done: their outputs, in
+/// their order. What a batch of a store's writes needs so that a store whose writes share
+/// durable points (sled's group commit) makes them all before it waits once.
+pub(crate) async fn join_all<F: Future + Unpin>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pending: Vec<Option<F>> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (slot, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot {
+                match Pin::new(future).poll(cx) {
+                    Poll::Ready(out) => {
+                        *output = Some(out);
+                        *slot = None;
+                    }
+                    Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
 /// Models of the timer under loom (`cargo test -p idem-agent-runtime --features loom --lib loom_`):
 /// time moves on a clock the model owns, as `wait_timeout` ending would show it, and a sleep
 /// polled from any point of that race must be woken (a lost wake-up leaves its thread blocked

@@ -47,7 +47,7 @@ fn charge(order: usize) -> Call {
 /// open wrote, or left.
 fn statuses(store: &dyn Store) -> (usize, usize, usize) {
     let scanned = idem_runtime::block_on(store.scan_page(None, usize::MAX)).unwrap();
-    let records: Vec<_> = scanned.into_iter().map(|(_, record)| record.unwrap()).collect();
+    let records: Vec<_> = scanned.into_records().map(Result::unwrap).collect();
     let count = |status| records.iter().filter(|r| r.status == status).count();
     (count(Status::InFlight), count(Status::Done), count(Status::InDoubt))
 }

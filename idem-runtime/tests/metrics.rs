@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Decision};
 use idem_runtime::block_on;
+use idem_runtime::store::Stored;
 use idem_runtime::{
     may_have_landed, Call, Durability, Error, InDoubtPolicy, Reconciled, Retention, SledStore,
     Store,
@@ -297,8 +298,9 @@ fn counts_fresh_calls_replays_waits_errors_in_doubt_keys_releases_takeovers_and_
     // key's history once the store's clock has moved past them; nothing in doubt).
     let stats = idem_runtime::admin::stats(store.as_ref()).unwrap();
     let done = stats.by_status.get("done").copied().unwrap_or(0);
-    let histories = block_on(store.histories_page(None, usize::MAX)).unwrap();
-    let released = histories.iter().filter(|(_, last)| last.is_some()).count() as u64;
+    let page = block_on(store.scan_page(None, usize::MAX)).unwrap();
+    let released = page.entries.iter().filter(|(_, s)| matches!(s, Stored::History { .. }));
+    let released = released.count() as u64;
     assert!(done > 0 && released > 0, "{stats:?}");
     let last = store.clock();
     while store.clock() <= last + 1 {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::block_on;
-use idem_runtime::store::{assess, Assessment};
+use idem_runtime::store::{assess, Assessment, Stored};
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 
 /// The keys of one round; the workers go through the rounds, meeting on every key.
@@ -111,8 +111,9 @@ fn worker(dir: &Path) {
 /// Child mode `peek`: opens the store, reads every record, and closes it.
 fn peek(dir: &Path) {
     let store = SqliteStore::open(path(dir)).expect("the store opens");
-    let records = block_on(store.scan_page(None, usize::MAX)).expect("the store reads");
-    println!("RECORDS {}", records.len());
+    let page = block_on(store.scan_page(None, usize::MAX)).expect("the store reads");
+    let records = page.entries.iter().filter(|(_, stored)| matches!(stored, Stored::Record(_)));
+    println!("RECORDS {}", records.count());
 }
 
 #[test]
@@ -326,11 +327,13 @@ fn chaos_on_one_sqlite_file_runs_no_effect_twice_and_strands_no_key() {
     // Every effect is recorded with its result or in doubt, and in doubt only where its owner
     // was killed.
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(path(dir.path())).unwrap());
-    let records = block_on(store.scan_page(None, usize::MAX)).unwrap();
+    let page = block_on(store.scan_page(None, usize::MAX)).unwrap();
     let mut by_scope = BTreeMap::new();
-    for (_, record) in records {
-        let record = record.unwrap();
-        by_scope.insert(record.scope.clone(), record);
+    for (_, stored) in page.entries {
+        if let Stored::Record(record) = stored {
+            let record = record.unwrap();
+            by_scope.insert(record.scope.clone(), record);
+        }
     }
     for (scope, runs) in &effects {
         let record = by_scope.get(*scope).unwrap_or_else(|| {

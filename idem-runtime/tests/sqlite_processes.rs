@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Filter};
+use idem_runtime::store::Stored;
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 
 use self::children::{start, Running};
@@ -113,12 +114,13 @@ fn call_child(dir: &Path) {
 /// process does (`idem ls`, an MCP server of one session).
 fn peek_child(dir: &Path) {
     let store = store(dir);
-    let records = tokio::runtime::Builder::new_current_thread()
+    let page = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap()
         .block_on(store.scan_page(None, usize::MAX))
         .unwrap();
-    println!("RECORDS {}", records.len());
+    let records = page.entries.iter().filter(|(_, stored)| matches!(stored, Stored::Record(_)));
+    println!("RECORDS {}", records.count());
 }
 
 #[test]

@@ -359,7 +359,7 @@ pub fn a_reservation_racing_a_history_purge_keeps_its_own_entry(store: Arc<dyn S
             threads.spawn(|| {
                 start.wait();
                 let change = transition::purge("ann@ops-1").change;
-                block_on(store.remove_history(key.as_str(), change)).expect("the removal runs");
+                block_on(store.append_history(key.as_str(), change)).expect("the removal runs");
             });
             start.wait();
             let _: String =

@@ -18,7 +18,7 @@ use crate::key::Key;
 use crate::lifecycle::retention::Removed;
 use crate::lifecycle::retention::Retention;
 use crate::lifecycle::{transition, Guard, Owner, Record, Status};
-use crate::store::{Inserted, Store};
+use crate::store::{Inserted, Store, Stored};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -174,8 +174,10 @@ pub fn a_call_during_a_retention_pass_is_not_held_up(store: Arc<dyn Store>) {
     let status_now = retainer.status();
     assert_eq!(status_now.passes, 0, "the pass is still under way: {status_now:?}");
     assert_eq!(status_now.removed.records, 5, "one batch of 5 so far: {status_now:?}");
-    let left = block_on(store.scan_page(None, usize::MAX)).unwrap();
-    let left = left.into_iter().filter_map(|(_, record)| record.ok());
+    let left = walk(store.as_ref(), 100).into_iter().filter_map(|(_, stored)| match stored {
+        Stored::Record(record) => record.ok(),
+        Stored::History { .. } => None,
+    });
     assert_eq!(
         left.filter(|r| r.tool.starts_with("charge_") && r.tool != "charge_new").count(),
         15
@@ -183,21 +185,28 @@ pub fn a_call_during_a_retention_pass_is_not_held_up(store: Arc<dyn Store>) {
     drop(retainer);
 }
 
-/// Every page from the first, `limit` at a time, as a pass walks them: each page's keys sort
-/// after the key it was asked from, and a page shorter than `limit` is the last.
-fn walk<T>(limit: usize, page: impl Fn(Option<&str>) -> Vec<(String, T)>) -> Vec<(String, T)> {
-    let mut walked: Vec<(String, T)> = Vec::new();
+/// Every page from the first, `limit` keys at a time, as a pass walks them: each page's keys
+/// sort after the key it was asked from, and the walk ends at the page that says it is the last.
+fn walk(store: &dyn Store, limit: usize) -> Vec<(String, Stored)> {
+    let mut walked: Vec<(String, Stored)> = Vec::new();
+    let mut after: Option<String> = None;
     loop {
-        let after = walked.last().map(|(key, _)| key.clone());
-        let got = page(after.as_deref());
-        assert!(got.len() <= limit, "a page of {} past a limit of {limit}", got.len());
-        if let (Some(after), Some((first, _))) = (&after, got.first()) {
+        let page = block_on(store.scan_page(after.as_deref(), limit)).expect("a page");
+        assert!(
+            page.entries.len() <= limit,
+            "a page of {} past a limit of {limit}",
+            page.entries.len()
+        );
+        if let (Some(after), Some((first, _))) = (&after, page.entries.first()) {
             assert!(first > after, "a page after {after} starts at {first}");
         }
-        let last = got.len() < limit;
-        walked.extend(got);
-        if last {
-            break;
+        if let (Some(next), Some((last, _))) = (&page.next, page.entries.last()) {
+            assert!(next >= last, "the next page reads after {next}, before this page's {last}");
+        }
+        walked.extend(page.entries);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
         }
     }
     let keys: Vec<&String> = walked.iter().map(|(key, _)| key).collect();
@@ -225,38 +234,46 @@ pub fn pages_seek_past_the_given_key_in_key_order(store: Arc<dyn Store>) {
         })
         .collect();
 
-    let records: BTreeMap<String, Record> =
-        walk(3, |after| block_on(store.scan_page(after, 3)).expect("a page of records"))
-            .into_iter()
-            .filter_map(|(key, record)| Some((key, record.ok()?)))
-            .collect();
-    for key in &done {
-        let stored = block_on(store.get(key.as_str())).unwrap();
-        assert_eq!(records.get(key.as_str()), stored.as_ref(), "key {key} in a page as stored");
-    }
-    for key in &released {
-        assert!(!records.contains_key(key.as_str()), "released key {key} has no record");
+    for limit in [3, 2] {
+        let (mut records, mut histories) = (BTreeMap::new(), BTreeMap::new());
+        for (key, stored) in walk(store.as_ref(), limit) {
+            match stored {
+                Stored::Record(record) => {
+                    records.insert(key, record.expect("each record reads"));
+                }
+                Stored::History { last_at } => {
+                    histories.insert(key, last_at);
+                }
+            }
+        }
+        for key in &done {
+            let stored = block_on(store.get(key.as_str())).unwrap();
+            assert_eq!(records.get(key.as_str()), stored.as_ref(), "key {key} in a page as stored");
+            assert!(!histories.contains_key(key.as_str()), "key {key} has a record");
+        }
+        for key in &released {
+            assert!(!records.contains_key(key.as_str()), "released key {key} has no record");
+            let last = block_on(store.history(key.as_str())).unwrap().last().map(|entry| entry.at);
+            assert!(last.is_some(), "released key {key} keeps its history");
+            assert_eq!(
+                histories.get(key.as_str()).copied(),
+                last,
+                "key {key}: its last entry's time"
+            );
+        }
     }
 
-    let histories: BTreeMap<String, Option<u64>> =
-        walk(2, |after| block_on(store.histories_page(after, 2)).expect("a page of histories"))
-            .into_iter()
-            .collect();
-    for key in &released {
-        let last = block_on(store.history(key.as_str())).unwrap().last().map(|entry| entry.at);
-        assert!(last.is_some(), "released key {key} keeps its history");
-        assert_eq!(histories.get(key.as_str()), Some(&last), "key {key}: its last entry's time");
-    }
-    for key in &done {
-        let listed = histories.get(key.as_str());
-        assert!(matches!(listed, None | Some(None)), "key {key} has a record: {listed:?}");
-    }
-
+    let keys: BTreeMap<String, Stored> = walk(store.as_ref(), 3).into_iter().collect();
     let mut ours: Vec<&Key> = done.iter().collect();
     ours.sort();
     let from = ours[1].as_str();
-    let next = records.range::<str, _>((Bound::Excluded(from), Bound::Unbounded)).next();
+    let next = keys.range::<str, _>((Bound::Excluded(from), Bound::Unbounded)).next();
     let page = block_on(store.scan_page(Some(from), 1)).unwrap();
-    assert_eq!(page.len(), 1, "a page of one");
-    assert_eq!(Some(&page[0].0), next.map(|(key, _)| key), "the key after {from}, and only it");
+    assert_eq!(page.entries.len(), 1, "a page of one");
+    assert_eq!(
+        Some(&page.entries[0].0),
+        next.map(|(key, _)| key),
+        "the key after {from}, and only it"
+    );
+    assert!(page.next.is_some(), "a page of one after {from} is not the last");
 }

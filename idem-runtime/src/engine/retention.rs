@@ -8,13 +8,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, StoreError};
-use crate::exec::block_on;
+use crate::exec::{block_on, join_all};
 use crate::lifecycle::retention::{
     history_outlived, outlived, PassReport, Removed, Retention, RetentionStatus, RETAIN_ENV,
 };
-use crate::lifecycle::{transition, Guard, Record};
+use crate::lifecycle::{transition, Guard};
 use crate::meter;
-use crate::store::Store;
+use crate::store::{Store, Stored};
 
 impl Retention {
     /// The policy `$IDEM_RETAIN` gives: none when it is unset, empty or `off`; an error naming
@@ -37,16 +37,16 @@ impl Retention {
     }
 }
 
+/// Where a pass stands: the key its next page reads after, until the store's last page.
 #[derive(Debug)]
 enum Stage {
-    Records(Option<String>),
-    Histories(Option<String>),
+    After(Option<String>),
     Ended,
 }
 
 /// One retention pass, a batch at a time: each [`RetentionPass::next_batch`] looks at one page
-/// of at most the policy's `batch` records (then released keys) and removes what outlived the
-/// bound, so that whoever drives it decides when the next batch runs.
+/// of at most the policy's `batch` keys (records and released keys' histories, in key order)
+/// and removes what outlived the bound, so that whoever drives it decides when the next batch runs.
 pub struct RetentionPass<'a> {
     store: &'a dyn Store,
     policy: &'a Retention,
@@ -72,7 +72,7 @@ impl<'a> RetentionPass<'a> {
             store,
             policy,
             now: store.clock(),
-            stage: Stage::Records(None),
+            stage: Stage::After(None),
             removed: Removed::default(),
             reported: false,
         }
@@ -83,8 +83,7 @@ impl<'a> RetentionPass<'a> {
         // Each stage's step moves the pass on once it has read its page; a step that fails
         // before that is tried again by the next call.
         let batch = match &self.stage {
-            Stage::Records(after) => self.records_after(after.clone()).await?,
-            Stage::Histories(after) => self.histories_after(after.clone()).await?,
+            Stage::After(after) => self.batch_after(after.clone()).await?,
             Stage::Ended => {
                 self.report();
                 return Ok(None);
@@ -113,63 +112,49 @@ impl<'a> RetentionPass<'a> {
         );
     }
 
-    async fn records_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
-        let limit = self.policy.batch;
+    async fn batch_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
         let page = self
             .store
-            .scan_page(after.as_deref(), limit)
+            .scan_page(after.as_deref(), self.policy.batch)
             .await
             .map_err(|e| Error::store(None, None, e))?;
-        self.stage = match page.last() {
-            Some((last, _)) if page.len() >= limit => Stage::Records(Some(last.clone())),
-            _ => Stage::Histories(None),
-        };
-        let step = transition::purge(self.store.instance());
-        let instance = self.store.instance();
-        // A record that cannot be read is not known to be finished: it is kept.
-        let old: Vec<(Record, Guard)> = page
-            .into_iter()
-            .filter_map(|(_, record)| record.ok())
-            .filter(|record| outlived(record, self.policy.keep, self.now))
-            .map(|record| {
-                let guard = Guard::of(record.fence(), step.change.by(), instance);
-                (record, guard)
-            })
-            .collect();
-        if old.is_empty() {
-            return Ok(Removed::default());
-        }
-        let removed = self
-            .store
-            .remove_records(&old, step.change)
-            .await
-            .map_err(|e| Error::store(None, None, e))?;
-        Ok(Removed { records: removed as u64, histories: 0 })
-    }
-
-    async fn histories_after(&mut self, after: Option<String>) -> Result<Removed, Error> {
-        let limit = self.policy.batch;
-        let page = self
-            .store
-            .histories_page(after.as_deref(), limit)
-            .await
-            .map_err(|e| Error::store(None, None, e))?;
-        self.stage = match page.last() {
-            Some((last, _)) if page.len() >= limit => Stage::Histories(Some(last.clone())),
-            _ => Stage::Ended,
+        self.stage = match page.next {
+            Some(next) => Stage::After(Some(next)),
+            None => Stage::Ended,
         };
         let (keep, now) = (self.policy.keep, self.now);
+        let (mut old, mut histories) = (Vec::new(), Vec::new());
+        for (key, stored) in page.entries {
+            match stored {
+                Stored::Record(Ok(record)) if outlived(&record, keep, now) => old.push(record),
+                Stored::History { last_at } if history_outlived(last_at, keep, now) => {
+                    histories.push(key);
+                }
+                // A record that cannot be read is not known to be finished: it is kept.
+                _ => {}
+            }
+        }
+        // Each removal is the lifecycle's purge step through the store's fenced write. A
+        // batch's writes are sent together: a store whose writes share durable points (sled's
+        // group commit) makes them all and then waits once, instead of a sync for each.
+        let instance = self.store.instance();
+        let step = transition::purge(instance);
+        let swaps = old.iter().map(|record| {
+            let guard = Guard::of(record.fence(), step.change.by(), instance);
+            self.store.compare_and_swap(record, guard, None, step.change.clone())
+        });
+        let swapped = join_all(swaps.collect()).await;
+        let purges =
+            histories.iter().map(|key| self.store.append_history(key, step.change.clone()));
+        let purged = join_all(purges.collect()).await;
         let mut removed = Removed::default();
-        for (key, _) in
-            page.iter().filter(|(_, last)| last.is_some_and(|at| history_outlived(at, keep, now)))
-        {
-            let step = transition::purge(self.store.instance());
-            if self
-                .store
-                .remove_history(key, step.change)
-                .await
-                .map_err(|e| Error::store(Some(key), None, e))?
-            {
+        for swapped in swapped {
+            if swapped.map_err(|e| Error::store(None, None, e))?.is_some() {
+                removed.records += 1;
+            }
+        }
+        for (key, purged) in histories.iter().zip(purged) {
+            if purged.map_err(|e| Error::store(Some(key), None, e))? {
                 removed.histories += 1;
             }
         }

@@ -68,7 +68,7 @@ impl Unsettled {
             }
             Unsettled::History { key, change, .. } => {
                 match block_on(store.append_history(key, change.clone())) {
-                    Ok(()) => true,
+                    Ok(_) => true,
                     Err(e) if !e.is_retryable() => {
                         tracing::error!(key = %key, error = %e, "idem: the store refuses a history entry for good");
                         true

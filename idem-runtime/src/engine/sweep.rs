@@ -19,7 +19,7 @@ use crate::key::Key;
 use crate::lifecycle::history::Answer;
 use crate::lifecycle::{assess, Assessment, Record};
 use crate::store::walk::Walk;
-use crate::store::Store;
+use crate::store::{Store, Stored};
 
 /// The reconciler of one tool in a [`Sweep`], its answer's result already JSON that reads back.
 type Ask<'a> = Box<
@@ -134,8 +134,10 @@ impl<'a> Sweep<'a> {
         while let Some(page) =
             walk.next(store.as_ref()).await.map_err(|e| Error::store(None, None, e))?
         {
-            for (_, record) in page {
-                self.sweep_record(&store, record, &mut report).await;
+            for (_, stored) in page {
+                if let Stored::Record(record) = stored {
+                    self.sweep_record(&store, record, &mut report).await;
+                }
             }
         }
         Ok(report)

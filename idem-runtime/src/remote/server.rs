@@ -22,8 +22,8 @@ use serde_json::Value;
 
 use super::seats::{self, Occupant, Seats};
 use super::wire::{self, Answer, Request, WireError};
-use crate::admin::RetentionReport;
 use crate::admin::{Admin, Filter, Local};
+use crate::admin::{RetentionReport, SizeReport};
 use crate::error::Error;
 use crate::key::Key;
 use crate::store::Store;
@@ -71,9 +71,13 @@ impl Server {
         let meta = std::fs::metadata(&path)?;
         let identity = (meta.dev(), meta.ino());
         let (wake, woken) = UnixStream::pair()?;
+        let size: SizeReport = {
+            let dir = dir.to_owned();
+            Arc::new(move || crate::store::sled::size_on_disk(&dir))
+        };
         let thread = std::thread::Builder::new()
             .name("idem-admin".to_owned())
-            .spawn(move || accept_loop(&listener, &woken, &store, retention.as_ref()))?;
+            .spawn(move || accept_loop(&listener, &woken, &store, retention.as_ref(), &size))?;
         Ok(Server { path, identity, wake, thread: Some(thread) })
     }
 }
@@ -99,6 +103,7 @@ fn accept_loop(
     woken: &UnixStream,
     store: &Arc<dyn Store>,
     retention: Option<&RetentionReport>,
+    size: &SizeReport,
 ) {
     let mut seats = Seats::default();
     loop {
@@ -128,7 +133,7 @@ fn accept_loop(
                 continue;
             }
         };
-        admit(stream, store, retention, &mut seats);
+        admit(stream, store, retention, size, &mut seats);
     }
 }
 
@@ -137,6 +142,7 @@ fn admit(
     mut stream: UnixStream,
     store: &Arc<dyn Store>,
     retention: Option<&RetentionReport>,
+    size: &SizeReport,
     seats: &mut Seats,
 ) {
     let refuse = |stream: &mut UnixStream, message: String| {
@@ -159,10 +165,10 @@ fn admit(
         Err(e) => return refuse(&mut stream, format!("no seat for this connection: {e}")),
     };
     let store = Arc::downgrade(store);
-    let retention = retention.cloned();
+    let (retention, size) = (retention.cloned(), Arc::clone(size));
     let spawned = std::thread::Builder::new()
         .name("idem-admin-conn".to_owned())
-        .spawn(move || serve(stream, &store, retention, &seat));
+        .spawn(move || serve(stream, &store, retention, &size, &seat));
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "idem: no thread for an admin connection");
     }
@@ -174,6 +180,7 @@ fn serve(
     mut stream: UnixStream,
     store: &Weak<dyn Store>,
     retention: Option<RetentionReport>,
+    size: &SizeReport,
     seat: &Occupant,
 ) {
     let mut pending = Vec::new();
@@ -204,7 +211,8 @@ fn serve(
             Err(message) => wire::error_line(WireError::Refused { message }),
             Ok(request) => match store.upgrade() {
                 Some(store) => {
-                    match perform(&mut Local::with_retention(store, retention.clone()), request) {
+                    let local = Local::with_retention(store, retention.clone());
+                    match perform(&mut local.with_size(Arc::clone(size)), request) {
                         Ok(value) => wire::ok_line(value),
                         Err(error) => wire::error_line(error.into()),
                     }

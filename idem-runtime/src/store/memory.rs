@@ -9,7 +9,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::notify::Notifier;
-use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
+use super::{Detached, Inserted, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::owner::new_instance;
@@ -234,14 +234,21 @@ impl Store for MemoryStore {
         Box::pin(ready(Ok(self.swap(expected, guard, new.as_ref(), &change))))
     }
 
-    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            {
+            let appended = {
                 let mut keys = self.keys();
-                let status = keys.records.get(key).map(|record| record.status);
-                keys.append(key, &change, status, self.clock());
-            }
-            answered(()).await
+                if change.event().ends_history() {
+                    // Nothing of the purge is kept: the history goes whole, as with a purged
+                    // record, and only from a key with no record.
+                    !keys.has_record(key) && keys.histories.remove(key).is_some()
+                } else {
+                    let status = keys.records.get(key).map(|record| record.status);
+                    keys.append(key, &change, status, self.clock());
+                    true
+                }
+            };
+            answered(appended).await
         })
     }
 
@@ -250,53 +257,22 @@ impl Store for MemoryStore {
         Box::pin(ready(Ok(entries)))
     }
 
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
-        // Nothing of the purge is kept: the history goes whole, as with a purged record.
-        let _ = change;
-        Box::pin(async move {
-            let removed = {
-                let mut keys = self.keys();
-                !keys.has_record(key) && keys.histories.remove(key).is_some()
-            };
-            answered(removed).await
-        })
-    }
-
-    fn histories_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page> {
         let keys = self.keys();
-        let page = keys
-            .histories
-            .range::<str, _>(past(after))
-            .take(limit)
-            .map(|(key, entries)| {
-                let last = if keys.has_record(key) { None } else { entries.last().map(|e| e.at) };
-                (key.clone(), last)
-            })
-            .collect();
+        let records = keys.records.range::<str, _>(past(after)).take(limit);
+        let histories = keys.histories.range::<str, _>(past(after)).take(limit);
+        let page = Page::merge(
+            records.map(|(key, record)| (key.clone(), Ok(record.clone()))).collect(),
+            histories
+                .map(|(key, entries)| {
+                    let last = if keys.has_record(key) { None } else { entries.last() };
+                    (key.clone(), last.map(|entry| entry.at))
+                })
+                .collect(),
+            limit,
+        );
         Box::pin(ready(Ok(page)))
     }
-
-    fn scan_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, RecordPage> {
-        let keys = self.keys();
-        let page = keys
-            .records
-            .range::<str, _>(past(after))
-            .take(limit)
-            .map(|(key, record)| (key.clone(), Ok(record.clone())))
-            .collect();
-        Box::pin(ready(Ok(page)))
-    }
-
-    // `remove_records` is the trait's own: one fenced swap to nothing after another, each
-    // exactly as `compare_and_swap` makes it, with no durable point to share.
 
     fn watch<'a>(
         &'a self,
@@ -329,6 +305,7 @@ mod tests {
     use crate::exec::block_on;
     use crate::lifecycle::transition;
     use crate::lifecycle::Owner;
+    use crate::store::Stored;
 
     /// A store where each key `k{n}` of `released` was reserved and released (its history
     /// stays, its record went) and each of `done` reserved and completed.
@@ -364,20 +341,21 @@ mod tests {
     #[test]
     fn pages_seek_past_the_given_key_in_key_order() {
         let store = store_with(&[0, 1], &[2, 3, 4]);
-        let all: Vec<String> =
-            block_on(store.scan_page(None, 10)).unwrap().into_iter().map(|(key, _)| key).collect();
-        assert_eq!(all.len(), 3, "the done keys have records, the released none");
-        assert!(all.windows(2).all(|pair| pair[0] < pair[1]), "in key order: {all:?}");
-        let rest = block_on(store.scan_page(Some(&all[0]), 10)).unwrap();
-        assert_eq!(rest.iter().map(|(key, _)| key).collect::<Vec<_>>(), [&all[1], &all[2]]);
-        assert_eq!(block_on(store.scan_page(Some(&all[0]), 1)).unwrap().len(), 1, "the limit");
-
-        let histories = block_on(store.histories_page(None, 10)).unwrap();
-        assert_eq!(histories.len(), 5, "every key called has a history: {histories:?}");
-        let released = histories.iter().filter(|(_, last)| last.is_some()).count();
-        assert_eq!(released, 2, "with its last entry's time when it has no record");
-        let (first, _) = &histories[0];
-        let rest = block_on(store.histories_page(Some(first), 10)).unwrap();
-        assert_eq!(rest, histories[1..]);
+        let page = block_on(store.scan_page(None, 10)).unwrap();
+        assert!(page.next.is_none(), "one page holds them all");
+        let all: Vec<(&str, bool)> = page
+            .entries
+            .iter()
+            .map(|(key, stored)| (key.as_str(), matches!(stored, Stored::Record(Ok(_)))))
+            .collect();
+        assert_eq!(all.len(), 5, "every key called: {all:?}");
+        assert_eq!(all.iter().filter(|(_, record)| *record).count(), 3, "the done keys' records");
+        assert!(all.windows(2).all(|pair| pair[0].0 < pair[1].0), "in key order: {all:?}");
+        let rest = block_on(store.scan_page(Some(all[0].0), 10)).unwrap();
+        let rest: Vec<&str> = rest.entries.iter().map(|(key, _)| key.as_str()).collect();
+        assert_eq!(rest, all[1..].iter().map(|(key, _)| *key).collect::<Vec<_>>());
+        let one = block_on(store.scan_page(Some(all[0].0), 1)).unwrap();
+        assert_eq!(one.entries.len(), 1, "the limit");
+        assert_eq!(one.next.as_deref(), Some(all[1].0), "the next page reads on after it");
     }
 }

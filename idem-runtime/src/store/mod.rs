@@ -14,6 +14,7 @@ pub(crate) mod default;
 pub(crate) mod memory;
 pub mod name;
 mod notify;
+mod page;
 pub(crate) mod sled;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
@@ -111,63 +112,33 @@ pub trait Store: Send + Sync + 'static {
         change: Change<'_>,
     ) -> Detached;
 
-    /// Appends `change`'s entry to the history of `key` without changing its record (the
-    /// entry's state is the record's as it stands, or absent), durably: for the one event that
-    /// is no change of state, [`Event::LateWriteRefused`]. The entry follows every entry of a
-    /// change made before it, and precedes those made after.
-    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()>;
+    /// Appends `change`'s entry to the history of `key` without changing its record, durably,
+    /// and returns whether it did: for the one event that is no change of state,
+    /// [`Event::LateWriteRefused`], always (the entry's state is the record's as it stands, or
+    /// absent; it follows every entry of a change made before it, and precedes those made
+    /// after). An entry that [ends the history](Event::ends_history) (a purge's,
+    /// `idem_runtime::store::transition::purge`) removes the history instead, atomically and
+    /// only while the key has no record, and says whether there was a history to remove. A
+    /// reservation of the key racing the removal keeps its own entry: it either continues the
+    /// old history or starts a fresh one. A crash part-way shows the whole history or none.
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool>;
 
     /// The history of `key`, oldest first: one entry per change that landed, including those
     /// before a release deleted the record (a later reservation continues it), none from before
     /// a purge. Empty when the key has none. Durable, as from [`Store::get`].
     fn history<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
-    /// Removes the history of `key`, atomically and only while the key has no record, durably:
-    /// `change` is the purge's (`idem_runtime::store::transition::purge`). Returns whether there was a
-    /// history to remove. A reservation of the key racing the removal keeps its own entry: it
-    /// either continues the old history or starts a fresh one. A crash part-way shows no
-    /// history.
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool>;
-
-    /// Up to `limit` keys that have a history and sort after `after` (from the first when
-    /// `None`), in key order, each with the time of its last entry (the store's clock) when the
-    /// key has no record (a released key) and `None` when it has one (a store may leave such
-    /// keys out): what a purge of histories walks, a page at a time. Fewer than `limit` means
-    /// there are no more. A page seeks by key: it reads no key before `after`.
-    fn histories_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>>;
-
-    /// Up to `limit` records whose keys sort after `after` (from the first when `None`), in
-    /// key order, each beside its key, with an `Err` naming the key for a record that cannot be
-    /// read (one bad record must not hide the rest): how the operator interface, a sweep and a
-    /// retention pass walk the whole store, a page at a time, so that none holds a whole store
-    /// in memory. Fewer than `limit` means there are no more. A page seeks by key: it reads no
-    /// record before `after`. An `Err` of the whole future means the store could not be read.
-    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize)
-        -> StoreFuture<'a, RecordPage>;
-
-    /// Deletes each of `records` that still passes its guard, each exactly as
-    /// [`Store::compare_and_swap`] to nothing with `change` (a purge's) would; returns how many
-    /// it deleted. Returns once every deletion is durable. The default makes the swaps one
-    /// after another; a store whose writes share durable points makes them all and waits once.
-    fn remove_records<'a>(
-        &'a self,
-        records: &'a [(Record, Guard)],
-        change: Change<'a>,
-    ) -> StoreFuture<'a, usize> {
-        Box::pin(async move {
-            let mut removed = 0;
-            for (record, guard) in records {
-                if self.compare_and_swap(record, *guard, None, change.clone()).await?.is_some() {
-                    removed += 1;
-                }
-            }
-            Ok(removed)
-        })
-    }
+    /// Up to `limit` keys that sort after `after` (from the first when `None`), in key order,
+    /// each once: a key with a record beside it ([`Stored::Record`], an `Err` naming the key
+    /// for a record that cannot be read: one bad record must not hide the rest), and a key with
+    /// a history but no record (a released key) with its last entry's time on the store's
+    /// clock ([`Stored::History`]); and [where the next page starts](Page::next), `None` at the
+    /// end. How the operator interface, a sweep and a retention pass walk the whole store, a
+    /// page at a time, so that none holds a whole store in memory. A page seeks by key: it
+    /// reads nothing before `after`. A store that keeps records and histories apart reads a
+    /// page of each and joins them with [`Page::merge`]. An `Err` of the whole future means
+    /// the store could not be read.
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page>;
 
     /// Resolves once the record under `key` is no longer in the state `seen` was in (returning
     /// it, or `None` when it is gone), or at `deadline` (returning it unchanged). Must not poll
@@ -185,16 +156,7 @@ pub trait Store: Send + Sync + 'static {
     fn clock(&self) -> u64 {
         now_ms()
     }
-
-    /// Bytes the store takes on disk, when the backend can tell.
-    fn size_on_disk(&self) -> Option<u64> {
-        None
-    }
 }
-
-/// A page of records in key order, each beside its key, with an `Err` for one that cannot be
-/// read ([`Store::scan_page`]).
-pub type RecordPage = Vec<(String, Result<Record, StoreError>)>;
 
 /// What [`Store::insert_if_absent`] found.
 // Returned once per reservation and taken apart at once: boxing the record would only add an
@@ -217,6 +179,7 @@ pub enum Inserted {
 
 // What a store implementor needs besides the trait, in one place.
 pub use self::notify::{Notifier, Watch};
+pub use self::page::{Page, RecordPage, Stored};
 pub use self::transaction::{Committed, Transaction};
 pub use crate::error::StoreError;
 pub use crate::lifecycle::history::{Answer, Change, Entry, Event};

@@ -10,7 +10,7 @@ use self::write::Swapped;
 use super::beside::Beside;
 use super::notify::Notifier;
 use super::sync::Syncer;
-use super::{Detached, Durability, Inserted, Store, StoreFuture};
+use super::{Detached, Durability, Inserted, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{now_ms, Guard, Record};
@@ -103,6 +103,21 @@ fn io_error(
     StoreError::with_source(format!("{what} {}", path.display()), e)
 }
 
+/// Bytes the sled store in `dir` takes on disk, as sled counts them (its data file and its
+/// blobs), whether or not a process holds it.
+pub(crate) fn size_on_disk(dir: &Path) -> Option<u64> {
+    let size = |path: &Path| std::fs::metadata(path).map(|meta| meta.len());
+    let mut bytes = size(&dir.join("db")).ok()?;
+    for blob in std::fs::read_dir(dir.join("blobs")).into_iter().flatten().flatten() {
+        // sled removes blobs lazily: one gone meanwhile counts nothing.
+        bytes += size(&blob.path()).unwrap_or(0);
+    }
+    // sled grows its data file a segment at a time, and opening a store fills out the segment
+    // it was last writing: counted in whole segments, the size is the same whether the holder
+    // is asked or the store is opened to ask.
+    Some(bytes.div_ceil(SEGMENT) * SEGMENT)
+}
+
 impl SledStore {
     /// The largest result the store keeps, in bytes of its JSON text (16 MiB).
     pub const MAX_RESULT: usize = MAX_RESULT;
@@ -126,6 +141,11 @@ impl SledStore {
     /// The directory this store lives in.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Bytes the store takes on disk (what `idem stats` prints).
+    pub fn size_on_disk(&self) -> Option<u64> {
+        size_on_disk(&self.path)
     }
 
     /// The durability this store was opened with.
@@ -349,8 +369,17 @@ impl Store for SledStore {
         })
     }
 
-    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         Box::pin(async move {
+            if change.event().ends_history() {
+                let Some(ticket) = self.remove_history_now(key.as_bytes(), change)? else {
+                    return Ok(false);
+                };
+                if let Some(ticket) = ticket {
+                    ticket.await?;
+                }
+                return Ok(true);
+            }
             // The entry must be confirmed like any other (`sled/history.rs`): written through
             // `cas` with the record unchanged, whose swap moves the record's history number on
             // to it; or, with no record, as an entry that leaves the key absent, which confirms
@@ -371,7 +400,7 @@ impl Store for SledStore {
                     if let Some(ticket) = ticket {
                         ticket.await?;
                     }
-                    return Ok(());
+                    return Ok(true);
                 }
             }
         })
@@ -397,64 +426,12 @@ impl Store for SledStore {
         })
     }
 
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            match self.remove_history_now(key.as_bytes(), change)? {
-                Some(ticket) => {
-                    if let Some(ticket) = ticket {
-                        ticket.await?;
-                    }
-                    Ok(true)
-                }
-                None => Ok(false),
-            }
-        })
-    }
-
-    fn scan_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, super::RecordPage> {
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page> {
         Box::pin(async move {
             let page = self.scan_page_now(after, limit)?;
             self.durable().await?;
             Ok(page)
         })
-    }
-
-    fn histories_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
-        Box::pin(async move {
-            let page = self.histories_page_now(after, limit)?;
-            self.durable().await?;
-            Ok(page)
-        })
-    }
-
-    fn remove_records<'a>(
-        &'a self,
-        records: &'a [(Record, Guard)],
-        change: Change<'a>,
-    ) -> StoreFuture<'a, usize> {
-        Box::pin(async move {
-            let (removed, tickets) = self.remove_records_now(records, &change)?;
-            for ticket in tickets {
-                ticket.await?;
-            }
-            Ok(removed)
-        })
-    }
-
-    fn size_on_disk(&self) -> Option<u64> {
-        // sled grows its data file a segment at a time, and opening a store fills out the
-        // segment it was last writing: counted in whole segments, the size is the same whether
-        // the holder is asked or the store is opened to ask.
-        let bytes = self.db.size_on_disk().ok()?;
-        Some(bytes.div_ceil(SEGMENT) * SEGMENT)
     }
 
     fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {

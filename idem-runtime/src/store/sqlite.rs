@@ -11,7 +11,7 @@ use self::wake::Wake;
 use self::writer::{Write, Writer};
 use super::beside::Beside;
 use super::notify::Notifier;
-use super::{Detached, Inserted, RecordPage, Store, StoreFuture};
+use super::{Detached, Inserted, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{lease, now_ms, Guard, Record, Status};
@@ -133,6 +133,16 @@ impl SqliteStore {
     /// The file this store lives in.
     pub fn path(&self) -> &Path {
         &self.shared.options.path
+    }
+
+    /// Bytes the store takes on disk, its file and its write-ahead log (what `idem stats`
+    /// prints).
+    pub fn size_on_disk(&self) -> Option<u64> {
+        let path = self.path();
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        Some(size(path) + size(Path::new(&wal)))
     }
 
     /// The durability this store was opened with.
@@ -385,13 +395,19 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, ()> {
+    fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         let (owned, entry) = (key.to_owned(), OwnedChange::of(&change));
         let doing = format!("cannot write the history of key {key}");
         Box::pin(self.write(key, doing, move |tx, _| {
-            let status = schema::read(tx, &owned)?.map(|record| record.status);
-            schema::append(tx, &owned, &entry.change(), status, now_ms())?;
-            Ok(((), false))
+            let record = schema::read(tx, &owned)?;
+            if entry.change().event().ends_history() {
+                // Nothing of the purge is kept: the history goes whole, as with a purged
+                // record, and only from a key with no record.
+                let removed = record.is_none() && schema::remove_history(tx, &owned)? > 0;
+                return Ok((removed, false));
+            }
+            schema::append(tx, &owned, &entry.change(), record.map(|r| r.status), now_ms())?;
+            Ok((true, false))
         }))
     }
 
@@ -400,39 +416,19 @@ impl Store for SqliteStore {
         Box::pin(std::future::ready(self.shared.read(&doing, |conn| schema::history(conn, key))))
     }
 
-    fn remove_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
-        // Nothing of the purge is kept: the history goes whole, as with a purged record.
-        let _ = change;
-        let owned = key.to_owned();
-        let doing = format!("cannot remove the history of key {key}");
-        Box::pin(self.write(key, doing, move |tx, _| {
-            if schema::read(tx, &owned)?.is_some() {
-                return Ok((false, false));
-            }
-            Ok((schema::remove_history(tx, &owned)? > 0, false))
-        }))
-    }
-
-    fn histories_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<(String, Option<u64>)>> {
-        let doing = "cannot list a page of histories";
-        let page = self.shared.read(doing, |conn| pages::histories(conn, after, limit));
-        Box::pin(std::future::ready(page))
-    }
-
-    fn scan_page<'a>(
-        &'a self,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, RecordPage> {
-        let doing = "cannot list a page of records";
-        let page = self.shared.read(doing, |conn| pages::records(conn, after, limit)).map(|page| {
-            page.into_iter().map(|(key, found)| (key, found.map(|r| self.shared.present(r))))
+    fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page> {
+        let doing = "cannot list a page of the store";
+        let read = |conn: &Connection| {
+            Ok((pages::records(conn, after, limit)?, pages::histories(conn, after, limit)?))
+        };
+        let page = self.shared.read(doing, read).map(|(records, histories)| {
+            let records = records
+                .into_iter()
+                .map(|(key, found)| (key, found.map(|r| self.shared.present(r))))
+                .collect();
+            Page::merge(records, histories, limit)
         });
-        Box::pin(std::future::ready(page.map(Iterator::collect)))
+        Box::pin(std::future::ready(page))
     }
 
     fn watch<'a>(
@@ -442,14 +438,6 @@ impl Store for SqliteStore {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         Box::pin(self.shared.watch(key, seen, deadline))
-    }
-
-    fn size_on_disk(&self) -> Option<u64> {
-        let path = self.path();
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
-        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-        Some(size(path) + size(Path::new(&wal)))
     }
 }
 

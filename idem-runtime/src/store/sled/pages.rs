@@ -1,25 +1,27 @@
-//! What a retention pass asks of the sled store: pages of records and of histories in key
-//! order, read by seeking rather than by walking the whole store, and a batch of fenced deletes
-//! that share one durable point.
+//! What a walk of the whole store asks of the sled store: pages of records and of histories in
+//! key order, read by seeking rather than by walking the whole store, joined.
 
 use std::ops::Bound;
 
 use super::encoding::decode;
-use super::write::Swapped;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
-use crate::lifecycle::history::Change;
-use crate::lifecycle::{Guard, Record};
-use crate::store::sync::Ticket;
-use crate::store::RecordPage;
+use crate::store::{Page, RecordPage};
 
 impl SledStore {
-    /// Up to `limit` records after `after`, in key order, each beside its key.
+    /// Up to `limit` keys after `after` in key order, each with its record or its history's
+    /// last time: a page of each tree, joined.
     pub(super) fn scan_page_now(
         &self,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<RecordPage, StoreError> {
+    ) -> Result<Page, StoreError> {
+        let records = self.records_page(after, limit)?;
+        Ok(Page::merge(records, self.histories_page(after, limit)?, limit))
+    }
+
+    /// Up to `limit` records after `after`, in key order, each beside its key.
+    fn records_page(&self, after: Option<&str>, limit: usize) -> Result<RecordPage, StoreError> {
         let from = match after {
             Some(after) => Bound::Excluded(after.as_bytes()),
             None => Bound::Unbounded,
@@ -48,7 +50,7 @@ impl SledStore {
 
     /// Up to `limit` keys with a history after `after`, in key order, each with its last
     /// confirmed entry's time when it has no record.
-    pub(super) fn histories_page_now(
+    fn histories_page(
         &self,
         after: Option<&str>,
         limit: usize,
@@ -69,25 +71,5 @@ impl SledStore {
             page.push((String::from_utf8_lossy(&key).into_owned(), last));
         }
         Ok(page)
-    }
-
-    /// Deletes each record that still passes its guard, each swap fenced and made under its
-    /// key's lock as any other; the caller waits once for the durable point that covers them
-    /// all.
-    pub(super) fn remove_records_now(
-        &self,
-        records: &[(Record, Guard)],
-        change: &Change<'_>,
-    ) -> Result<(usize, Vec<Ticket>), StoreError> {
-        let mut removed = 0;
-        let mut tickets = Vec::new();
-        for (record, guard) in records {
-            let swapped = self.swap_now(record, *guard, None, change.clone())?;
-            if let Some(Swapped { ticket, .. }) = swapped {
-                removed += 1;
-                tickets.extend(ticket);
-            }
-        }
-        Ok((removed, tickets))
     }
 }

@@ -1,4 +1,4 @@
-//! What a retention pass asks of the SQLite file: pages of records and of histories in key
+//! What a walk of the whole store asks of the SQLite file: pages of records and of histories in key
 //! order, each one statement that seeks by key (the records' primary key, the history's index
 //! by key) and reads no row past the page. The pass decides what to remove and removes it
 //! through the store's fenced deletes; nothing here decides.
