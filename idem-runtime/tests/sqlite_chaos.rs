@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::block_on;
-use idem_runtime::store::{assess, Assessment, Stored};
+use idem_runtime::store::{assess, Assessment};
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 
 /// The keys of one round; the workers go through the rounds, meeting on every key.
@@ -112,8 +112,7 @@ fn worker(dir: &Path) {
 fn peek(dir: &Path) {
     let store = SqliteStore::open(path(dir)).expect("the store opens");
     let page = block_on(store.scan_page(None, usize::MAX)).expect("the store reads");
-    let records = page.entries.iter().filter(|(_, stored)| matches!(stored, Stored::Record(_)));
-    println!("RECORDS {}", records.count());
+    println!("RECORDS {}", page.into_records().count());
 }
 
 #[test]
@@ -329,11 +328,9 @@ fn chaos_on_one_sqlite_file_runs_no_effect_twice_and_strands_no_key() {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(path(dir.path())).unwrap());
     let page = block_on(store.scan_page(None, usize::MAX)).unwrap();
     let mut by_scope = BTreeMap::new();
-    for (_, stored) in page.entries {
-        if let Stored::Record(record) = stored {
-            let record = record.unwrap();
-            by_scope.insert(record.scope.clone(), record);
-        }
+    for record in page.into_records() {
+        let record = record.unwrap();
+        by_scope.insert(record.scope.clone(), record);
     }
     for (scope, runs) in &effects {
         let record = by_scope.get(*scope).unwrap_or_else(|| {

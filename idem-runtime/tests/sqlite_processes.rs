@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::admin::{self, Filter};
-use idem_runtime::store::Stored;
 use idem_runtime::{Call, Error, InDoubtPolicy, SqliteStore, Status, Store};
 
 use self::children::{start, Running};
@@ -119,8 +118,7 @@ fn peek_child(dir: &Path) {
         .unwrap()
         .block_on(store.scan_page(None, usize::MAX))
         .unwrap();
-    let records = page.entries.iter().filter(|(_, stored)| matches!(stored, Stored::Record(_)));
-    println!("RECORDS {}", records.count());
+    println!("RECORDS {}", page.into_records().count());
 }
 
 #[test]
