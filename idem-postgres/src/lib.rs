@@ -4,7 +4,7 @@
 //! sled, the embedded default, takes an exclusive lock on its directory. [`PgStore`] keeps the
 //! records in one PostgreSQL table instead, with the same semantics: a key is reserved by one
 //! atomic insert, finished results replay, concurrent callers wait for the owner (woken by
-//! `LISTEN/NOTIFY`), an owner's lease is renewed by a heartbeat while its body runs, a crashed
+//! `LISTEN/NOTIFY`), an owner's lease is renewed by the engine's heartbeat while its body runs, a crashed
 //! owner's record is in doubt for everyone once its lease lapses, and a stale owner's late write
 //! is refused.
 //!
@@ -29,7 +29,6 @@
 
 mod builder;
 mod fault;
-mod lease;
 mod listen;
 mod operations;
 mod pages;

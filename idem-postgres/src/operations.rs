@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::Pool;
 use idem_runtime::deadline_after;
 use idem_runtime::history::Entry;
-use idem_runtime::store::{lease, now_ms, Guard, Inserted, Notifier, StoreError};
+use idem_runtime::store::lease::{self, Held, Lease};
+use idem_runtime::store::{now_ms, Guard, Inserted, Notifier, StoreError};
 use idem_runtime::{Record, Status};
 
 use crate::fault::{retrying, Fault, Retry};
-use crate::lease::{Holder, Leases};
 use crate::listen::{Listener, UNHEARD_RECHECK};
 use crate::rows::{self, ChangeValues, Values};
 use crate::runtime::{Detached, Writes};
@@ -30,12 +30,14 @@ pub(crate) struct Table {
     pub(crate) statements: Statements,
     pub(crate) names: Names,
     pub(crate) owner: String,
+    /// The terms of the leases ([`Store::lease`](idem_runtime::Store::lease)): the engine's
+    /// heartbeat renews them.
+    pub(crate) terms: Lease,
+    /// `terms.length`, which every write and every statement's deadline reads.
     pub(crate) lease: Duration,
-    pub(crate) heartbeat: Duration,
     /// The database clock minus this machine's, in milliseconds.
     pub(crate) clock_offset: AtomicI64,
     pub(crate) listener: Arc<Listener>,
-    pub(crate) leases: Leases,
     pub(crate) detached: Detached,
     pub(crate) writes: Arc<Writes>,
 }
@@ -113,22 +115,18 @@ impl Table {
                 format!("cannot reserve key {}", record.key),
                 self.try_insert(&values, in_flight, change)
             )?;
-            let token = match (inserted, found) {
-                (Some(token), _) => token,
+            return match (inserted, found) {
+                (Some(token), _) => Ok(Inserted::New { token }),
                 // Our own insert, committed by an attempt whose connection broke before the
                 // answer came: the key's last row is its entry (the record is held, so no one
                 // else wrote since).
                 (None, Some(existing)) if existing.is_as(record) => {
-                    self.token(&record.key, deadline).await?
+                    Ok(Inserted::New { token: self.token(&record.key, deadline).await? })
                 }
-                (None, Some(existing)) => return Ok(Inserted::Existing(existing)),
+                (None, Some(existing)) => Ok(Inserted::Existing(existing)),
                 // Released again meanwhile: try the insert again.
                 (None, None) => continue,
             };
-            if in_flight {
-                self.leases.hold(record);
-            }
-            return Ok(Inserted::New { token });
         }
     }
 
@@ -182,23 +180,9 @@ impl Table {
     ) -> Result<Option<u64>, StoreError> {
         // The engine's guard, which the fence's `WHERE` compares with the row (`schema::fence`).
         let outcome = self.replace_fenced(current, guard, new, change).await;
-        // A write that asks no lapse is the holder's own, or of a record no heartbeat renews.
-        let own = guard == Guard::Fence;
-        match outcome {
-            Ok(Some(_)) => {
-                // The waiters of this process need not wait for the announcement's round trip.
-                self.listener.notifier.notify(&current.key);
-                self.leases.drop_if(&current.key, &Holder::of(current));
-                if let Some(new) = new.filter(|n| n.status == Status::InFlight) {
-                    self.leases.hold(new);
-                }
-            }
-            Ok(None) => {}
-            // The owner's last word failed: stop renewing, so that the lease lapses and the
-            // record turns in doubt, the same outcome as a crash. Renewed, the record would look
-            // running for as long as this store lives.
-            Err(_) if own => self.leases.drop_if(&current.key, &Holder::of(current)),
-            Err(_) => {}
+        if let Ok(Some(_)) = outcome {
+            // The waiters of this process need not wait for the announcement's round trip.
+            self.listener.notifier.notify(&current.key);
         }
         outcome
     }
@@ -296,54 +280,50 @@ impl Table {
         seq_of(&row).map(Some)
     }
 
-    /// Renews the leases in `holding`, trying until `deadline`; returns those renewed.
-    pub(crate) async fn renew(
-        &self,
-        holding: &[(String, Holder)],
-        deadline: Instant,
-    ) -> Result<Vec<(String, Holder)>, StoreError> {
-        retrying!(deadline, "cannot renew leases", self.try_renew(holding))
+    /// One heartbeat's renewal (`Store::renew`): every lease of `held` extended to `until` in
+    /// one statement, then the clock measured again, since leases are read on it. Answers, for
+    /// each of `held`, whether it was extended.
+    pub(crate) async fn renew(&self, held: &[Held], until: u64) -> Result<Vec<bool>, StoreError> {
+        // A renewal that keeps failing is worth trying for as long as the leases it renews can
+        // still be saved: until a lease after the beat before, less this beat's interval.
+        let deadline =
+            deadline_after(Instant::now(), self.lease.saturating_sub(self.terms.renew_every));
+        let until = i64::try_from(until).unwrap_or(i64::MAX);
+        let renewed = retrying!(deadline, "cannot renew leases", self.try_renew(held, until));
+        if let Err(e) = self.measure_clock(deadline).await {
+            tracing::debug!(error = %e, "idem: cannot measure the database clock; keeping the last measure");
+        }
+        let renewed = renewed?;
+        let extended = |h: &Held| {
+            renewed.iter().any(|(key, owner, attempts)| {
+                *key == h.key && owner.as_str() == h.owner.as_str() && *attempts == h.attempts
+            })
+        };
+        Ok(held.iter().map(extended).collect())
     }
 
+    /// The leases of `held` the statement extended, as (key, owner, attempts).
     async fn try_renew(
         &self,
-        holding: &[(String, Holder)],
-    ) -> Result<Vec<(String, Holder)>, Fault> {
-        let keys: Vec<&str> = holding.iter().map(|(k, _)| k.as_str()).collect();
-        let owners: Vec<&str> = holding.iter().map(|(_, h)| h.owner.as_str()).collect();
-        let attempts: Vec<i64> = holding.iter().map(|(_, h)| i64::from(h.attempts)).collect();
-        let (lease, now) = (self.lease_ms(), self.db_now_param());
+        held: &[Held],
+        until: i64,
+    ) -> Result<Vec<(String, String, u32)>, Fault> {
+        let keys: Vec<&str> = held.iter().map(|h| h.key.as_str()).collect();
+        let owners: Vec<&str> = held.iter().map(|h| h.owner.as_str()).collect();
+        let attempts: Vec<i64> = held.iter().map(|h| i64::from(h.attempts)).collect();
+        let now = self.db_now_param();
         let client = self.connection().await?;
         let rows = self
             .statements
             .renew
-            .query(&client, &[&keys, &owners, &attempts, &lease, &now])
+            .query(&client, &[&keys, &owners, &attempts, &until, &now])
             .await?;
         rows.iter()
             .map(|row| {
                 let attempts: i64 = row.try_get(2)?;
-                let holder = Holder {
-                    owner: row.try_get::<_, String>(1)?.into(),
-                    attempts: u32::try_from(attempts).unwrap_or(0),
-                };
-                Ok((row.try_get(0)?, holder))
+                Ok((row.try_get(0)?, row.try_get(1)?, u32::try_from(attempts).unwrap_or(0)))
             })
             .collect()
-    }
-
-    /// One heartbeat: every lease renewed in one statement, then the clock measured again.
-    pub(crate) async fn beat(
-        &self,
-        holding: Vec<(String, Holder)>,
-    ) -> Result<Vec<(String, Holder)>, StoreError> {
-        // A renewal that keeps failing is worth trying for as long as the leases it renews can
-        // still be saved: until a lease after the beat before, less this beat's interval.
-        let until = deadline_after(Instant::now(), self.lease.saturating_sub(self.heartbeat));
-        let renewed = self.renew(&holding, until).await;
-        if let Err(e) = self.measure_clock(until).await {
-            tracing::debug!(error = %e, "idem: cannot measure the database clock; keeping the last measure");
-        }
-        renewed
     }
 
     pub(crate) async fn watch(

@@ -408,11 +408,12 @@ impl Statements {
                 ),
                 &types(&[&[TEXT], &CHANGE, &[INT8]]),
             ),
-            // Renews every lease in one statement ($5 now); a lease that has already lapsed is
-            // never revived, so a peer that saw it lapse may take the record over safely.
+            // Renews every lease in one statement, to $4 (the engine's heartbeat reckons it on
+            // the store's clock), $5 now; a lease that has already lapsed is never revived, so
+            // a peer that saw it lapse may take the record over safely.
             renew: Sql::new(
                 format!(
-                    "UPDATE {t} AS r SET lease_until = $5::bigint + $4 \
+                    "UPDATE {t} AS r SET lease_until = $4::bigint \
                      FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(key, owner, attempts) \
                      WHERE r.key = h.key AND r.owner = h.owner AND r.attempts = h.attempts \
                      AND r.status = '{in_flight}' AND r.lease_until > $5::bigint \

@@ -1,5 +1,5 @@
 //! Starting a store on its own runtime: the table (created, migrated or checked), the clock,
-//! the listening connection with its probe, and the heartbeat.
+//! and the listening connection with its probe.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -8,14 +8,13 @@ use std::time::Instant;
 use idem_runtime::store::{now_ms, StoreError};
 
 use crate::fault::{retrying, Fault};
-use crate::lease::heartbeat;
 use crate::listen::{self, Channels};
 use crate::operations::Table;
 use crate::sql::{Param, Sql};
 
 impl Table {
-    /// Makes the store ready on its own runtime: the table (created, or checked), the clock,
-    /// the listening connection and the heartbeat. Fails fast: a server that cannot be reached
+    /// Makes the store ready on its own runtime: the table (created, or checked), the clock
+    /// and the listening connection. Fails fast: a server that cannot be reached
     /// now is most often a wrong URL, which waiting would only hide.
     pub(crate) async fn start(
         self: Arc<Self>,
@@ -41,13 +40,6 @@ impl Table {
         let listener =
             listen::start(listen, pool_url, channels, Arc::clone(&self.listener), probe).await?;
         tokio::spawn(listener);
-        tokio::spawn(async move {
-            let beat = |holding| {
-                let table = Arc::clone(&self);
-                async move { table.beat(holding).await }
-            };
-            heartbeat(&self.leases, self.heartbeat, beat).await
-        });
         Ok(())
     }
 

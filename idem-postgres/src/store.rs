@@ -9,13 +9,13 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::{Retainer, RetentionStatus};
+use idem_runtime::store::lease::{Held, Lease};
 use idem_runtime::store::{new_instance, Guard, Inserted, Page, StoreError};
 use idem_runtime::{Record, Retention, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
 use crate::builder::PgStoreBuilder;
-use crate::lease::{Holder, Leases};
 use crate::listen::Listener;
 use crate::operations::Table;
 use crate::rows::ChangeValues;
@@ -32,8 +32,10 @@ use crate::schema::{self, Names, Statements};
 ///   `synchronous_commit = on` it has reached the server's WAL on stable storage before the call
 ///   goes on (and a synchronous standby too, when one is configured). A server run with
 ///   `synchronous_commit = off` or `fsync = off` weakens that, and this store cannot tell.
-/// - **Leases**: an owner's record carries a lease, renewed by a heartbeat task while the body
-///   runs. Lease times come from the database's clock. When an owner dies, its lease lapses and
+/// - **Leases**: an owner's record carries a lease ([`Store::lease`]: the builder's `lease` and
+///   `heartbeat`), which the engine's heartbeat renews while the body runs, every lease this
+///   process holds in one statement per interval ([`Store::renew`]). Lease times are read on
+///   the database's clock. When an owner dies, its lease lapses and
 ///   every caller then treats the record as in doubt.
 /// - **Fencing**: every write names the state it replaces (status, owner, attempts) and a lapsed
 ///   lease is never renewed, so an owner whose record was taken over cannot write to it.
@@ -119,7 +121,7 @@ impl PgStore {
     pub(crate) async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
         schema::check_identifier("schema", &options.schema)?;
         schema::check_identifier("table", &options.table)?;
-        let heartbeat = checked_heartbeat(&options)?;
+        let terms = Lease::new(options.lease, options.heartbeat)?;
         let retention = match options.retention.clone() {
             Some(policy) => policy,
             None => Retention::from_env()?,
@@ -138,11 +140,10 @@ impl PgStore {
             statements: Statements::new(&names),
             names,
             owner: new_instance("pg"),
-            lease: options.lease,
-            heartbeat,
+            terms,
+            lease: terms.length,
             clock_offset: AtomicI64::new(0),
             listener: Arc::new(Listener::default()),
-            leases: Leases::default(),
             detached: Detached::default(),
             writes: Arc::new(Writes::default()),
         });
@@ -177,18 +178,6 @@ impl PgStore {
         .map_err(store_error)
     }
 
-    /// Extends `record`'s lease if its owner still holds it: what the heartbeat does for every
-    /// running call of this instance. Returns whether the lease was extended; a lease that has
-    /// lapsed, or a record that changed hands, is never extended.
-    pub fn renew<'a>(&'a self, record: &Record) -> StoreFuture<'a, bool> {
-        let shared = Arc::clone(&self.shared);
-        let holding = vec![(record.key.clone(), Holder::of(record))];
-        self.runtime.spawn_store(async move {
-            let deadline = deadline_after(Instant::now(), shared.lease);
-            Ok(!shared.renew(&holding, deadline).await?.is_empty())
-        })
-    }
-
     /// The store's table and pool, for transactional calls.
     pub(crate) fn table_state(&self) -> &Arc<Table> {
         &self.shared
@@ -216,25 +205,6 @@ impl PgStore {
     pub fn retention(&self) -> Option<RetentionStatus> {
         self.retainer.as_ref().map(Retainer::status)
     }
-
-    /// The lease an owner holds without a heartbeat.
-    pub fn lease(&self) -> Duration {
-        self.shared.lease
-    }
-}
-
-/// The heartbeat the options give, checked against the lease.
-fn checked_heartbeat(options: &PgStoreBuilder) -> Result<Duration, StoreError> {
-    if options.lease < Duration::from_millis(100) {
-        return Err(StoreError::new("the lease must be at least 100 ms"));
-    }
-    let heartbeat = options.heartbeat.unwrap_or(options.lease / 3);
-    if heartbeat >= options.lease {
-        return Err(StoreError::new(
-            "the heartbeat must be shorter than the lease, or leases lapse while bodies run",
-        ));
-    }
-    Ok(heartbeat)
 }
 
 /// The client configuration of `url`, with a connect timeout and the application name set
@@ -415,6 +385,15 @@ impl Store for PgStore {
     fn scan_page<'a>(&'a self, after: Option<&'a str>, limit: usize) -> StoreFuture<'a, Page> {
         let (shared, after) = (Arc::clone(&self.shared), after.map(str::to_owned));
         self.runtime.spawn_store(async move { shared.scan_page(after.as_deref(), limit).await })
+    }
+
+    fn lease(&self) -> Option<Lease> {
+        Some(self.shared.terms)
+    }
+
+    fn renew<'a>(&'a self, held: &'a [Held], until: u64) -> StoreFuture<'a, Vec<bool>> {
+        let (shared, held) = (Arc::clone(&self.shared), held.to_vec());
+        self.runtime.spawn_store(async move { shared.renew(&held, until).await })
     }
 
     fn clock(&self) -> u64 {

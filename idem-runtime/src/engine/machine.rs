@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::decide::Next;
+use super::heartbeat::{self, Leased};
 use super::reconciler::{ask, Reconciled};
 use super::settle::{self, Unsettled};
 use super::{Call, Codec, DEFAULT_WAIT};
@@ -73,6 +74,9 @@ pub(super) struct Reservation {
     /// Whether a settling write landed (an atomic, so that settling takes `&self` while the
     /// transition borrows the held record).
     settled: AtomicBool,
+    /// The record's lease, renewed by the store's heartbeat from the write that makes this
+    /// reservation until the write that settles it (`None`: the store leases nothing).
+    lease: Option<Leased>,
 }
 
 impl Reservation {
@@ -92,6 +96,7 @@ impl Reservation {
             started: false,
             token: 0,
             settled: AtomicBool::new(false),
+            lease: None,
         });
         let written = match &pending.before {
             None => match store.insert_if_absent(&pending.record, step.change).await? {
@@ -111,6 +116,7 @@ impl Reservation {
         match written {
             Ok(token) => {
                 pending.token = token;
+                pending.lease = heartbeat::hold(store, &pending.record);
                 Ok(Taken::Mine(pending))
             }
             Err(now) => {
@@ -154,6 +160,11 @@ impl Reservation {
         let written =
             self.store.compare_and_swap(&self.record, guard, new.as_ref(), change.clone()).await;
         self.settled.store(true, Ordering::Relaxed);
+        // Written, refused or failed, the lease is no longer renewed: a failed write lets it
+        // lapse, so that the key turns in doubt for others, as after a crash.
+        if let Some(lease) = &self.lease {
+            lease.forget();
+        }
         match written {
             Ok(token) => Ok((token.is_some(), new)),
             Err(e) => {

@@ -32,6 +32,7 @@ mod approval;
 mod args;
 mod context;
 mod decide;
+mod heartbeat;
 mod machine;
 pub(crate) mod open;
 mod reconciler;

@@ -1,15 +1,15 @@
 //! Whether an owner still holds its in-flight record, written once, on one clock: the store's
 //! ([`Store::clock`](crate::store::Store::clock)).
 //!
-//! A store shared by several processes (PostgreSQL) gives every in-flight record a lease, which
-//! its owner renews while the body runs; the owner holds the record until the lease lapses on
-//! the store's clock. A store that one process holds (sled) writes no lease: an in-flight
+//! A store shared by several processes (PostgreSQL) gives every in-flight record a lease on the
+//! terms it states ([`Lease`]), which the engine's heartbeat renews while the body runs; the
+//! owner holds the record until the lease lapses on the store's clock. A store that one process holds (sled) writes no lease: an in-flight
 //! record is held while its owner is a call of this instance, and one left by another instance
 //! was left by a process that died.
 
 use std::time::Duration;
 
-use super::owner::instance_of;
+use super::owner::{instance_of, Owner};
 use super::record::Record;
 
 /// Whether the owner of the in-flight `record` still holds it at `now` (milliseconds on the
@@ -30,4 +30,49 @@ pub(crate) fn held(owner: &str, lease_until: Option<u64>, now: u64, instance: &s
 pub fn left(record: &Record, now: u64) -> Option<Duration> {
     let until = record.lease_until?;
     (until > now).then(|| Duration::from_millis(until - now))
+}
+
+/// The terms of the leases a store's in-flight records carry ([`Store::lease`]): how long a
+/// lease lasts past its last renewal, and how often the engine's heartbeat renews the leases its
+/// calls hold. Made with `Lease::new`, which checks that a renewal comes before the lease lapses.
+///
+/// [`Store::lease`]: crate::store::Store::lease
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// How long a lease lasts past the write or the renewal that set it.
+    pub length: Duration,
+    /// How often the heartbeat renews every lease held: shorter than `length`.
+    pub renew_every: Duration,
+}
+
+impl Lease {
+    /// The end of a lease set at `now` on the store's clock (milliseconds): what a write that
+    /// leaves a record in flight, and each renewal, puts in `lease_until`.
+    pub fn until(&self, now: u64) -> u64 {
+        now.saturating_add(u64::try_from(self.length.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// A lease a call holds: its key, and the owner and attempt that hold it, which is what a
+/// renewal names ([`Store::renew`]). A record that changed hands, or settled, has another owner,
+/// attempt or status, and its lease is not renewed.
+///
+/// [`Store::renew`]: crate::store::Store::renew
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Held {
+    /// The record's key.
+    pub key: String,
+    /// The owner that holds it.
+    pub owner: Owner,
+    /// The owner's attempt.
+    pub attempts: u32,
+}
+
+impl Held {
+    /// The lease of `record`, as its owner holds it.
+    pub fn of(record: &Record) -> Held {
+        Held { key: record.key.clone(), owner: record.owner.clone(), attempts: record.attempts }
+    }
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
+use crate::lifecycle::lease::{Held, Lease};
 use crate::lifecycle::Record;
 
 pub(crate) mod access;
@@ -149,6 +150,27 @@ pub trait Store: Send + Sync + 'static {
         seen: &'a Record,
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>>;
+
+    /// The terms of the leases this store's in-flight records carry, for a store whose owners'
+    /// liveness is a lease (one that several processes share): a write that leaves a record in
+    /// flight sets its `lease_until` to [`Lease::until`] the store's clock, and the engine's
+    /// heartbeat renews the leases its calls hold every `renew_every`, through
+    /// [`Store::renew`]. `None` (the default): records carry no lease, and an owner holds its
+    /// record while it is a call of this instance.
+    fn lease(&self) -> Option<Lease> {
+        None
+    }
+
+    /// Extends each lease of `held` whose record is still in flight under that owner and
+    /// attempt, with its lease not yet lapsed on this store's clock, to `until` (milliseconds on
+    /// that clock), in one storage operation: the engine's heartbeat renews every lease a store's
+    /// calls hold with one call. Answers, for each of `held` in order, whether it was extended.
+    /// A lapsed lease is never extended: a peer that saw it lapse may take the record over. A
+    /// store without leases keeps the default, which extends none.
+    fn renew<'a>(&'a self, held: &'a [Held], until: u64) -> StoreFuture<'a, Vec<bool>> {
+        let _ = until;
+        Box::pin(std::future::ready(Ok(vec![false; held.len()])))
+    }
 
     /// Now, in milliseconds since the Unix epoch, on the clock this store's leases are read on
     /// (a shared database's clock for a store that several machines share). This machine's

@@ -1,0 +1,200 @@
+//! The lease heartbeat: one per store whose records carry leases ([`Store::lease`]), the same
+//! for every such backend. A call that reserves or takes over a record holds its lease from
+//! then until it writes the record again; the heartbeat renews every lease a store's calls hold
+//! with one [`Store::renew`] per interval, and forgets a lease the store refuses to renew (it
+//! lapsed, or the record changed hands), whose owner's later write is then fenced by the store.
+//!
+//! The heartbeat is a thread of its own (`idem-heartbeat`), which drives the store's futures
+//! with [`block_on`], so that it renews the leases of sync calls on plain threads and of async
+//! calls on any executor alike. It holds the store weakly and ends once the store is gone.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use crate::error::StoreError;
+use crate::exec::block_on;
+use crate::lifecycle::lease::{Held, Lease};
+use crate::lifecycle::{Record, Status};
+use crate::store::Store;
+
+/// The shortest lease: shorter, and a heartbeat's round trip would be a large part of it.
+const SHORTEST: Duration = Duration::from_millis(100);
+
+impl Lease {
+    /// Leases of `length`, renewed every `renew_every` (a third of the length when `None`);
+    /// refused when the lease is shorter than 100 ms, or is not renewed before it lapses.
+    pub fn new(length: Duration, renew_every: Option<Duration>) -> Result<Lease, StoreError> {
+        if length < SHORTEST {
+            return Err(StoreError::new("the lease must be at least 100 ms").lasting());
+        }
+        let renew_every = renew_every.unwrap_or(length / 3);
+        if renew_every >= length || renew_every.is_zero() {
+            return Err(StoreError::new(
+                "the heartbeat must be shorter than the lease (and not zero), or leases lapse \
+                 while bodies run",
+            )
+            .lasting());
+        }
+        Ok(Lease { length, renew_every })
+    }
+}
+
+/// The heartbeats of the stores this process's calls hold leases of, by store instance.
+static HEARTBEATS: Mutex<Option<HashMap<String, Arc<Heartbeat>>>> = Mutex::new(None);
+
+fn heartbeats() -> MutexGuard<'static, Option<HashMap<String, Arc<Heartbeat>>>> {
+    HEARTBEATS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One store's heartbeat: the leases its calls hold, by key.
+struct Heartbeat {
+    store: Weak<dyn Store>,
+    lease: Lease,
+    held: Mutex<HashMap<String, Held>>,
+    /// Wakes the thread when the first lease is taken.
+    taken: Condvar,
+}
+
+/// A lease a call holds, renewed by its store's heartbeat until [`Leased::forget`] (or a drop).
+pub(super) struct Leased {
+    heartbeat: Arc<Heartbeat>,
+    held: Held,
+}
+
+/// Holds the lease of `record`, which a call of `store` just reserved or took over, when the
+/// store leases its records; `None` for a store without leases.
+pub(super) fn hold(store: &Arc<dyn Store>, record: &Record) -> Option<Leased> {
+    let lease = store.lease()?;
+    if record.status != Status::InFlight {
+        return None;
+    }
+    let heartbeat = {
+        let mut all = heartbeats();
+        let all = all.get_or_insert_with(HashMap::new);
+        let instance = store.instance();
+        match all.get(instance) {
+            // Alive: a heartbeat whose store went (another handle of the same instance) is
+            // replaced.
+            Some(heartbeat) if heartbeat.store.strong_count() > 0 => Arc::clone(heartbeat),
+            _ => {
+                let heartbeat = Heartbeat::start(store, lease);
+                all.insert(instance.to_owned(), Arc::clone(&heartbeat));
+                heartbeat
+            }
+        }
+    };
+    let held = Held::of(record);
+    heartbeat.lock().insert(held.key.clone(), held.clone());
+    heartbeat.taken.notify_one();
+    Some(Leased { heartbeat, held })
+}
+
+impl Leased {
+    /// The call no longer holds this lease: it wrote its record (whether or not the write
+    /// landed: an owner whose last write failed lets its lease lapse, so that the key turns in
+    /// doubt for others as after a crash, rather than look running for as long as the store
+    /// lives). A newer holding of the same key is kept.
+    pub(super) fn forget(&self) {
+        self.heartbeat.forget(&self.held);
+    }
+}
+
+impl Drop for Leased {
+    fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+impl Heartbeat {
+    fn start(store: &Arc<dyn Store>, lease: Lease) -> Arc<Heartbeat> {
+        let heartbeat = Arc::new(Heartbeat {
+            store: Arc::downgrade(store),
+            lease,
+            held: Mutex::new(HashMap::new()),
+            taken: Condvar::new(),
+        });
+        let beating = Arc::clone(&heartbeat);
+        let started = std::thread::Builder::new()
+            .name("idem-heartbeat".to_owned())
+            .spawn(move || beating.run());
+        if let Err(e) = started {
+            // The leases then lapse while bodies run, and their keys turn in doubt for others:
+            // what a process that cannot start a thread can offer.
+            tracing::error!(error = %e, "idem: cannot start the lease heartbeat");
+        }
+        heartbeat
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forget(&self, held: &Held) {
+        let mut all = self.lock();
+        if all.get(&held.key) == Some(held) {
+            all.remove(&held.key);
+        }
+    }
+
+    /// Renews every lease held, one interval after the first is taken and every interval
+    /// while any is held, until the store is gone.
+    fn run(self: Arc<Self>) {
+        let every = self.lease.renew_every;
+        loop {
+            {
+                let mut held = self.lock();
+                while held.is_empty() {
+                    if self.store.strong_count() == 0 {
+                        drop(held);
+                        self.end();
+                        return;
+                    }
+                    held =
+                        self.taken.wait_timeout(held, every).unwrap_or_else(|e| e.into_inner()).0;
+                }
+            }
+            std::thread::sleep(every);
+            let Some(store) = self.store.upgrade() else {
+                self.end();
+                return;
+            };
+            self.beat(store.as_ref());
+        }
+    }
+
+    /// One renewal of every lease held, in one storage operation.
+    fn beat(&self, store: &dyn Store) {
+        let holding: Vec<Held> = self.lock().values().cloned().collect();
+        if holding.is_empty() {
+            return;
+        }
+        let until = self.lease.until(store.clock());
+        match block_on(store.renew(&holding, until)) {
+            Ok(renewed) => {
+                let refused = holding
+                    .iter()
+                    .enumerate()
+                    .filter(|(n, _)| !renewed.get(*n).copied().unwrap_or(false));
+                for (_, held) in refused {
+                    // Settled meanwhile (then it is forgotten already), or lost: either way the
+                    // owner's final write is fenced by the store.
+                    self.forget(held);
+                    tracing::debug!(key = %held.key, owner = %held.owner, "idem: lease not renewed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "idem: cannot renew leases; running calls lose their keys if this lasts past the lease")
+            }
+        }
+    }
+
+    /// The store is gone: this heartbeat leaves the list (a store opened later has another
+    /// instance, and so another heartbeat).
+    fn end(self: &Arc<Self>) {
+        let mut all = heartbeats();
+        if let Some(all) = all.as_mut() {
+            all.retain(|_, heartbeat| !Arc::ptr_eq(heartbeat, self));
+        }
+    }
+}
