@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
-use idem_runtime::retention::{Retainer, RetentionStatus};
+use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::lease::{Held, Lease};
-use idem_runtime::store::{new_instance, Guard, Inserted, Page, StoreError};
-use idem_runtime::{Record, Retention, Store, StoreFuture};
+use idem_runtime::store::{new_instance, Beside, Guard, Inserted, Page, StoreError};
+use idem_runtime::{Record, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
 
@@ -78,8 +78,9 @@ use crate::schema::{self, Names, Statements};
 /// # Ok(()) }
 /// ```
 pub struct PgStore {
-    /// The retention passes, on a second handle; stopped before the rest goes away.
-    retainer: Option<Retainer>,
+    /// What the engine's opener runs beside the store (the retention passes, on a second
+    /// handle): the first field, so that it stops before the rest goes away.
+    beside: Beside,
     shared: Arc<Table>,
     runtime: Arc<OwnRuntime>,
 }
@@ -98,7 +99,11 @@ impl PgStoreBuilder {
 
     /// Connects without blocking; the future runs on any executor.
     pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
-        PgStore::open(self).await.map_err(store_error)
+        let retention = self.retention.clone();
+        let mut store = PgStore::open_storage(self).await.map_err(store_error)?;
+        // What runs beside the store is the engine's, as for sled and SQLite.
+        store.beside = Beside::start(retention, || store.handle()).map_err(store_error)?;
+        Ok(store)
     }
 }
 
@@ -118,14 +123,11 @@ impl PgStore {
         PgStoreBuilder::new(url)
     }
 
-    pub(crate) async fn open(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
+    /// Opens the table (nothing runs beside it yet: see [`PgStoreBuilder::connect_async`]).
+    async fn open_storage(options: PgStoreBuilder) -> Result<PgStore, StoreError> {
         schema::check_identifier("schema", &options.schema)?;
         schema::check_identifier("table", &options.table)?;
         let terms = Lease::new(options.lease, options.heartbeat)?;
-        let retention = match options.retention.clone() {
-            Some(policy) => policy,
-            None => Retention::from_env()?,
-        };
         let config = client_config(&options.url)?;
         // The listening connection's own URL is parsed now, so that a mistyped one fails the
         // connect rather than a background task.
@@ -151,19 +153,17 @@ impl PgStore {
         let create = options.create;
         let pool_url = options.listen_url.is_none();
         runtime.spawn_store(async move { setup.start(listen, pool_url, create).await }).await?;
-        let runtime = Arc::new(runtime);
-        let retainer = match retention {
-            Some(policy) => {
-                let handle = PgStore {
-                    retainer: None,
-                    shared: Arc::clone(&shared),
-                    runtime: Arc::clone(&runtime),
-                };
-                Some(Retainer::start(Arc::new(handle), policy)?)
-            }
-            None => None,
-        };
-        Ok(PgStore { retainer, shared, runtime })
+        Ok(PgStore { beside: Beside::default(), shared, runtime: Arc::new(runtime) })
+    }
+
+    /// A second handle on the same table, with nothing beside it: for what runs beside the
+    /// store.
+    fn handle(&self) -> PgStore {
+        PgStore {
+            beside: Beside::default(),
+            shared: Arc::clone(&self.shared),
+            runtime: Arc::clone(&self.runtime),
+        }
     }
 
     /// Creates the schema and table if they are missing, and migrates a table of an earlier
@@ -203,7 +203,7 @@ impl PgStore {
     /// The retention policy this store runs in the background, and what its passes removed
     /// so far; `None` when it runs none.
     pub fn retention(&self) -> Option<RetentionStatus> {
-        self.retainer.as_ref().map(Retainer::status)
+        self.beside.retention()
     }
 }
 

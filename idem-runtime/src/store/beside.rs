@@ -5,9 +5,16 @@
 use std::any::Any;
 
 /// What runs beside a store, in the order it was started; dropped first to last, before the
-/// rest of the store.
+/// rest of the store. A backend outside this crate (PostgreSQL) gets one from the engine's
+/// opener, `Beside::start`, and keeps it as its store's first field, so that it drops first.
 #[derive(Default)]
-pub(crate) struct Beside(Vec<Box<dyn Any + Send + Sync>>);
+pub struct Beside(Vec<Box<dyn Any + Send + Sync>>);
+
+impl std::fmt::Debug for Beside {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Beside").field("running", &self.0.len()).finish()
+    }
+}
 
 impl Beside {
     /// Keeps `running` until the store closes.

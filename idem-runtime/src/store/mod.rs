@@ -200,6 +200,7 @@ pub enum Inserted {
 }
 
 // What a store implementor needs besides the trait, in one place.
+pub use self::beside::Beside;
 pub use self::notify::{Notifier, Watch};
 pub use self::page::{Page, RecordPage, Stored};
 pub use self::transaction::{Committed, Transaction};

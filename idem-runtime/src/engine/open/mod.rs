@@ -1,7 +1,8 @@
 //! Opening a store: the storage a backend opens, and what the engine and the operator
 //! interface run beside it (the retention passes, a sled store's admin socket), started here
 //! and kept with the store so that they stop before it closes. Every way a store is opened
-//! comes through here: a builder's `open` (`sled.rs`, `sqlite.rs`), a name ([`open_store`],
+//! comes through here: a builder's `open` (`sled.rs`, `sqlite.rs`; a backend of another crate
+//! calls [`Beside::start`] once its storage is open), a name ([`open_store`],
 //! [`StoreName::open`]) and the process default store (`default.rs`). A backend opens its
 //! storage and knows nothing of what runs beside it.
 
@@ -11,8 +12,9 @@ use std::sync::Arc;
 use super::retention::Retainer;
 use crate::admin::RetentionReport;
 use crate::error::{Error, StoreError};
-use crate::lifecycle::retention::Retention;
+use crate::lifecycle::retention::{Retention, RetentionStatus};
 use crate::store::access::Access;
+use crate::store::beside::Beside;
 use crate::store::name::{postgres_opener, StoreName};
 use crate::store::sled::SledStore;
 use crate::store::Store;
@@ -36,6 +38,31 @@ fn start_retainer<S: Store>(
     handle: impl FnOnce() -> S,
 ) -> Result<Option<Retainer>, StoreError> {
     policy.map(|policy| Retainer::start(Arc::new(handle()), policy)).transpose()
+}
+
+impl Beside {
+    /// Starts what the engine runs beside a store that a backend outside this crate opened
+    /// (PostgreSQL's `PgStoreBuilder::connect` calls it once its storage is ready), as it does
+    /// for sled and SQLite: the retention passes `retention` asks for (`None`: not set, so
+    /// `$IDEM_RETAIN` decides), on the second handle of the store that `handle` makes. The
+    /// store keeps what this returns as its first field, so that the passes stop before the
+    /// rest of it closes.
+    pub fn start<S: Store>(
+        retention: Option<Option<Retention>>,
+        handle: impl FnOnce() -> S,
+    ) -> Result<Beside, StoreError> {
+        let mut beside = Beside::default();
+        if let Some(retainer) = start_retainer(policy(retention)?, handle)? {
+            beside.keep(retainer);
+        }
+        Ok(beside)
+    }
+
+    /// The retention policy run beside the store, and what its passes removed so far; `None`
+    /// when none runs.
+    pub fn retention(&self) -> Option<RetentionStatus> {
+        self.find::<Retainer>().map(Retainer::status)
+    }
 }
 
 /// What `idem stats` reads of `retainer`'s passes.

@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use super::{policy, start_retainer};
-use crate::engine::retention::Retainer;
 use crate::error::{Error, StoreError};
 use crate::lifecycle::retention::RetentionStatus;
 use crate::store::sled::{SledStore, SledStoreBuilder};
@@ -26,7 +25,7 @@ impl SledStore {
     /// The retention policy run beside this store, and what its passes removed so far; `None`
     /// when none runs.
     pub fn retention(&self) -> Option<RetentionStatus> {
-        self.beside.find::<Retainer>().map(Retainer::status)
+        self.beside.retention()
     }
 }
 

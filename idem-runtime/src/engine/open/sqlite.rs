@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use super::{policy, start_retainer};
-use crate::engine::retention::Retainer;
 use crate::error::{Error, StoreError};
 use crate::lifecycle::retention::RetentionStatus;
 use crate::store::sqlite::{SqliteStore, SqliteStoreBuilder};
@@ -25,7 +24,7 @@ impl SqliteStore {
     /// The retention policy run beside this store, and what its passes removed so far; `None`
     /// when none runs.
     pub fn retention(&self) -> Option<RetentionStatus> {
-        self.beside.find::<Retainer>().map(Retainer::status)
+        self.beside.retention()
     }
 }
 
