@@ -1,7 +1,8 @@
 //! The synchronisation types of the hand-written concurrency (`store/sync.rs`,
-//! `store/notify.rs`, `exec.rs`, `remote/seats.rs`): std's, or loom's under the `loom` feature, so that the
-//! `loom_` models beside each of them explore every interleaving, as tokio checks its own
-//! primitives. Nothing else in the crate uses these.
+//! `store/notify.rs`, `exec.rs`, `remote/seats.rs`, the held leases of `engine/heartbeat.rs`):
+//! std's, or loom's under the `loom` feature, so that the `loom_` models beside each of them
+//! explore every interleaving, as tokio checks its own primitives. Nothing else in the crate
+//! uses these.
 
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::atomic::AtomicU64;

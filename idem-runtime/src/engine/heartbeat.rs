@@ -47,13 +47,61 @@ fn heartbeats() -> MutexGuard<'static, Option<HashMap<String, Arc<Heartbeat>>>> 
     HEARTBEATS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One store's heartbeat: the leases its calls hold, by key.
+/// One store's heartbeat: the leases its calls hold.
 struct Heartbeat {
     store: Weak<dyn Store>,
     lease: Lease,
-    held: Mutex<HashMap<String, Held>>,
-    /// Wakes the thread when the first lease is taken.
+    held: Holdings,
+    /// Wakes the thread when a lease is taken: notified under `idle`, which the thread holds
+    /// while it finds no lease held, so that no wake-up is lost.
+    idle: Mutex<()>,
     taken: Condvar,
+}
+
+/// The leases held, by key: the one state calls (holding, forgetting) and the heartbeat
+/// (renewing, forgetting what the store refused) share.
+#[derive(Default)]
+struct Holdings(crate::loom::Mutex<HashMap<String, Held>>);
+
+impl Holdings {
+    fn lock(&self) -> crate::loom::MutexGuard<'_, HashMap<String, Held>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `held` is its key's lease now (a newer owner's replaces an older one's).
+    fn hold(&self, held: Held) {
+        self.lock().insert(held.key.clone(), held);
+    }
+
+    /// Forgets `held`, only if it is still its key's lease: a newer holding of the same key,
+    /// taken after a renewal read the old one, is kept.
+    fn forget(&self, held: &Held) {
+        let mut all = self.lock();
+        if all.get(&held.key) == Some(held) {
+            all.remove(&held.key);
+        }
+    }
+
+    /// Every lease held now, for one renewal.
+    fn now(&self) -> Vec<Held> {
+        self.lock().values().cloned().collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    /// After a renewal of `asked` that extended those `renewed` says: forgets the others.
+    fn refused(&self, asked: &[Held], renewed: &[bool]) {
+        for (n, held) in asked.iter().enumerate() {
+            if !renewed.get(n).copied().unwrap_or(false) {
+                // Settled meanwhile (then it is forgotten already), or lost: either way the
+                // owner's final write is fenced by the store.
+                self.forget(held);
+                tracing::debug!(key = %held.key, owner = %held.owner, "idem: lease not renewed");
+            }
+        }
+    }
 }
 
 /// A lease a call holds, renewed by its store's heartbeat until [`Leased::forget`] (or a drop).
@@ -85,8 +133,8 @@ pub(super) fn hold(store: &Arc<dyn Store>, record: &Record) -> Option<Leased> {
         }
     };
     let held = Held::of(record);
-    heartbeat.lock().insert(held.key.clone(), held.clone());
-    heartbeat.taken.notify_one();
+    heartbeat.held.hold(held.clone());
+    heartbeat.wake();
     Some(Leased { heartbeat, held })
 }
 
@@ -96,7 +144,7 @@ impl Leased {
     /// doubt for others as after a crash, rather than look running for as long as the store
     /// lives). A newer holding of the same key is kept.
     pub(super) fn forget(&self) {
-        self.heartbeat.forget(&self.held);
+        self.heartbeat.held.forget(&self.held);
     }
 }
 
@@ -111,7 +159,8 @@ impl Heartbeat {
         let heartbeat = Arc::new(Heartbeat {
             store: Arc::downgrade(store),
             lease,
-            held: Mutex::new(HashMap::new()),
+            held: Holdings::default(),
+            idle: Mutex::new(()),
             taken: Condvar::new(),
         });
         let beating = Arc::clone(&heartbeat);
@@ -126,15 +175,9 @@ impl Heartbeat {
         heartbeat
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn forget(&self, held: &Held) {
-        let mut all = self.lock();
-        if all.get(&held.key) == Some(held) {
-            all.remove(&held.key);
-        }
+    fn wake(&self) {
+        let _idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        self.taken.notify_one();
     }
 
     /// Renews every lease held, one interval after the first is taken and every interval
@@ -143,15 +186,15 @@ impl Heartbeat {
         let every = self.lease.renew_every;
         loop {
             {
-                let mut held = self.lock();
-                while held.is_empty() {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                while self.held.is_empty() {
                     if self.store.strong_count() == 0 {
-                        drop(held);
+                        drop(idle);
                         self.end();
                         return;
                     }
-                    held =
-                        self.taken.wait_timeout(held, every).unwrap_or_else(|e| e.into_inner()).0;
+                    idle =
+                        self.taken.wait_timeout(idle, every).unwrap_or_else(|e| e.into_inner()).0;
                 }
             }
             std::thread::sleep(every);
@@ -165,24 +208,13 @@ impl Heartbeat {
 
     /// One renewal of every lease held, in one storage operation.
     fn beat(&self, store: &dyn Store) {
-        let holding: Vec<Held> = self.lock().values().cloned().collect();
-        if holding.is_empty() {
+        let asked = self.held.now();
+        if asked.is_empty() {
             return;
         }
         let until = self.lease.until(store.clock());
-        match block_on(store.renew(&holding, until)) {
-            Ok(renewed) => {
-                let refused = holding
-                    .iter()
-                    .enumerate()
-                    .filter(|(n, _)| !renewed.get(*n).copied().unwrap_or(false));
-                for (_, held) in refused {
-                    // Settled meanwhile (then it is forgotten already), or lost: either way the
-                    // owner's final write is fenced by the store.
-                    self.forget(held);
-                    tracing::debug!(key = %held.key, owner = %held.owner, "idem: lease not renewed");
-                }
-            }
+        match block_on(store.renew(&asked, until)) {
+            Ok(renewed) => self.held.refused(&asked, &renewed),
             Err(e) => {
                 tracing::warn!(error = %e, "idem: cannot renew leases; running calls lose their keys if this lasts past the lease")
             }
@@ -196,5 +228,49 @@ impl Heartbeat {
         if let Some(all) = all.as_mut() {
             all.retain(|_, heartbeat| !Arc::ptr_eq(heartbeat, self));
         }
+    }
+}
+
+/// A model of the held set under loom (`cargo test -p idem-agent-runtime --features loom --lib
+/// loom_`): a renewal the store refuses forgets only the holdings it asked about, so a newer
+/// owner's lease of the same key, or another key's, taken meanwhile, is kept and renewed next.
+#[cfg(all(test, feature = "loom"))]
+mod loom_models {
+    use super::*;
+    use crate::lifecycle::Owner;
+
+    fn held(key: &str, owner: &str) -> Held {
+        Held { key: key.to_owned(), owner: Owner::from(owner), attempts: 1 }
+    }
+
+    #[test]
+    fn loom_a_refused_renewal_forgets_only_what_it_asked_about() {
+        crate::loom::model(|| {
+            let holdings = crate::loom::Arc::new(Holdings::default());
+            holdings.hold(held("k", "a#1"));
+            let beat = {
+                let holdings = crate::loom::Arc::clone(&holdings);
+                crate::loom::thread::spawn(move || {
+                    // The store refuses every lease it is asked about.
+                    let asked = holdings.now();
+                    holdings.refused(&asked, &[]);
+                    asked
+                })
+            };
+            // Meanwhile the first owner settles, a new owner takes the key over, and another
+            // call reserves another key.
+            holdings.forget(&held("k", "a#1"));
+            holdings.hold(held("k", "b#2"));
+            holdings.hold(held("j", "c#3"));
+            let asked = beat.join().unwrap();
+            let now = holdings.now();
+            for taken in [held("k", "b#2"), held("j", "c#3")] {
+                assert!(
+                    now.contains(&taken) || asked.contains(&taken),
+                    "{taken:?} was forgotten unasked: held {now:?}, asked {asked:?}"
+                );
+            }
+            assert!(!now.contains(&held("k", "a#1")), "the settled owner's lease is gone");
+        });
     }
 }
