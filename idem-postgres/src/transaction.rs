@@ -22,7 +22,7 @@
 
 use std::future::Future;
 
-use idem_runtime::history::{Change, Entry};
+use idem_runtime::history::Change;
 use idem_runtime::store::{Committed, Guard, Inserted, StoreError, Transaction};
 use idem_runtime::{Attempt, Call, Codec, Kind, Record, Retries, Site, Store, ToolInfo};
 
@@ -280,11 +280,6 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         let written = self.driver.exec().int(self.run.update, &params).await;
         let written = written.map_err(|e| store_error("cannot take over", &expected.key, e))?;
         Ok(written.map(|seq| u64::try_from(seq).unwrap_or(0)))
-    }
-
-    async fn history(&mut self, key: &str) -> Result<Vec<Entry>, StoreError> {
-        // Outside the transaction: the history of a denial is committed.
-        self.run.store.history(key).await
     }
 
     fn body_starts(&mut self) {}

@@ -1,6 +1,7 @@
 //! `#[idem::idempotent(scope = "…", transactional = "tx", store = …)]` on an `async fn` whose
 //! store is a `PgStore`: the tool's writes through `tx` commit with its record, on the engine's
-//! transactional path, as `PgStore::transactional(call).run(…)` does by hand.
+//! transactional path, as `PgStore::transactional(call).run(…)` does by hand; with `approve`,
+//! after a person approved it, and never when they denied it.
 
 mod common;
 
@@ -8,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use idem_postgres::PgStore;
-use idem_runtime::{Status, Store};
+use idem_runtime::admin::{self, Decision};
+use idem_runtime::history::Event;
+use idem_runtime::{Error, Key, Status, Store};
 use tokio_postgres::types::Type;
 
 /// The store of this test, on a schema of its own: the tool names it by this function.
@@ -147,6 +150,120 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     let (first, again) = (desk.refund(20).await.unwrap(), desk.refund(20).await.unwrap());
     assert_eq!(first, again, "the repeat replays");
     assert_eq!(rows(20).await, 1, "one row");
+    drop(client);
+    let _ = std::thread::spawn(move || drop(guard)).join();
+}
+
+/// The store of the approval test, on a schema of its own.
+static DESK: OnceLock<Arc<PgStore>> = OnceLock::new();
+
+fn desk() -> Result<Arc<PgStore>, idem::Error> {
+    Ok(Arc::clone(DESK.get().expect("the test opens the store before calling the tool")))
+}
+
+/// Runs of the approved refund's body.
+static APPROVED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// Why an approved refund did not happen: idem's answer, or the database's.
+#[derive(Debug)]
+enum NotRefunded {
+    Idem(Error),
+    Database(String),
+}
+
+impl From<Error> for NotRefunded {
+    fn from(error: Error) -> Self {
+        NotRefunded::Idem(error)
+    }
+}
+
+/// A refund a person approves first, for exactly its order.
+#[idem::idempotent(scope = "order", transactional = "tx", store = desk, approve)]
+async fn approved_refund(
+    order: i64,
+    table: String,
+    tx: &mut tokio_postgres::Transaction<'_>,
+) -> Result<i64, NotRefunded> {
+    APPROVED_RUNS.fetch_add(1, Ordering::SeqCst);
+    let sql = format!("INSERT INTO {table} (order_id) VALUES ($1) RETURNING id");
+    let row = tx.query_typed_one(&sql, &[(&order, Type::INT8)]).await;
+    Ok(row.map_err(|e| NotRefunded::Database(e.to_string()))?.get(0))
+}
+
+/// The idem error of a refund that did not happen.
+fn idem_error(answer: Result<i64, NotRefunded>) -> Error {
+    match answer {
+        Err(NotRefunded::Idem(error)) => error,
+        Err(NotRefunded::Database(reason)) => panic!("the database refused the refund: {reason}"),
+        Ok(id) => panic!("expected an idem error, got refund {id}"),
+    }
+}
+
+/// A person decides `key` (as `idem approve` or `idem deny` would), off the async runtime.
+async fn decide(key: &str, decision: Decision, note: Option<&'static str>) {
+    let (store, key) = (desk().unwrap(), key.parse::<Key>().unwrap());
+    tokio::task::spawn_blocking(move || {
+        admin::decide(store.as_ref(), &key, decision, "ann@ops", note).unwrap();
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("txappr");
+    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = PgStore::builder(&url).schema(&schema).connect_async().await;
+    let store = DESK.get_or_init(|| Arc::new(store.expect("the store connects")));
+    let table = format!("\"{schema}\".refunds");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
+    client.batch_execute(&sql).await.unwrap();
+    let rows = async |order: i64| -> i64 {
+        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
+        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
+    };
+
+    // Asked: the key awaits a person, and nothing of the body ran.
+    let key = match idem_error(sendable(approved_refund(1, table.clone())).await) {
+        Error::AwaitingApproval { key, .. } => key,
+        other => panic!("expected AwaitingApproval, got {other:?}"),
+    };
+    assert!(matches!(
+        idem_error(approved_refund(1, table.clone()).await),
+        Error::AwaitingApproval { key: again, .. } if again == key
+    ));
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(1).await), (0, 0));
+    let shown = store.get(&key).await.unwrap().expect("idem show finds the request");
+    assert_eq!(shown.status, Status::AwaitingApproval);
+
+    // Approved: one run, its row and its record committed together; the retry replays.
+    decide(&key, Decision::Approve, Some("ok")).await;
+    let first = approved_refund(1, table.clone()).await.expect("the approved refund is made");
+    let again = approved_refund(1, table.clone()).await.expect("the retry is answered");
+    assert_eq!(again, first, "replayed");
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(1).await), (1, 1));
+    let events: Vec<Event> =
+        store.history(&key).await.unwrap().iter().map(|entry| entry.event).collect();
+    assert_eq!(events, [Event::ApprovalRequested, Event::Approved, Event::TookOver, Event::Done]);
+
+    // Denied: every call is refused with the note; no row.
+    let key = match idem_error(approved_refund(2, table.clone()).await) {
+        Error::AwaitingApproval { key, .. } => key,
+        other => panic!("expected AwaitingApproval, got {other:?}"),
+    };
+    decide(&key, Decision::Deny, Some("over the limit")).await;
+    for _ in 0..2 {
+        match idem_error(approved_refund(2, table.clone()).await) {
+            Error::Denied { by, note, .. } => {
+                assert_eq!((by.as_str(), note.as_deref()), ("ann@ops", Some("over the limit")));
+            }
+            other => panic!("expected Denied, got {other:?}"),
+        }
+    }
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(2).await), (1, 0));
     drop(client);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }

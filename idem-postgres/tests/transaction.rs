@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::PgStore;
-use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
+use idem_runtime::admin::{self, Decision};
+use idem_runtime::history::Event;
+use idem_runtime::{Call, Error, InDoubtPolicy, Key, Status, Store};
 use tokio_postgres::types::Type;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -456,42 +458,94 @@ async fn through_sqlx_the_writes_and_the_record_commit_together() {
     assert_eq!((record.status, record.result), (Status::Done, Some(ids[0].to_string())));
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_call_that_needs_approval_is_refused_before_it_writes_by_both_drivers() {
-    let Some(shop) = Shop::open("tx11").await else { return };
-    let runs = AtomicUsize::new(0);
-    let sql = format!("INSERT INTO {} (order_id, cents) VALUES (17, 1250)", shop.refunds());
-    let refused = shop
-        .store
-        .transactional(shop.call(17).approve(true))
-        .run(async |tx| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            tx.batch_execute(&sql).await?;
-            Ok::<i64, BoxError>(1)
-        })
-        .await;
-    let error = *refused.unwrap_err().downcast::<Error>().expect("an idem error");
-    assert!(!error.is_retryable(), "a retry cannot help: {error}");
-    let message = error.to_string();
-    assert!(message.contains(shop.call(17).key().as_str()), "names the key: {message}");
-    assert!(message.contains("approval"), "{message}");
+/// A person decides `key` (as `idem approve` or `idem deny` would), off the async runtime.
+async fn decide(store: &Arc<PgStore>, key: &str, decision: Decision, note: Option<&'static str>) {
+    let (store, key) = (Arc::clone(store), key.parse::<Key>().unwrap());
+    tokio::task::spawn_blocking(move || {
+        admin::decide(store.as_ref(), &key, decision, "ann@ops", note).unwrap();
+    })
+    .await
+    .unwrap();
+}
 
+/// The idem error a transactional call returned.
+fn idem_error<T: std::fmt::Debug>(answer: Result<T, BoxError>) -> Error {
+    *answer.expect_err("an idem error").downcast::<Error>().expect("an idem error")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_that_needs_approval_awaits_it_then_runs_once_by_both_drivers() {
+    let Some(shop) = Shop::open("tx11").await else { return };
     let pool =
         sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&shop.url).await.unwrap();
-    let refused = shop
-        .store
-        .transactional(shop.call(17).approve(true))
-        .run_sqlx(&pool, async |tx| {
-            runs.fetch_add(1, Ordering::SeqCst);
-            sqlx::raw_sql(&sql).execute(&mut *tx).await?;
-            Ok::<i64, BoxError>(1)
-        })
-        .await;
-    let error = *refused.unwrap_err().downcast::<Error>().expect("an idem error");
-    assert!(error.to_string().contains("approval"), "{error}");
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "no body ran");
-    assert_eq!(shop.count("refunds").await, 0);
-    assert!(shop.record(&shop.call(17)).await.is_none(), "nothing was written");
+    let runs = AtomicUsize::new(0);
+    let sql =
+        format!("INSERT INTO {} (order_id, cents) VALUES ($1, 1250) RETURNING id", shop.refunds());
+    let by_tokio = async |order: i64| {
+        let call = shop.call(order).approve(true);
+        shop.store
+            .transactional(call)
+            .run(async |tx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let row = tx.query_typed_one(&sql, &[(&order, Type::INT8)]).await?;
+                Ok::<i64, BoxError>(row.get(0))
+            })
+            .await
+    };
+    let by_sqlx = async |order: i64| {
+        let call = shop.call(order).approve(true);
+        shop.store
+            .transactional(call)
+            .run_sqlx(&pool, async |tx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                let query = sqlx::query_scalar(&sql).persistent(false);
+                Ok::<i64, BoxError>(query.bind(order).fetch_one(&mut *tx).await?)
+            })
+            .await
+    };
+    for (order, by_sqlx_too) in [(17, false), (18, true)] {
+        let call = async || if by_sqlx_too { by_sqlx(order).await } else { by_tokio(order).await };
+        let key = shop.call(order).key().to_string();
+        let before = runs.load(Ordering::SeqCst);
+        for _ in 0..2 {
+            match idem_error(call().await) {
+                Error::AwaitingApproval { key: asked, .. } => assert_eq!(asked, key),
+                other => panic!("expected AwaitingApproval, got {other:?}"),
+            }
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), before, "nothing of the body ran");
+        assert_eq!(shop.count(&format!("refunds WHERE order_id = {order}")).await, 0);
+        let record = shop.record(&shop.call(order)).await.expect("the request is recorded");
+        assert_eq!(record.status, Status::AwaitingApproval);
+
+        decide(&shop.store, &key, Decision::Approve, Some("ok")).await;
+        let first = call().await.expect("the approved call runs");
+        assert_eq!(call().await.expect("the retry is answered"), first, "replayed");
+        assert_eq!(runs.load(Ordering::SeqCst), before + 1, "the body ran once");
+        assert_eq!(shop.count(&format!("refunds WHERE order_id = {order}")).await, 1);
+        let events: Vec<Event> =
+            shop.store.history(&key).await.unwrap().iter().map(|entry| entry.event).collect();
+        assert_eq!(
+            events,
+            [Event::ApprovalRequested, Event::Approved, Event::TookOver, Event::Done]
+        );
+    }
+
+    // Denied: every call is refused with the note, and nothing is written.
+    let key = shop.call(19).key().to_string();
+    assert!(matches!(idem_error(by_tokio(19).await), Error::AwaitingApproval { .. }));
+    decide(&shop.store, &key, Decision::Deny, Some("over the limit")).await;
+    let before = runs.load(Ordering::SeqCst);
+    for denied in [idem_error(by_tokio(19).await), idem_error(by_sqlx(19).await)] {
+        match denied {
+            Error::Denied { by, note, .. } => {
+                assert_eq!((by.as_str(), note.as_deref()), ("ann@ops", Some("over the limit")));
+            }
+            other => panic!("expected Denied, got {other:?}"),
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), before, "a denied key runs nothing");
+    assert_eq!(shop.count("refunds WHERE order_id = 19").await, 0);
 }
 
 /// A call cancelled wherever it is (before its transaction begins, in its claim, its body, its

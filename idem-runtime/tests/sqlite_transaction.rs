@@ -1,8 +1,9 @@
 //! Transactional calls on the SQLite store: the body's rows and idem's record commit in one
 //! transaction on the store's file, or neither does. In one process (commit, error, panic,
-//! replay, racing threads, a wait for a plain call's owner in another process) and across
-//! processes: racing children run each body once, and a child killed with SIGKILL at every
-//! point of its transaction leaves rows and record that agree.
+//! replay, racing threads, a wait for a plain call's owner in another process, a person's
+//! approval) and across processes: racing children run each body once, and a child killed with
+//! SIGKILL at every point of its transaction, approved or not, leaves rows and record that
+//! agree.
 
 mod children;
 
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::admin::{self, Decision};
 use idem_runtime::block_on;
 use idem_runtime::history::Event;
 use idem_runtime::{Call, Error, SqliteStore, Status, Store};
@@ -88,9 +90,28 @@ fn stop_at(point: &str) {
 
 /// The refund tool: a refund row, then a ledger row naming it; its value is the refund's id.
 async fn refund(store: &SqliteStore, order: i64, runs: &Arc<AtomicUsize>) -> Result<i64, BoxError> {
+    refund_as(store, call(order), order, runs).await
+}
+
+/// The refund tool for a refund that needs a person's approval.
+async fn approved_refund(
+    store: &SqliteStore,
+    order: i64,
+    runs: &Arc<AtomicUsize>,
+) -> Result<i64, BoxError> {
+    refund_as(store, call(order).approve(true), order, runs).await
+}
+
+/// The refund tool, as `call`.
+async fn refund_as(
+    store: &SqliteStore,
+    call: Call,
+    order: i64,
+    runs: &Arc<AtomicUsize>,
+) -> Result<i64, BoxError> {
     let runs = Arc::clone(runs);
     store
-        .transactional(call(order))
+        .transactional(call)
         .run(move |tx| {
             runs.fetch_add(1, Ordering::SeqCst);
             stop_at(BEFORE_FIRST_WRITE);
@@ -190,25 +211,44 @@ fn a_panic_in_the_body_rolls_back_and_reaches_the_caller() {
     assert_done(&store, 17, id);
 }
 
+/// The idem error of a refund that did not happen.
+fn idem_error(answer: Result<i64, BoxError>) -> Error {
+    *answer.expect_err("the refund did not happen").downcast::<Error>().expect("an idem error")
+}
+
+/// Asks for the approval of refund `order`, and has a person approve it.
+fn ask_and_approve(store: &SqliteStore, order: i64) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let asked = idem_error(block_on(approved_refund(store, order, &runs)));
+    assert!(matches!(asked, Error::AwaitingApproval { .. }), "{asked:?}");
+    let key = call(order).key().clone();
+    admin::decide(store, &key, Decision::Approve, "ann@ops", None).expect("approved");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran before the approval");
+}
+
 #[test]
-fn a_call_that_needs_approval_is_refused_before_it_writes() {
+fn a_call_that_needs_approval_asks_then_runs_once_approved() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
-    let ran = Arc::new(AtomicUsize::new(0));
-    let body_ran = Arc::clone(&ran);
-    let refused = block_on(store.transactional(call(17).approve(true)).run(move |tx| {
-        body_ran.fetch_add(1, Ordering::SeqCst);
-        tx.execute("INSERT INTO refunds (order_id, cents) VALUES (17, 1250)", [])?;
-        Ok::<i64, BoxError>(1)
-    }));
-    let error = refused.expect_err("an unapproved call does not run");
-    let error = error.downcast::<Error>().expect("an idem error");
-    assert!(!error.is_retryable(), "a retry cannot help: {error}");
-    let message = error.to_string();
-    assert!(message.contains("refund") && message.contains("approval"), "{message}");
-    assert!(message.contains(call(17).key().as_str()), "the message names the key: {message}");
-    assert_eq!(ran.load(Ordering::SeqCst), 0, "the body did not run");
-    assert_free(&store, dir.path(), 17);
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        match idem_error(block_on(approved_refund(&store, 17, &runs))) {
+            Error::AwaitingApproval { key, .. } => assert_eq!(key, call(17).key().to_string()),
+            other => panic!("expected AwaitingApproval, got {other:?}"),
+        }
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the body did not run");
+    assert_eq!(rows(dir.path(), 17), (0, 0));
+    let key = call(17).key().clone();
+    admin::decide(&store, &key, Decision::Approve, "ann@ops", None).unwrap();
+    let id = block_on(approved_refund(&store, 17, &runs)).expect("the approved call runs");
+    assert_eq!(block_on(approved_refund(&store, 17, &runs)).unwrap(), id, "replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    assert_eq!(rows(dir.path(), 17), (1, 1));
+    assert_eq!(
+        events(&store, 17),
+        [Event::ApprovalRequested, Event::Approved, Event::TookOver, Event::Done]
+    );
 }
 
 #[test]
@@ -347,7 +387,8 @@ fn racing_threads_run_the_body_once_and_all_get_its_value() {
     assert_done(&store, 17, values[0]);
 }
 
-/// In a child: the refund tool once (`refund`), holding a plain call of its key in flight
+/// In a child: the refund tool once (`refund`; `approved`, a refund a person approved),
+/// holding a plain call of its key in flight
 /// until a line comes on stdin (`plain`), or a race over `IDEM_KEYS` orders (`race`).
 #[test]
 fn sqlite_txn_child() {
@@ -358,6 +399,10 @@ fn sqlite_txn_child() {
     match mode.as_str() {
         "refund" => {
             let id = block_on(refund(&store, 17, &runs)).unwrap();
+            println!("DONE {id}");
+        }
+        "approved" => {
+            let id = block_on(approved_refund(&store, 17, &runs)).unwrap();
             println!("DONE {id}");
         }
         "plain" => {
@@ -515,6 +560,44 @@ fn killed_at(point: &str, waiters: usize, committed: bool) {
     assert_done(&store, 17, id);
     let again = block_on(refund(&store, 17, &Arc::new(AtomicUsize::new(0)))).unwrap();
     assert_eq!(again, id, "{point}: a later call replays");
+}
+
+/// Kills a child running an approved refund at every point of its transaction: before the
+/// commit, the key is still approved and the next call runs the body once; after it, the
+/// refund replays. Never a second run, and never a run without the approval.
+#[test]
+fn a_child_killed_during_an_approved_run_leaves_the_approval_or_its_result() {
+    let points =
+        [BEFORE_FIRST_WRITE, BETWEEN_WRITES, AFTER_LAST_WRITE, BEFORE_COMMIT, AFTER_COMMIT];
+    for point in points {
+        let committed = point == AFTER_COMMIT;
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        ask_and_approve(&store, 17);
+        let mut victim = start(child(dir.path(), "approved").env("IDEM_FAILPOINT", point));
+        victim.until_line(&if point.starts_with("txn_") {
+            format!("IDEM_FAILPOINT_REACHED {point}")
+        } else {
+            format!("STOPPED_AT {point}")
+        });
+        victim.process.kill().expect("SIGKILL the child");
+        victim.process.wait().unwrap();
+        let key = call(17).key().clone();
+        let status = block_on(store.get(key.as_str())).unwrap().map(|record| record.status);
+        let expected = if committed { Status::Done } else { Status::Approved };
+        assert_eq!(status, Some(expected), "{point}: the approval, or the committed run");
+        assert_eq!(rows(dir.path(), 17), if committed { (1, 1) } else { (0, 0) }, "{point}");
+        let runs = Arc::new(AtomicUsize::new(0));
+        let id = block_on(approved_refund(&store, 17, &runs)).expect("the approved refund");
+        assert_eq!(runs.load(Ordering::SeqCst), usize::from(!committed), "{point}: runs");
+        assert_eq!(rows(dir.path(), 17), (1, 1), "{point}: one refund and its ledger row");
+        assert_eq!(block_on(approved_refund(&store, 17, &runs)).unwrap(), id, "{point}: replayed");
+        assert_eq!(
+            events(&store, 17),
+            [Event::ApprovalRequested, Event::Approved, Event::TookOver, Event::Done],
+            "{point}"
+        );
+    }
 }
 
 #[test]

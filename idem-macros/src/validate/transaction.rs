@@ -70,14 +70,6 @@ pub(crate) fn take(
              so it has no reconciler: drop `reconcile`",
         ));
     }
-    if let Some(approval) = options.approve.or(options.approve_if.as_ref().map(|o| o.key)) {
-        errors.push(syn::Error::new(
-            approval,
-            "a transactional call asks no one: its body runs inside the transaction it commits \
-             with, which cannot wait for a person; drop the approval, or make the tool an \
-             ordinary `#[idempotent]` one",
-        ));
-    }
     // A second parameter of the same type would be a key parameter, refused as not
     // `Serialize`: say what it is instead.
     let lent_type = taken.ty.to_token_stream().to_string();

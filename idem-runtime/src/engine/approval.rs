@@ -2,7 +2,6 @@
 //! instead of reserving it, waits for the decision if it may, and reads a denial back. The
 //! state machine (`machine.rs`) decides when; the transitions are the lifecycle's.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::waiting::Waiting;
@@ -21,7 +20,7 @@ impl Call {
     /// caller wrote first.
     pub(super) async fn request_approval(
         &self,
-        store: &Arc<dyn Store>,
+        store: &dyn Store,
         found: Option<Record>,
     ) -> Result<Option<Record>, Error> {
         let failed = |e| self.store_error(e);
@@ -62,7 +61,7 @@ impl Call {
     /// [`Error::AwaitingApproval`] when the call may not wait, or no one decided in time.
     pub(super) async fn await_decision(
         &self,
-        store: &Arc<dyn Store>,
+        store: &dyn Store,
         existing: Record,
         deadline: &mut Option<Instant>,
     ) -> Result<Option<Record>, Error> {
@@ -85,7 +84,7 @@ impl Call {
 
     /// The error of a call that finds its key denied, with who denied it and their note, as
     /// the key's history has them.
-    pub(super) async fn denied(&self, store: &Arc<dyn Store>) -> Error {
+    pub(super) async fn denied(&self, store: &dyn Store) -> Error {
         let history = store.history(self.key.as_str()).await;
         if let Err(e) = &history {
             tracing::warn!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot read who denied the key");

@@ -4,7 +4,7 @@
 //! rule added here holds for all of them.
 
 use super::{CallParts, InDoubtPolicy};
-use crate::error::{Error, StoreError};
+use crate::error::Error;
 use crate::lifecycle::{assess, Assessment, Record, Status};
 
 /// What a call does next about the record it found (see [`CallParts::next`]).
@@ -59,17 +59,6 @@ impl CallParts<'_> {
             // Absent, expired, approved, or in doubt under `in_doubt = "rerun"`.
             _ => Next::Claim,
         })
-    }
-
-    /// The error of a transactional call that needs a person's approval: such a call asks no
-    /// one, so it is refused before it writes anything, rather than run unapproved.
-    pub fn cannot_ask_in_a_transaction(&self) -> Error {
-        let reason = format!(
-            "tool `{}` needs a person's approval, which a transactional call cannot ask for: \
-             call it as an ordinary idem call, or take approval off the call",
-            self.tool
-        );
-        Error::store(Some(self.key.as_str()), Some(self.tool), StoreError::new(reason).lasting())
     }
 
     /// Whether this call must ask a person before it runs the body over `found` (absent, an

@@ -387,14 +387,15 @@ impl Call {
                     let existing = found.as_ref().expect("a key in doubt has a record");
                     return Err(self.in_doubt_error(existing, unsettled.take()));
                 }
-                Next::Denied => return Err(self.denied(store).await),
+                Next::Denied => return Err(self.denied(store.as_ref()).await),
                 Next::AwaitDecision => {
                     let existing = found.take().expect("a key awaiting approval has a record");
+                    let store = store.as_ref();
                     found = self.await_decision(store, existing, &mut decision_deadline).await?;
                     continue;
                 }
                 Next::AskApproval => {
-                    found = self.request_approval(store, found.take()).await?;
+                    found = self.request_approval(store.as_ref(), found.take()).await?;
                     continue;
                 }
                 Next::Claim => {}

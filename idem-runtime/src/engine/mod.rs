@@ -461,13 +461,6 @@ pub(crate) struct CallParts<'a> {
 }
 
 impl CallParts<'_> {
-    /// Whether the call needs a person's approval before its body runs.
-    pub fn needs_approval(&self) -> bool {
-        self.approval.is_some()
-    }
-}
-
-impl CallParts<'_> {
     /// Refuses a record another function wrote: the two share a tool name, and so its keys.
     /// Records that name no function (written by `Call` without one, or by another language's
     /// client) are taken as this call's.

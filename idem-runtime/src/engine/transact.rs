@@ -6,17 +6,26 @@
 //! One attempt ([`Call::attempt`]) runs inside one transaction:
 //!
 //! 1. Insert the call's record, in flight, with its `reserved` history row. A record already
-//!    there is decided by [`CallParts::next`]: a result replays, an expired one (or one in
-//!    doubt under `InDoubtPolicy::Rerun`) is taken over inside the transaction, a key in doubt
-//!    fails, and another call's record in flight is waited for, after the transaction ends.
+//!    there is decided by [`CallParts::next`]: a result replays, an expired one, an approved
+//!    one (or one in doubt under `InDoubtPolicy::Rerun`) is taken over inside the transaction,
+//!    a key in doubt fails, and another call's record in flight is waited for, after the
+//!    transaction ends. A key that needs a person (to ask for approval, to wait for a
+//!    decision, or to read a denial) is left to [`Call::transact`] too: the transaction rolls
+//!    back having written nothing, and the body does not run.
 //! 2. Run the body with the transaction, for its writes, watched for a commit or rollback of
 //!    its own.
 //! 3. On `Ok`, write the record `done` with the result and commit, together. On `Err`, a panic,
 //!    a dropped future or a dead process, the transaction rolls back: the record and the body's
 //!    writes are gone together, and the key is free.
 //!
-//! [`Call::transact`] runs attempts until one ends the call: it waits for another owner between
-//! them, and counts the call's outcome once.
+//! [`Call::transact`] runs attempts until one ends the call: between them, with no transaction
+//! open, it waits for another owner, or does what a key that needs a person needs (records it
+//! as awaiting approval, waits for the decision, or reads the denial: `approval.rs`, as for
+//! every call), and it counts the call's outcome once. The approval request is a write of its
+//! own, committed before any transaction runs the body; the run it lets through takes the
+//! approved record over inside its transaction, so that the record and the body's writes
+//! commit together, and a crash between any two writes leaves the key awaiting approval,
+//! approved, or done with the body's writes.
 
 use std::future::Future;
 use std::time::Instant;
@@ -26,16 +35,18 @@ use super::{as_current, reports_failure, Call, CallParts, Codec, Next, DEFAULT_W
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;
-use crate::lifecycle::{Guard, Owner, Record};
+use crate::lifecycle::{Guard, Owner, Record, Status};
 use crate::meter::{self, Outcome};
+use crate::retry::raise;
 use crate::store::transaction::{Committed, Transaction};
 use crate::store::{Inserted, Store};
 use crate::time::deadline_after;
 
 /// How one attempt of a transactional call ended: what [`Call::attempt`] answers, and what a
 /// store's own failure before it (a connection it could not lend) is, for [`Call::transact`].
+/// With it, the approval the attempt's run used, when its body failed.
 #[doc(hidden)]
-pub struct Attempt<T, E>(Ended<T, E>);
+pub struct Attempt<T, E>(Ended<T, E>, Option<Box<Used>>);
 
 enum Ended<T, E> {
     /// The call's value, committed by this attempt.
@@ -52,6 +63,29 @@ enum Ended<T, E> {
     /// The body's value says it failed (`reports_failure`): rolled back, and handed to the
     /// caller unrecorded.
     Unrecorded(T),
+    /// The key needs a person: rolled back having written nothing (the body did not run), for
+    /// [`Call::transact`] to do what it needs with no transaction open.
+    Person(Box<Person>),
+}
+
+/// An approval that let a run through whose body failed: the record as the rollback left it
+/// (approved), and the run's owner. Once the call ends with that failure, [`Call::transact`]
+/// spends it ([`transition::spend_approval`]).
+struct Used {
+    approved: Record,
+    owner: Owner,
+}
+
+/// What a key that needs a person needs, by the decision table ([`Next::AskApproval`],
+/// [`Next::AwaitDecision`], [`Next::Denied`]).
+enum Person {
+    /// Record the key as awaiting approval over the record found (`None`: absent; an expired
+    /// result; an approval past the call's `approval_ttl`).
+    Ask(Option<Record>),
+    /// Wait for a person to decide this record, awaiting approval, if the call may wait.
+    Await(Record),
+    /// Read who denied the key, and their note.
+    Denied,
 }
 
 impl<T, E> Attempt<T, E> {
@@ -60,18 +94,22 @@ impl<T, E> Attempt<T, E> {
     pub fn failed(call: &Call, codec: Codec<T, E>, source: StoreError) -> Attempt<T, E> {
         let again = source.is_transient();
         let error = (codec.error)(call.store_error(source));
-        Attempt(if again {
+        Attempt::of(if again {
             Ended::Again(error, Outcome::Error)
         } else {
             Ended::Fail(error, Outcome::Error)
         })
     }
 
+    fn of(ended: Ended<T, E>) -> Attempt<T, E> {
+        Attempt(ended, None)
+    }
+
     fn fail(codec: Codec<T, E>, error: Error) -> Attempt<T, E> {
         let outcome = Outcome::of_error(&error);
         let again = matches!(&error, Error::Store { source, .. } if source.is_transient());
         let error = (codec.error)(error);
-        Attempt(if again { Ended::Again(error, outcome) } else { Ended::Fail(error, outcome) })
+        Attempt::of(if again { Ended::Again(error, outcome) } else { Ended::Fail(error, outcome) })
     }
 }
 
@@ -113,19 +151,21 @@ pub struct Site<'a> {
 
 /// How the claim of the key inside the transaction ended.
 enum Claimed {
-    /// The key is this transaction's, with the record as written and its fencing token.
-    Mine(Record, u64),
+    /// The key is this transaction's: the record as written, its fencing token, and the
+    /// approved record it took over, if it took one.
+    Mine { held: Record, token: u64, approved: Option<Box<Record>> },
     /// A finished record: replay its result.
     Replay(Record),
     /// Another call holds the key.
     Wait(Record),
+    /// The key needs a person.
+    Person(Person),
 }
 
 impl Call {
     /// Runs a transactional call to its end: `attempt` runs one transaction (which
     /// [`Call::attempt`] fills), and is run again after waiting for another owner of the key on
-    /// `store`. Counts the call once. A call that needs a person's approval is refused before
-    /// anything is written: a transactional call asks no one.
+    /// `store`, or after doing what a key that needs a person needs there. Counts the call once.
     #[doc(hidden)]
     pub async fn transact<T, E, A, Fut>(
         &self,
@@ -141,14 +181,18 @@ impl Call {
         let started = Instant::now();
         let parts = self.parts();
         let count = |outcome| meter::call(parts.tool, outcome, started.elapsed());
-        if parts.needs_approval() {
-            count(Outcome::Error);
-            return Err((codec.error)(parts.cannot_ask_in_a_transaction()));
-        }
         let (mut deadline, mut failed) = (None, 0);
+        // Taken when the first wait for a person's decision begins.
+        let mut decision_deadline = None;
         loop {
             let waited = deadline.is_some();
-            let Attempt(ended) = attempt().await;
+            let Attempt(ended, used) = attempt().await;
+            // The run an approval let through failed: once the call ends so, it is used.
+            let spend = async || {
+                if let Some(used) = used {
+                    self.spend_approval(store, *used).await;
+                }
+            };
             match ended {
                 Ended::Fresh(value) => {
                     count(if waited { Outcome::Waited } else { Outcome::Fresh });
@@ -159,16 +203,19 @@ impl Call {
                     return Ok(value);
                 }
                 Ended::Unrecorded(value) => {
+                    spend().await;
                     count(Outcome::Released);
                     return Ok(value);
                 }
                 Ended::Fail(e, outcome) => {
+                    spend().await;
                     count(outcome);
                     return Err(e);
                 }
                 Ended::Again(e, outcome) => {
                     failed += 1;
                     if failed >= retries.attempts.max(1) {
+                        spend().await;
                         count(outcome);
                         return Err(e);
                     }
@@ -182,7 +229,23 @@ impl Call {
                     });
                     if let Err(e) = parts.wait_for_owner(store, *record, deadline).await {
                         count(Outcome::of_error(&e));
-                        return Err((codec.error)(e));
+                        return Err((codec.error)(raise(e)));
+                    }
+                }
+                Ended::Person(person) => {
+                    // Then the next attempt decides again over what the key holds.
+                    let done = match *person {
+                        Person::Ask(found) => self.request_approval(store, found).await.map(drop),
+                        Person::Await(record) => {
+                            let decided =
+                                self.await_decision(store, record, &mut decision_deadline);
+                            decided.await.map(drop)
+                        }
+                        Person::Denied => Err(self.denied(store).await),
+                    };
+                    if let Err(e) = done {
+                        count(Outcome::of_error(&e));
+                        return Err((codec.error)(raise(e)));
                     }
                 }
             }
@@ -209,15 +272,16 @@ impl Call {
     {
         let parts = self.parts();
         let fail = |e: Error| Attempt::fail(codec, e);
-        let (held, token) = match parts.claim_in(&mut tx, site).await {
-            Ok(Claimed::Mine(held, token)) => (held, token),
+        let (held, token, approved) = match parts.claim_in(&mut tx, site).await {
+            Ok(Claimed::Mine { held, token, approved }) => (held, token, approved),
             Ok(Claimed::Replay(record)) => {
                 return match parts.replay(&record, codec.decode) {
-                    Ok(value) => Attempt(Ended::Replay(value)),
+                    Ok(value) => Attempt::of(Ended::Replay(value)),
                     Err(e) => fail(e),
                 };
             }
-            Ok(Claimed::Wait(record)) => return Attempt(Ended::Wait(Box::new(record))),
+            Ok(Claimed::Wait(record)) => return Attempt::of(Ended::Wait(Box::new(record))),
+            Ok(Claimed::Person(person)) => return Attempt::of(Ended::Person(Box::new(person))),
             Err(e) => return fail(e),
         };
         let Some(body) = body.take() else {
@@ -234,15 +298,21 @@ impl Call {
             Ok(Some(landed)) => return fail(self.ended_by_body(&held, landed, site, store).await),
             Err(e) => return fail(self.store_error(e)),
         }
+        // The body failed: dropping `tx` rolls back (the record and the body's writes go
+        // together), and an approval it took over is used.
+        let failed = |ended| {
+            let used =
+                approved.map(|approved| Used { approved: *approved, owner: held.owner.clone() });
+            Attempt(ended, used.map(Box::new))
+        };
         let value = match ran {
             Ok(value) => value,
-            // Dropping `tx` rolls back: the record and the body's writes go together.
-            Err(e) if transient(&e) => return Attempt(Ended::Again(e, Outcome::Released)),
-            Err(e) => return Attempt(Ended::Fail(e, Outcome::Released)),
+            Err(e) if transient(&e) => return failed(Ended::Again(e, Outcome::Released)),
+            Err(e) => return failed(Ended::Fail(e, Outcome::Released)),
         };
         let json = match encode_for_replay(codec, &value) {
             // The body told the model it failed: its writes roll back with the record.
-            Ok(json) if reports_failure(&json) => return Attempt(Ended::Unrecorded(value)),
+            Ok(json) if reports_failure(&json) => return failed(Ended::Unrecorded(value)),
             Ok(json) => json,
             Err(reason) => {
                 let (key, tool) = (self.key.to_string(), self.tool.clone());
@@ -268,7 +338,27 @@ impl Call {
         }
         failpoint("txn_after_commit");
         tracing::debug!(key = %self.key, tool = %self.tool, "idem: done, in one transaction");
-        Attempt(Ended::Fresh(value))
+        Attempt::of(Ended::Fresh(value))
+    }
+
+    /// Spends the approval of a run whose body failed inside its transaction: the rollback put
+    /// the record back approved, and as a plain call's failed run releases its key, the next
+    /// call asks again. Should the write fail, the key stays approved (which the person
+    /// allowed), and a later call runs with it.
+    async fn spend_approval(&self, store: &dyn Store, used: Used) {
+        let step = transition::spend_approval(&used.owner);
+        let guard = Guard::of(used.approved.fence(), step.change.by(), store.instance());
+        let spent = store.compare_and_swap(&used.approved, guard, None, step.change).await;
+        match spent {
+            Ok(Some(_)) => {
+                tracing::debug!(key = %self.key, tool = %self.tool, "idem: the approved run failed; the next call asks again")
+            }
+            // Someone changed the key meanwhile: theirs stands.
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(key = %self.key, tool = %self.tool, error = %e, "idem: cannot spend the approval of a failed run; the key stays approved")
+            }
+        }
     }
 
     /// The error of a call whose body committed or rolled back its transaction itself. When
@@ -325,9 +415,10 @@ impl Call {
 }
 
 impl CallParts<'_> {
-    /// Makes the key the transaction's: inserts the record when the key is absent, else
-    /// decides by [`CallParts::next`] about the record found. A transactional call asks no one:
-    /// a key in doubt, awaiting a decision or denied is refused.
+    /// Makes the key the transaction's, as [`CallParts::next`] decides about the record found:
+    /// inserts the record when the key is absent, or takes the record found over. A key in
+    /// doubt is refused (a transactional call has no reconciler), and one that needs a person
+    /// is handed back, for [`Call::transact`].
     async fn claim_in<X: Transaction>(
         &self,
         tx: &mut X,
@@ -338,25 +429,38 @@ impl CallParts<'_> {
         let now = (site.clock)();
         let key = self.key.as_str();
         // Absent at first: the insert reads the record only when there is one.
-        let mut found = None;
+        let (mut found, mut read) = (None, false);
         // A record that changes under every swap is a store that does not hold its rows
         // while the transaction runs: give up rather than loop.
         for _ in 0..CLAIMS {
+            let next = self.next(found.as_ref(), now, site.instance, false)?;
             let Some(record) = found.take() else {
                 // Absent (at first, or after a concurrent transaction rolled its insert back).
+                if next == Next::AskApproval {
+                    if !read {
+                        // A call that needs approval writes no insert: read what is there (its
+                        // request, once asked), rather than take the key as absent.
+                        (found, read) = (tx.get(key).await.map_err(failed)?, true);
+                        continue;
+                    }
+                    return Ok(Claimed::Person(Person::Ask(None)));
+                }
                 let step =
                     transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
                 let new = step.new.expect("a reservation leaves a record");
                 match tx.insert_if_absent(&new, &step.change).await.map_err(failed)? {
-                    Inserted::New { token } => return Ok(Claimed::Mine(new, token)),
+                    Inserted::New { token } => {
+                        return Ok(Claimed::Mine { held: new, token, approved: None })
+                    }
                     Inserted::Existing(now) => found = Some(now),
                 }
                 continue;
             };
-            match self.next(Some(&record), now, site.instance, false)? {
+            match next {
                 Next::Replay => return Ok(Claimed::Replay(record)),
                 Next::Wait => return Ok(Claimed::Wait(record)),
-                Next::RefuseInDoubt => {
+                // Without a reconciler, `Reconcile` is never the answer.
+                Next::RefuseInDoubt | Next::Reconcile => {
                     return Err(Error::InDoubt {
                         key: key.to_owned(),
                         tool: self.tool.to_owned(),
@@ -364,21 +468,20 @@ impl CallParts<'_> {
                         reason: None,
                     })
                 }
-                Next::AwaitDecision => return Err(self.awaiting_approval(&record)),
-                Next::AskApproval | Next::Reconcile => {
-                    return Err(self.cannot_ask_in_a_transaction())
-                }
-                Next::Denied => {
-                    let history = tx.history(key).await.ok();
-                    return Err(self.denied(history.as_deref()));
-                }
+                Next::AskApproval => return Ok(Claimed::Person(Person::Ask(Some(record)))),
+                Next::AwaitDecision => return Ok(Claimed::Person(Person::Await(record))),
+                Next::Denied => return Ok(Claimed::Person(Person::Denied)),
                 Next::Claim => {
                     let step = transition::take_over(&record, &owner, self.function, now);
                     let new = step.new.expect("a takeover leaves a record");
                     let guard = Guard::of(record.fence(), step.change.by(), site.instance);
                     let taken = tx.compare_and_swap(&record, guard, &new, &step.change).await;
                     match taken.map_err(failed)? {
-                        Some(token) => return Ok(Claimed::Mine(new, token)),
+                        Some(token) => {
+                            let approved =
+                                (record.status == Status::Approved).then(|| Box::new(record));
+                            return Ok(Claimed::Mine { held: new, token, approved });
+                        }
                         // Changed by a transaction that committed meanwhile: decide again.
                         None => found = tx.get(key).await.map_err(failed)?,
                     }

@@ -128,6 +128,14 @@ pub fn release(held: &Record) -> Step<'_> {
     Step { new: None, change: Change::new(Event::Released, held.owner.as_str()) }
 }
 
+/// approved → absent: the run an approval let through failed inside a transaction, whose
+/// rollback put the record back approved (`owner` is the run's). The approval is used, as a
+/// plain call's failed run uses it (its [`release`]), and the next call asks again.
+pub fn spend_approval(owner: &Owner) -> Step<'_> {
+    let note = "the approved run failed, and its transaction rolled back";
+    Step { new: None, change: Change::new(Event::Released, owner.as_str()).with_note(note) }
+}
+
 /// in-flight → in-doubt: the effect may have landed, for the reason `why`.
 pub fn leave_in_doubt<'a>(held: &'a Record, why: impl Into<Cow<'a, str>>, now: u64) -> Step<'a> {
     Step {

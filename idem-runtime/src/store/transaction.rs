@@ -6,7 +6,7 @@ use std::future::Future;
 
 use super::Inserted;
 use crate::error::StoreError;
-use crate::lifecycle::history::{Change, Entry};
+use crate::lifecycle::history::Change;
 use crate::lifecycle::{Guard, Record};
 
 /// idem's writes inside one transaction of a store's database: the storage capability that
@@ -40,9 +40,6 @@ pub trait Transaction {
         new: &Record,
         change: &Change<'_>,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>>;
-
-    /// The key's history, oldest first.
-    fn history(&mut self, key: &str) -> impl Future<Output = Result<Vec<Entry>, StoreError>>;
 
     /// The body starts: from here on, a commit or rollback made through the store's connection
     /// is the body's own.

@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::{fault, reserve, schema, swap, Shared, SqliteStore};
+use super::{fault, reserve, swap, Shared, SqliteStore};
 use crate::error::StoreError;
-use crate::lifecycle::history::{Change, Entry};
+use crate::lifecycle::history::Change;
 use crate::lifecycle::{Guard, Record};
 use crate::store::transaction::{Committed, Transaction};
 use crate::store::Inserted;
@@ -128,11 +128,6 @@ impl<'c> Transaction for SqliteTransaction<'c> {
             Ok((token, _)) => Ok(token),
             Err(e) => Err(self.failed("cannot take over", &expected.key, e)),
         }
-    }
-
-    async fn history(&mut self, key: &str) -> Result<Vec<Entry>, StoreError> {
-        schema::history(&self.tx, key)
-            .map_err(|e| self.failed("cannot read the history of", key, e))
     }
 
     fn body_starts(&mut self) {
