@@ -328,7 +328,10 @@ fn async_body(
 /// An async transactional body: an async closure over the transaction parameter, which the
 /// store named lends (`__private::AsyncTransactional`, implemented by the store's crate), run on
 /// the engine's transactional path. The bound is checked where the store is named, so that a
-/// store that lends no such transaction is reported there, in our words.
+/// store that lends no such transaction is reported there, in our words: the parameter's type,
+/// named as `fn(TX)`, rules out the impls of other drivers before the body's signature is
+/// compared (else a store with one impl, for another driver, is a closure signature mismatch
+/// in rustc's words).
 fn async_transactional(
     tool: &Tool,
     prepare: &TokenStream,
@@ -343,7 +346,11 @@ fn async_transactional(
     let store = tool.store.as_ref().expect("validated: a transactional tool names its store");
     let (name, ty) = (&transaction.name, &transaction.ty);
     let run = respan(
-        quote_spanned!(mixed=> #krate::__private::run_transactional_async(__idem_call, __idem_store, __idem_body).await),
+        quote_spanned!(mixed=> #krate::__private::run_transactional_async::<_, fn(#ty), _, _, _>(
+            __idem_call,
+            __idem_store,
+            __idem_body,
+        ).await),
         store.span(),
     );
     syn::parse_quote_spanned!(mixed=> {

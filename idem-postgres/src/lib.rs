@@ -42,4 +42,6 @@ mod transaction;
 
 pub use builder::{PgStoreBuilder, DEFAULT_LEASE};
 pub use store::PgStore;
+#[cfg(feature = "sqlx")]
+pub use transaction::SqlxStore;
 pub use transaction::{tool_info, TransactionError, Transactional, DEFAULT_ATTEMPTS};

@@ -32,6 +32,8 @@ mod error;
 mod statements;
 #[cfg(feature = "sqlx")]
 mod with_sqlx;
+#[cfg(feature = "sqlx")]
+pub use self::with_sqlx::SqlxStore;
 mod with_tokio_postgres;
 
 use self::error::DbError;

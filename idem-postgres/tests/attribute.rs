@@ -1,14 +1,15 @@
 //! `#[idem::idempotent(scope = "…", transactional = "tx", store = …)]` on an `async fn` whose
 //! store is a `PgStore`: the tool's writes through `tx` commit with its record, on the engine's
 //! transactional path, as `PgStore::transactional(call).run(…)` does by hand; with `approve`,
-//! after a person approved it, and never when they denied it.
+//! after a person approved it, and never when they denied it; and through sqlx, on a
+//! `SqlxStore` (the store with the application's sqlx pool), as `run_sqlx` does.
 
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use idem_postgres::PgStore;
+use idem_postgres::{PgStore, SqlxStore};
 use idem_runtime::admin::{self, Decision};
 use idem_runtime::history::Event;
 use idem_runtime::{Error, Key, Status, Store};
@@ -264,6 +265,83 @@ async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied
         }
     }
     assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(2).await), (1, 0));
+    drop(client);
+    let _ = std::thread::spawn(move || drop(guard)).join();
+}
+
+/// The store of the sqlx test, with the application's sqlx pool.
+static SQLX_SHOP: OnceLock<Arc<SqlxStore>> = OnceLock::new();
+
+fn sqlx_shop() -> Arc<SqlxStore> {
+    Arc::clone(SQLX_SHOP.get().expect("the test opens the store before calling the tool"))
+}
+
+/// Runs of the sqlx refund's body.
+static SQLX_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// A refund through sqlx: one row, written on the connection of idem's transaction.
+#[idem::idempotent(scope = "order", transactional = "tx", store = sqlx_shop)]
+async fn sqlx_refund(
+    order: i64,
+    fail: bool,
+    table: String,
+    tx: &mut sqlx::PgConnection,
+) -> Result<i64, String> {
+    SQLX_RUNS.fetch_add(1, Ordering::SeqCst);
+    let sql = format!("INSERT INTO {table} (order_id) VALUES ($1) RETURNING id");
+    // Unnamed: the suite also runs through a pooler in transaction mode.
+    let query = sqlx::query_scalar(&sql).persistent(false).bind(order);
+    let id: i64 = query.fetch_one(&mut *tx).await.map_err(|e| e.to_string())?;
+    if fail {
+        return Err(format!("refund {id} refused"));
+    }
+    Ok(id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("txsqlx");
+    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let store = PgStore::builder(&url).schema(&schema).connect_async().await;
+    let store = Arc::new(store.expect("the store connects"));
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(&url).await;
+    let shop = SqlxStore::new(store, pool.expect("the pool connects"));
+    let shop = SQLX_SHOP.get_or_init(|| Arc::new(shop));
+    let table = format!("\"{schema}\".refunds");
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
+    client.batch_execute(&sql).await.unwrap();
+    let rows = async |order: i64| -> i64 {
+        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
+        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
+    };
+
+    // A body's error: no row, no record, the key free.
+    let refused = sqlx_refund(7, true, table.clone()).await.expect_err("the body failed");
+    assert!(refused.contains("refused"), "the body's own error: {refused}");
+    assert_eq!(rows(7).await, 0, "the row rolled back");
+
+    // Three calls of one intent at once: one run, one row, one record, equal answers.
+    let before = SQLX_RUNS.load(Ordering::SeqCst);
+    let (a, b, c) = tokio::join!(
+        sendable(sqlx_refund(8, false, table.clone())),
+        sqlx_refund(8, false, table.clone()),
+        sqlx_refund(8, false, table.clone()),
+    );
+    let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
+    assert_eq!((b, c), (a, a), "the three callers get one answer");
+    assert_eq!(SQLX_RUNS.load(Ordering::SeqCst), before + 1, "the body ran once");
+    assert_eq!(rows(8).await, 1, "one refund row");
+    let records = Store::scan_page(shop.store().as_ref(), None, usize::MAX).await.unwrap();
+    let done: Vec<_> = records
+        .into_iter()
+        .filter_map(|(_, record)| record.ok())
+        .filter(|record| record.tool == "sqlx_refund")
+        .map(|record| (record.scope, record.status, record.result))
+        .collect();
+    assert_eq!(done, [("8".to_owned(), Status::Done, Some(a.to_string()))], "one record, done");
     drop(client);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }

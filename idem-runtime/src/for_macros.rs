@@ -517,19 +517,23 @@ pub fn run_transactional<T: ToolOutput, E: ToolError>(
 }
 
 /// A store that runs an async transactional tool (`transactional = "tx"` on an `async fn`) whose
-/// body is `B`: it lends the transaction `B` takes, and runs the call on the engine's one
-/// transactional path (`Call::transact`). A store crate implements it for its store and its
-/// drivers' transactions (idem-postgres: `PgStore`, `&mut tokio_postgres::Transaction<'_>`), so
-/// that the macros know no database.
+/// body is `B`: it lends the transaction `B` takes (`D`, the function type `fn(TX)` of the
+/// parameter's type `TX` as the tool writes it, so that a store that lends another driver's
+/// transaction is told apart by its type, before the body's signature is compared), and runs
+/// the call on the engine's one transactional path (`Call::transact`). A store crate implements it for its store and its
+/// drivers' transactions (idem-postgres: `PgStore` with `&mut tokio_postgres::Transaction<'_>`,
+/// `SqlxStore` with `&mut sqlx::PgConnection`), so that the macros know no database.
 #[diagnostic::on_unimplemented(
     message = "the store `{Self}` cannot run this async transactional tool",
     label = "the store `store = …` gives",
     note = "an async tool marked `transactional = \"tx\"` runs on a PostgreSQL store \
             (`Arc<idem_postgres::PgStore>`, from a function or a static) and takes \
-            `tx: &mut tokio_postgres::Transaction<'_>`, that store's own driver; on a SQLite store \
-            a transactional tool is a plain `fn` taking `tx: &rusqlite::Transaction<'_>`"
+            `tx: &mut tokio_postgres::Transaction<'_>`, that store's own driver; one taking \
+            `tx: &mut sqlx::PgConnection` needs a store that carries the application's sqlx pool \
+            (`Arc<idem_postgres::SqlxStore>`, feature `sqlx`); on a SQLite store a transactional \
+            tool is a plain `fn` taking `tx: &rusqlite::Transaction<'_>`"
 )]
-pub trait AsyncTransactional<B, T, E> {
+pub trait AsyncTransactional<D, B, T, E> {
     /// Runs `call` with `body` in a transaction of this store: its writes commit with the call's
     /// record, or neither does.
     fn run_transactional(&self, call: Call, body: B) -> impl Future<Output = Result<T, E>>;
@@ -591,14 +595,15 @@ impl<T: Deref<Target = Arc<S>>, S: ?Sized> AsyncTxStoreFromStatic for T {
 
 /// Runs an async transactional tool's body through the store that lends its transaction. A
 /// plain `fn` making the future, so that a store that lends no such transaction is reported
-/// once, where the tool names it, rather than again where the future is awaited.
-pub fn run_transactional_async<S, B, T, E>(
+/// once, where the tool names it, rather than again where the future is awaited. The generated
+/// code names `D`, the transaction the body takes (`fn(TX)`, see [`AsyncTransactional`]).
+pub fn run_transactional_async<S, D, B, T, E>(
     call: Result<Call, Error>,
     store: Result<Arc<S>, Error>,
     body: B,
 ) -> impl Future<Output = Result<T, E>>
 where
-    S: AsyncTransactional<B, T, E> + ?Sized,
+    S: AsyncTransactional<D, B, T, E> + ?Sized,
     E: ToolError,
 {
     let ready = call.and_then(|call| store.map(|store| (call, store)));

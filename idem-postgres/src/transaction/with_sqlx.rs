@@ -1,7 +1,9 @@
 //! Transactional calls through sqlx, on a connection of the application's own sqlx pool.
 
 use std::future::Future;
+use std::sync::Arc;
 
+use idem_runtime::for_macros::AsyncTransactional;
 use idem_runtime::{Attempt, Call, Codec, Error, Retries};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -11,7 +13,10 @@ use sqlx::Row as _;
 
 use super::error::DbError;
 use super::statements::Param;
-use super::{store_error, Driver, Exec, Finished, Run, TransactionError, Transactional};
+use super::{
+    store_error, Driver, Exec, Finished, Run, TransactionError, Transactional, DEFAULT_ATTEMPTS,
+};
+use crate::store::PgStore;
 
 /// `sql` with its parameters bound, unnamed (not prepared on the session).
 fn bound<'q>(sql: &'q str, params: &[Param]) -> Query<'q, Postgres, PgArguments> {
@@ -84,11 +89,82 @@ impl Transactional<'_> {
         E: From<Error> + TransactionError,
         F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
     {
-        let (codec, run) = (Codec::<T, E>::serde(), Run::new(self.store));
-        let retries = self.retries();
-        let attempt = || once(&run, &self.call, pool, (codec, retries), body.clone());
-        self.call.transact(codec, self.store, retries, attempt).await
+        run_sqlx(self.store, &self.call, pool, self.retries(), body).await
     }
+}
+
+/// A [`PgStore`] with the application's sqlx pool, on the same database: the store a
+/// transactional tool whose body takes `tx: &mut sqlx::PgConnection` names
+/// (`#[idem::idempotent(scope = "…", transactional = "tx", store = STORE)]`, `STORE` giving an
+/// `Arc<SqlxStore>`). Each call runs as [`Transactional::run_sqlx`] does, on a transaction
+/// begun on the pool; a `PgStore` alone lends tokio-postgres transactions only.
+///
+/// ```no_run
+/// # async fn open(url: &str) -> Result<idem_postgres::SqlxStore, Box<dyn std::error::Error>> {
+/// let store = idem_postgres::PgStore::builder(url).connect_async().await?;
+/// let pool = sqlx::PgPool::connect(url).await?;
+/// # Ok(
+/// idem_postgres::SqlxStore::new(std::sync::Arc::new(store), pool)
+/// # ) }
+/// ```
+#[derive(Clone)]
+pub struct SqlxStore {
+    store: Arc<PgStore>,
+    pool: PgPool,
+}
+
+impl SqlxStore {
+    /// `store`, whose calls' transactions are begun on `pool` (which must reach the store's
+    /// database: the call's record is written through it).
+    pub fn new(store: Arc<PgStore>, pool: PgPool) -> SqlxStore {
+        SqlxStore { store, pool }
+    }
+
+    /// The store the records are in.
+    pub fn store(&self) -> &Arc<PgStore> {
+        &self.store
+    }
+
+    /// The pool the transactions are begun on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// What `#[idem::idempotent(…, transactional = "tx", store = …)]` runs for an async tool on a
+/// [`SqlxStore`] whose body takes `tx: &mut sqlx::PgConnection`: the same run as
+/// [`Transactional::run_sqlx`], the body's error being the tool's own, not asked for a SQLSTATE
+/// (as for tokio-postgres: idem's own serialization failures, deadlocks and broken connections
+/// run the transaction again).
+impl<B, T, E> AsyncTransactional<fn(&mut PgConnection), B, T, E> for SqlxStore
+where
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    B: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
+{
+    async fn run_transactional(&self, call: Call, body: B) -> Result<T, E> {
+        let retries = Retries { attempts: DEFAULT_ATTEMPTS, transient: |_: &E| false };
+        run_sqlx(&self.store, &call, &self.pool, retries, body).await
+    }
+}
+
+/// Runs `call` with `body` on transactions begun on `pool`, attempt after attempt as `retries`
+/// says.
+async fn run_sqlx<T, E, F>(
+    store: &PgStore,
+    call: &Call,
+    pool: &PgPool,
+    retries: Retries<E>,
+    body: F,
+) -> Result<T, E>
+where
+    T: Serialize + DeserializeOwned,
+    E: From<Error>,
+    F: for<'t> AsyncFnOnce(&'t mut PgConnection) -> Result<T, E> + Clone,
+{
+    let (codec, run) = (Codec::<T, E>::serde(), Run::new(store));
+    let attempt = || once(&run, call, pool, (codec, retries), body.clone());
+    call.transact(codec, store, retries, attempt).await
 }
 
 /// One attempt: a transaction on the pool, and the engine's attempt inside it.

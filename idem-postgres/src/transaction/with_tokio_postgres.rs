@@ -99,7 +99,7 @@ impl Transactional<'_> {
 /// [`TransactionError`]): a serialization failure or deadlock of idem's statements or the
 /// commit, or a broken connection, runs the transaction again, and one the body returns ends
 /// the call with the body's error, nothing committed and the key free.
-impl<B, T, E> AsyncTransactional<B, T, E> for PgStore
+impl<B, T, E> AsyncTransactional<fn(&mut tokio_postgres::Transaction<'_>), B, T, E> for PgStore
 where
     T: Serialize + DeserializeOwned,
     E: From<Error>,
