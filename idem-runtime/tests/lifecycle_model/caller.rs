@@ -64,57 +64,56 @@ impl Lifecycle {
                     None => Phase::Idle,
                 };
             }
-            Next::AskApproval => {
-                s.callers[i].claims += 1;
-                let owner = self.owner(s, i);
-                match &found {
-                    None => {
-                        let step = transition::request_approval(
-                            &self.keys[k],
-                            TOOL,
-                            SCOPE,
-                            Some(FUNCTION),
-                            &owner,
-                            now,
-                        );
-                        if self
-                            .insert(s, k, step.new.expect("a request leaves a record"), now)
-                            .is_ok()
-                        {
-                            s.keys[k].requested = Some(role.amount);
-                        }
-                    }
-                    Some(found) => {
-                        let step = transition::request_approval_again(
-                            &found.0,
-                            &owner,
-                            Some(FUNCTION),
-                            now,
-                        );
-                        let new = step.new.expect("a request leaves a record");
-                        let instance = self.instance(s, i);
-                        if self
-                            .swap(
-                                s,
-                                k,
-                                &found.0,
-                                Some(new),
-                                Writer { writer: owner.as_str(), now, instance: &instance },
-                            )
-                            .is_some()
-                        {
-                            let slot = &mut s.keys[k];
-                            slot.requested = Some(role.amount);
-                            if found.0.status == Status::Done {
-                                fresh_epoch(slot);
-                            }
-                        }
-                    }
-                }
-                s.callers[i].phase = Phase::Idle;
-            }
+            Next::AskApproval => self.ask_approval(s, i, found.as_ref(), now),
             Next::Claim => self.claim(s, i, found),
         }
+    }
+
+    /// Caller `i` records its key as awaiting a person's approval over `found` (absent, an
+    /// expired result, or an expired approval), then reads the key again.
+    pub(crate) fn ask_approval(&self, s: &mut State, i: usize, found: Option<&Rec>, now: u64) {
+        let role = self.scenario.callers[i];
+        let k = self.key_of[i];
+        s.callers[i].claims += 1;
+        let owner = self.owner(s, i);
+        match found {
+            None => {
+                let step = transition::request_approval(
+                    &self.keys[k],
+                    TOOL,
+                    SCOPE,
+                    Some(FUNCTION),
+                    &owner,
+                    now,
+                );
+                if self.insert(s, k, step.new.expect("a request leaves a record"), now).is_ok() {
+                    s.keys[k].requested = Some(role.amount);
+                }
+            }
+            Some(found) => {
+                let step =
+                    transition::request_approval_again(&found.0, &owner, Some(FUNCTION), now);
+                let new = step.new.expect("a request leaves a record");
+                let instance = self.instance(s, i);
+                if self
+                    .swap(
+                        s,
+                        k,
+                        &found.0,
+                        Some(new),
+                        Writer { writer: owner.as_str(), now, instance: &instance },
+                    )
+                    .is_some()
+                {
+                    let slot = &mut s.keys[k];
+                    slot.requested = Some(role.amount);
+                    if found.0.status == Status::Done {
+                        fresh_epoch(slot);
+                    }
+                }
+            }
+        }
+        s.callers[i].phase = Phase::Idle;
     }
 
     /// Makes the key caller `i`'s: a reservation, or a takeover of `found`.
@@ -335,9 +334,19 @@ impl Lifecycle {
                 let token = s.seq + 1;
                 s.callers[i].phase = Phase::Tx(TxRun { found, pending, token, effect: false });
             }
+            // Rolled back having written nothing; it asks a person without the lock (a write of
+            // its own), or waits for the decision, then begins again.
+            Ok(Next::AskApproval) => {
+                s.lock = None;
+                let now = self.clock(s, i);
+                self.ask_approval(s, i, found.as_ref(), now);
+            }
+            Ok(Next::AwaitDecision) => {
+                s.lock = None;
+                s.callers[i].phase = Phase::Idle;
+            }
             Ok(Next::RefuseInDoubt) => done(s, Outcome::Err("in-doubt")),
             Ok(Next::Denied) => done(s, Outcome::Err("denied")),
-            Ok(Next::AwaitDecision) => done(s, Outcome::Err("awaiting-approval")),
             Ok(next) => unreachable!("a transactional call has no {next:?}"),
             Err(_) => done(s, Outcome::Err("shared-tool-name")),
         }
@@ -377,6 +386,18 @@ impl Lifecycle {
             slot.tx_effects.insert(run.token);
             slot.effects += 1;
             slot.landed = Some(value.clone());
+        }
+        // A run under an approval uses it, as it commits (before, a rollback keeps it).
+        let role = self.scenario.callers[i];
+        let approved = matches!(&run.found, Some(f) if f.0.status == Status::Approved);
+        if approved {
+            slot.approved_runs += 1;
+            if slot.approved_for != Some(role.amount) {
+                s.broken.wrong_intent = true;
+            }
+        }
+        if role.approval && !approved {
+            s.broken.unapproved_run = true;
         }
         s.lock = None;
         Self::end(s, i, Outcome::Ok(value));

@@ -52,6 +52,10 @@ impl Role {
     const fn transactional() -> Role {
         Role { transactional: true, ..Role::plain(InDoubtPolicy::Fail) }
     }
+
+    const fn transactional_approving(amount: u8) -> Role {
+        Role { transactional: true, ..Role::approving(amount) }
+    }
 }
 
 /// One exploration: the callers, the other actors, the policies and the bounds.
@@ -154,6 +158,18 @@ impl Scenario {
                 name: "transactional",
                 callers: vec![Role::plain(Fail), Role::plain(Fail), Role::transactional()],
                 bounds: Bounds { crashes: 2, resolves: 0, ..BASE },
+                ..none.clone()
+            },
+            // A plain call and two transactional ones, all needing approval, two of one intent.
+            Scenario {
+                name: "transactional-approval",
+                callers: vec![
+                    Role::approving(1),
+                    Role::transactional_approving(1),
+                    Role::transactional_approving(2),
+                ],
+                bounds: Bounds { pauses: 0, restarts: 0, resolves: 0, decisions: 2, ..BASE },
+                approval_ttl: Some(2),
                 ..none
             },
         ]
@@ -185,7 +201,7 @@ impl fmt::Display for Scenario {
                     role.push_str(&format!("+approval(amount {})", r.amount));
                 }
                 if r.transactional {
-                    role = "transactional".to_owned();
+                    role = role.replacen("fail", "transactional", 1);
                 }
                 role
             })
