@@ -10,16 +10,21 @@
 //!   call's record in one transaction.
 //! - `plain_fresh` / `plain_replay`: an ordinary idem call on the same store whose body makes
 //!   the same transaction on a connection of its own: three commits (reservation, body, done).
+//! - `sqlite_fresh` / `sqlite_replay` (and `sqlite_fresh_fsync`): `SqliteStore::transactional`
+//!   with the same two writes, on a store in a temporary directory with `Durability::None` (the
+//!   engine's and the store's work, no sync) and with the default `Durability::Fsync`.
 //!
-//! `DATABASE_URL=… cargo bench -p idem-benches --bench transactional`; skipped without it.
+//! `DATABASE_URL=… cargo bench -p idem-benches --bench transactional`; the PostgreSQL part is
+//! skipped without it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
-use idem::{Call, Error, Store};
+use idem::{Call, Durability, Error, Store};
 use idem_postgres::PgStore;
+use idem_runtime::SqliteStore;
 use tokio_postgres::types::Type;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -71,9 +76,65 @@ async fn connections(url: &str) -> (Client, Client, tokio::runtime::Runtime) {
     (tokio::sync::Mutex::new(client), tokio::sync::Mutex::new(across), other)
 }
 
+/// The two writes, on a SQLite transaction.
+fn sqlite_writes(tx: &rusqlite::Transaction<'_>, order: i64) -> rusqlite::Result<i64> {
+    tx.execute("INSERT INTO refunds (order_id, cents) VALUES (?1, 1250)", [order])?;
+    let id = tx.last_insert_rowid();
+    tx.execute("INSERT INTO ledger (refund_id, cents) VALUES (?1, -1250)", [id])?;
+    Ok(id)
+}
+
+fn sqlite(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::Builder::new().prefix("idem-bench").tempdir().unwrap();
+    let store = |name: &str, durability: Durability| {
+        let path = dir.path().join(name);
+        let store = SqliteStore::builder(&path).durability(durability).open().unwrap();
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE refunds (id INTEGER PRIMARY KEY, order_id, cents); \
+                 CREATE TABLE ledger (refund_id, cents);",
+            )
+            .unwrap();
+        store
+    };
+    let (fast, synced) =
+        (store("none.sqlite", Durability::None), store("fsync.sqlite", Durability::Fsync));
+    async fn fresh(store: &SqliteStore) -> i64 {
+        let scope = format!("s{}", SEQ.fetch_add(1, Ordering::Relaxed));
+        let id: Result<i64, BoxError> =
+            store.transactional(call(&scope)).run(|tx| Ok(sqlite_writes(tx, 17)?)).await;
+        id.unwrap()
+    }
+    let mut group = c.benchmark_group("transactional");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(10));
+    group.bench_function("sqlite_fresh", |b| b.to_async(&runtime).iter(|| fresh(&fast)));
+    runtime
+        .block_on(
+            fast.transactional(call("s-replay"))
+                .run(|tx| Ok::<_, BoxError>(sqlite_writes(tx, 17)?)),
+        )
+        .unwrap();
+    group.bench_function("sqlite_replay", |b| {
+        b.to_async(&runtime).iter(|| async {
+            let id: Result<i64, BoxError> = fast
+                .transactional(call("s-replay"))
+                .run(|_tx| unreachable!("a replay runs no body"))
+                .await;
+            id.unwrap()
+        })
+    });
+    group.bench_function("sqlite_fresh_fsync", |b| b.to_async(&runtime).iter(|| fresh(&synced)));
+    group.finish();
+}
+
 fn transactional(c: &mut Criterion) {
     let Ok(url) = std::env::var("DATABASE_URL") else {
-        eprintln!("DATABASE_URL is not set: skipping the transactional benchmarks");
+        eprintln!("DATABASE_URL is not set: skipping the PostgreSQL transactional benchmarks");
         return;
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -168,5 +229,5 @@ fn transactional(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, transactional);
+criterion_group!(benches, sqlite, transactional);
 criterion_main!(benches);
