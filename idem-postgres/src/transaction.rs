@@ -192,6 +192,17 @@ pub(crate) trait Driver: Send {
     /// idem's statements.
     fn exec(&mut self) -> &mut Self::Exec;
 
+    /// The key's record as committed before the transaction began, if the driver read it in
+    /// the round trip that began it (given once).
+    fn committed_before(&mut self) -> Option<Record> {
+        None
+    }
+
+    /// Whether the driver read the key as the transaction began and found no record.
+    fn absent_before(&self) -> bool {
+        false
+    }
+
     /// Runs `check`, then `write` (returning a `bigint` when it wrote), then `COMMIT`: in one
     /// round trip where the driver pipelines. A failed check aborts the transaction, so that
     /// the write fails and the commit rolls back.
@@ -249,10 +260,18 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         let key = record.key.as_str();
         let params = statements::insert_params(record, change, self.run.lease_ms);
         let read = [Param::Text(Some(key.to_owned()))];
+        // A key absent as the transaction began most likely still is: the first insert goes
+        // without the read behind it (a statement less for a fresh call), which then follows
+        // only if the insert found a record after all.
+        let mut alone = self.driver.absent_before();
         // The insert waits for a concurrent one of the key; when that rolls back, it inserts.
         for _ in 0..3 {
-            let exec = self.driver.exec();
-            let written = exec.write_or_read(self.run.insert, &params, self.run.get, &read).await;
+            let (exec, insert, get) = (self.driver.exec(), self.run.insert, self.run.get);
+            let written = if std::mem::take(&mut alone) {
+                write_then_read(exec, (insert, &params), (get, &read)).await
+            } else {
+                exec.write_or_read(insert, &params, get, &read).await
+            };
             match written.map_err(|e| store_error("cannot reserve", key, e))? {
                 (Some(seq), _) => {
                     return Ok(Inserted::New { token: u64::try_from(seq).unwrap_or(0) })
@@ -282,6 +301,10 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         let written = self.driver.exec().int(self.run.update, &params).await;
         let written = written.map_err(|e| store_error("cannot take over", &expected.key, e))?;
         Ok(written.map(|seq| u64::try_from(seq).unwrap_or(0)))
+    }
+
+    fn committed_before(&mut self) -> Option<Record> {
+        self.driver.committed_before()
     }
 
     fn body_starts(&mut self) {}
@@ -348,11 +371,19 @@ pub(crate) trait Exec: Send {
         read: &str,
         read_params: &[Param],
     ) -> impl Future<Output = Result<(Option<i64>, Option<String>), DbError>> + Send {
-        async move {
-            match self.int(write, write_params).await? {
-                Some(written) => Ok((Some(written), None)),
-                None => Ok((None, self.text(read, read_params).await?)),
-            }
-        }
+        write_then_read(self, (write, write_params), (read, read_params))
+    }
+}
+
+/// [`Exec::write_or_read`] one statement after the other: `read` runs only when `write` wrote
+/// nothing.
+async fn write_then_read<X: Exec + ?Sized>(
+    exec: &mut X,
+    write: (&str, &[Param]),
+    read: (&str, &[Param]),
+) -> Result<(Option<i64>, Option<String>), DbError> {
+    match exec.int(write.0, write.1).await? {
+        Some(written) => Ok((Some(written), None)),
+        None => Ok((None, exec.text(read.0, read.1).await?)),
     }
 }

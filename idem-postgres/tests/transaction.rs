@@ -132,6 +132,44 @@ async fn a_fresh_call_commits_its_writes_with_its_record_and_a_repeat_replays() 
     assert_eq!(events, ["reserved", "done"], "its history, committed with it");
 }
 
+/// A replay is decided by the record read with its `BEGIN`: it tries no insert (a trigger counts
+/// every attempt with a sequence, which no rollback takes back), and a large result comes back
+/// whole from that read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replay_is_read_with_the_begin_and_tries_no_insert() {
+    let Some(shop) = Shop::open("tx_read").await else { return };
+    shop.sql(&format!(
+        "CREATE SEQUENCE \"{0}\".inserts; \
+         CREATE FUNCTION \"{0}\".count_insert() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM nextval('\"{0}\".inserts'); RETURN NEW; END $$; \
+         CREATE TRIGGER count_insert BEFORE INSERT ON \"{0}\".records \
+         FOR EACH ROW EXECUTE FUNCTION \"{0}\".count_insert();",
+        shop.schema
+    ))
+    .await;
+    let inserts = async || -> i64 {
+        let sql = format!("SELECT last_value FROM \"{}\".inserts", shop.schema);
+        shop.client().await.query_typed(&sql, &[]).await.unwrap()[0].get(0)
+    };
+    let runs = AtomicUsize::new(0);
+    let large = async || {
+        shop.store
+            .transactional(shop.call(17))
+            .run(async |_tx| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, BoxError>("x".repeat(4 << 20))
+            })
+            .await
+    };
+    let first = large().await.unwrap();
+    assert_eq!(inserts().await, 1, "the fresh call inserted its record");
+    let again = tokio::time::timeout(Duration::from_secs(60), large()).await;
+    let again = again.expect("the replay ends").unwrap();
+    assert_eq!((again.len(), &again), (4 << 20, &first), "the repeat replays the whole result");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    assert_eq!(inserts().await, 1, "the replay tried no insert");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_err_rolls_back_the_writes_and_frees_the_key() {
     let Some(shop) = Shop::open("tx1").await else { return };

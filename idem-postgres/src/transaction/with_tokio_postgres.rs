@@ -1,13 +1,14 @@
 //! Transactional calls through tokio-postgres, on a connection of the store's own pool.
 
+use futures_core::Stream;
 use idem_runtime::for_macros::AsyncTransactional;
-use idem_runtime::{Attempt, Call, Codec, Error, Retries};
+use idem_runtime::{Attempt, Call, Codec, Error, Record, Retries};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::error::DbError;
-use super::statements::Param;
+use super::statements::{self, Param};
 use super::{
     store_error, Driver, Exec, Finished, Run, TransactionError, Transactional, DEFAULT_ATTEMPTS,
 };
@@ -144,38 +145,90 @@ where
         Err(e) => return Attempt::failed(call, codec, store_error("cannot connect for", key, e)),
     };
     let client: &mut tokio_postgres::Client = &mut pooled;
-    let tx = match client.transaction().await {
+    // The key's committed record, read in the `BEGIN`'s round trip, so that a replay takes that
+    // one round trip: a simple query, which tokio-postgres sends without waiting for an answer
+    // and whose answer does not borrow the client, goes out ahead of the `BEGIN`, and is
+    // drained while the `BEGIN` is awaited (the connection hands answers over in order through
+    // a bounded channel: an undrained answer in several parts could hold up the `BEGIN`'s).
+    let read = match client.simple_query_raw(&committed_sql(run.get, key)).await {
+        Ok(read) => read,
+        Err(e) => return Attempt::failed(call, codec, store_error("cannot read", key, e.into())),
+    };
+    let (began, seen) = tokio::join!(client.transaction(), first_text(read));
+    let tx = match began {
         Ok(tx) => tx,
         Err(e) => {
             let e = store_error("cannot begin the transaction of", key, e.into());
             return Attempt::failed(call, codec, e);
         }
     };
-    // Dropped without a commit, the transaction sends its `ROLLBACK` without waiting for the
-    // answer: the connection goes back to the pool with it queued ahead of anything else.
-    run.attempt(call, codec, retries.transient, Tokio(tx), body).await
+    let seen = seen.map_err(|e| store_error("cannot read", key, e.into()));
+    let seen = match seen.and_then(|json| json.as_deref().map(statements::decode).transpose()) {
+        Ok(seen) => seen,
+        Err(e) => return Attempt::failed(call, codec, e),
+    };
+    // Dropped without a commit (a replay, a failure), the transaction sends its `ROLLBACK`
+    // without waiting for the answer: the connection goes back to the pool with it queued
+    // ahead of anything else.
+    let absent = seen.is_none();
+    run.attempt(call, codec, retries.transient, Tokio { tx, seen, absent }, body).await
 }
 
-/// A tokio-postgres transaction lent to the engine.
-struct Tokio<'c>(tokio_postgres::Transaction<'c>);
+/// `get` (`schema::Statements::call_get`) with the key written in, for the simple query
+/// protocol, which takes no parameters. A key is 32 hex digits and `get` has no other `$1`
+/// (the table's names are plain identifiers), so the literal needs no escaping.
+fn committed_sql(get: &str, key: &str) -> String {
+    debug_assert!(key.bytes().all(|b| b.is_ascii_hexdigit()), "not a key: {key}");
+    get.replace("$1", &format!("'{key}'"))
+}
+
+/// The first column of the first row of a simple query's answer, drained to its end.
+async fn first_text(
+    read: tokio_postgres::SimpleQueryStream,
+) -> Result<Option<String>, tokio_postgres::Error> {
+    let mut read = std::pin::pin!(read);
+    let mut first = None;
+    while let Some(message) = std::future::poll_fn(|cx| read.as_mut().poll_next(cx)).await {
+        if let tokio_postgres::SimpleQueryMessage::Row(row) = message? {
+            first = first.or_else(|| row.get(0).map(str::to_owned));
+        }
+    }
+    Ok(first)
+}
+
+/// A tokio-postgres transaction lent to the engine, with the key's record as committed before
+/// it began.
+struct Tokio<'c> {
+    tx: tokio_postgres::Transaction<'c>,
+    seen: Option<Record>,
+    absent: bool,
+}
 
 impl<'c> Driver for Tokio<'c> {
     type Body = tokio_postgres::Transaction<'c>;
     type Exec = tokio_postgres::Transaction<'c>;
 
     fn body(&mut self) -> &mut Self::Body {
-        &mut self.0
+        &mut self.tx
     }
 
     fn exec(&mut self) -> &mut Self::Exec {
-        &mut self.0
+        &mut self.tx
+    }
+
+    fn committed_before(&mut self) -> Option<Record> {
+        self.seen.take()
+    }
+
+    fn absent_before(&self) -> bool {
+        self.absent
     }
 
     /// The check, the result's write and the `COMMIT`, pipelined: one round trip. A failed
     /// check or write aborts the transaction, and the server answers the `COMMIT` with a
     /// rollback, so nothing commits.
     async fn finish(self, check: (&str, &[Param]), write: (&str, &[Param])) -> Finished {
-        let tx = self.0;
+        let tx = self.tx;
         let (check_params, write_params) = (typed(check.1), typed(write.1));
         let (checked, written, committed) = tokio::join!(
             tx.query_typed(check.0, &check_params),

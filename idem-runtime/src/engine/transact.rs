@@ -5,11 +5,12 @@
 //!
 //! One attempt ([`Call::attempt`]) runs inside one transaction:
 //!
-//! 1. Insert the call's record, in flight, with its `reserved` history row. A record already
-//!    there is decided by [`CallParts::next`]: a result replays, an expired one, an approved
-//!    one (or one in doubt under `InDoubtPolicy::Rerun`) is taken over inside the transaction,
-//!    a key in doubt fails, and another call's record in flight is waited for, after the
-//!    transaction ends. A key that needs a person (to ask for approval, to wait for a
+//! 1. Insert the call's record, in flight, with its `reserved` history row, unless the record
+//!    the store read as the transaction began ([`Transaction::committed_before`]) replays. A
+//!    record already there is decided by [`CallParts::next`]: a result replays, an expired one,
+//!    an approved one (or one in doubt under `InDoubtPolicy::Rerun`) is taken over inside the
+//!    transaction, a key in doubt fails, and another call's record in flight is waited for,
+//!    after the transaction ends. A key that needs a person (to ask for approval, to wait for a
 //!    decision, or to read a denial) is left to [`Call::transact`] too: the transaction rolls
 //!    back having written nothing, and the body does not run.
 //! 2. Run the body with the transaction, for its writes, watched for a commit or rollback of
@@ -428,6 +429,12 @@ impl CallParts<'_> {
         let owner = Owner::new_call(site.instance);
         let now = (site.clock)();
         let key = self.key.as_str();
+        // A finished record read as the transaction began replays at once, nothing written.
+        if let Some(record) = tx.committed_before() {
+            if let Ok(Next::Replay) = self.next(Some(&record), now, site.instance, false) {
+                return Ok(Claimed::Replay(record));
+            }
+        }
         // Absent at first: the insert reads the record only when there is one.
         let (mut found, mut read) = (None, false);
         // A record that changes under every swap is a store that does not hold its rows

@@ -41,6 +41,13 @@ pub trait Transaction {
         change: &Change<'_>,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>>;
 
+    /// The key's record as committed before the transaction began, when the store read it in
+    /// the round trip that began it (`None`: not read, or no record). The engine replays a
+    /// finished one from it, writing nothing in the transaction. Given once.
+    fn committed_before(&mut self) -> Option<Record> {
+        None
+    }
+
     /// The body starts: from here on, a commit or rollback made through the store's connection
     /// is the body's own.
     fn body_starts(&mut self);
