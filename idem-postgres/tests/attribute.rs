@@ -336,8 +336,8 @@ async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
     assert_eq!(rows(8).await, 1, "one refund row");
     let records = Store::scan_page(shop.store().as_ref(), None, usize::MAX).await.unwrap();
     let done: Vec<_> = records
-        .into_iter()
-        .filter_map(|(_, record)| record.ok())
+        .into_records()
+        .filter_map(Result::ok)
         .filter(|record| record.tool == "sqlx_refund")
         .map(|record| (record.scope, record.status, record.result))
         .collect();
