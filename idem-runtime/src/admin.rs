@@ -16,7 +16,7 @@ use crate::key::Key;
 use crate::lifecycle::history::Entry;
 use crate::lifecycle::retention::{self, RetentionStatus};
 use crate::lifecycle::transition;
-use crate::lifecycle::{assess, Assessment, Guard, Record, Status};
+use crate::lifecycle::{assess, in_doubt, Assessment, Guard, Record, Status};
 use crate::meter::{self, ApprovalEvent};
 use crate::store::walk::Walk;
 use crate::store::{Store, Stored};
@@ -316,8 +316,7 @@ fn each_record(
 /// process died, its lease lapsed) is in doubt, as `show` and every call say, so that a listing
 /// by status and the counts find the keys an operator must settle.
 fn as_assessed(store: &dyn Store, mut record: Record) -> Record {
-    let gone = assess(Some(&record), store.clock(), store.instance()) == Assessment::InDoubt;
-    if record.status == Status::InFlight && gone {
+    if record.status == Status::InFlight && in_doubt(&record, store.clock(), store.instance()) {
         record.status = Status::InDoubt;
     }
     record
@@ -382,7 +381,7 @@ pub fn resolve(
     force: bool,
 ) -> Result<Option<Record>, Error> {
     let current = show(store, key)?;
-    if assess(Some(&current), store.clock(), store.instance()) != Assessment::InDoubt {
+    if !in_doubt(&current, store.clock(), store.instance()) {
         return Err(Error::NotResolvable {
             key: key.to_string(),
             tool: current.tool,

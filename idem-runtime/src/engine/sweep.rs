@@ -17,7 +17,7 @@ use crate::error::StoreError;
 use crate::exec::block_on;
 use crate::key::Key;
 use crate::lifecycle::history::Answer;
-use crate::lifecycle::{assess, Assessment, Record};
+use crate::lifecycle::{in_doubt, Record};
 use crate::store::walk::Walk;
 use crate::store::{Store, Stored};
 
@@ -166,7 +166,7 @@ impl<'a> Sweep<'a> {
             tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
             return;
         }
-        if assess(Some(&record), store.clock(), store.instance()) != Assessment::InDoubt {
+        if !in_doubt(&record, store.clock(), store.instance()) {
             return;
         }
         let outcome = sweep_one(store, &record, reconcile).await;

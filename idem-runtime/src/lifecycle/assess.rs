@@ -46,6 +46,13 @@ pub fn assess(found: Option<&Record>, now: u64, instance: &str) -> Assessment {
     }
 }
 
+/// Whether `record` is in doubt at `now`, seen from `instance`: marked so, or in flight with an
+/// owner that no longer holds it. What a sweep picks to reconcile and what the operator's
+/// listing shows as in doubt, as [`assess`] says.
+pub fn in_doubt(record: &Record, now: u64, instance: &str) -> bool {
+    assess(Some(record), now, instance) == Assessment::InDoubt
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +72,10 @@ mod tests {
         let done = transition::complete(&held, "1".into(), ttl, 12).new.unwrap();
         assert_eq!(assess(Some(&done), 16, me), Assessment::Replay);
         assert_eq!(assess(Some(&done), 17, me), Assessment::Expired);
+        // In doubt: marked so, or held by an instance that is not this one.
+        assert!(in_doubt(&doubt, 11, me));
+        assert!(in_doubt(&held, 10, "sled:h:2:0:0"));
+        assert!(!in_doubt(&held, 10, me));
+        assert!(!in_doubt(&done, 17, me));
     }
 }

@@ -22,7 +22,7 @@ pub mod retention;
 pub(crate) mod status;
 pub mod transition;
 
-pub use self::assess::{assess, Assessment};
+pub use self::assess::{assess, in_doubt, Assessment};
 pub use self::fence::{admits, Fence, Guard};
 pub use self::owner::{Liveness, Owner};
 pub use self::record::{now_ms, Record, RecordParts};
