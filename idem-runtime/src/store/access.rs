@@ -6,7 +6,6 @@
 //! change it for the whole process. A file or
 //! directory that exists already is left as it is: its modes may be the user's choice.
 
-use std::fs::File;
 use std::io;
 use std::path::Path;
 
@@ -27,15 +26,6 @@ impl Access {
             Access::Group
         } else {
             Access::User
-        }
-    }
-
-    /// The mode of a file this access gives (off Unix, files have no mode to give).
-    #[cfg_attr(not(unix), allow(dead_code))]
-    pub(crate) fn file_mode(self) -> u32 {
-        match self {
-            Access::User => 0o600,
-            Access::Group => 0o660,
         }
     }
 
@@ -72,29 +62,6 @@ impl Access {
         }
     }
 
-    /// Creates the file `path`, which must not exist, with this access.
-    pub(crate) fn create_file(self, path: &Path) -> io::Result<File> {
-        let mut options = File::options();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, self.file_mode());
-        let file = options.open(path)?;
-        self.give(&file)?;
-        Ok(file)
-    }
-
-    /// Gives `file`, which this store made, this access's file mode.
-    pub(crate) fn give(self, file: &File) -> io::Result<()> {
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(self.file_mode()))?;
-        }
-        #[cfg(not(unix))]
-        let _ = file;
-        Ok(())
-    }
-
     /// Gives the file or directory at `path`, which this store has just made, `mode`.
     fn set_mode(self, path: &Path, mode: u32) -> io::Result<()> {
         #[cfg(unix)]
@@ -104,6 +71,43 @@ impl Access {
         }
         #[cfg(not(unix))]
         let _ = (path, mode);
+        Ok(())
+    }
+}
+
+/// What only the SQLite store makes: files of its own beside its directory (the database, the
+/// owners' lock files) and the sockets that wake other processes.
+#[cfg(feature = "sqlite")]
+impl Access {
+    /// The mode of a file this access gives (off Unix, files have no mode to give).
+    #[cfg_attr(not(unix), allow(dead_code))]
+    pub(crate) fn file_mode(self) -> u32 {
+        match self {
+            Access::User => 0o600,
+            Access::Group => 0o660,
+        }
+    }
+
+    /// Creates the file `path`, which must not exist, with this access.
+    pub(crate) fn create_file(self, path: &Path) -> io::Result<std::fs::File> {
+        let mut options = std::fs::File::options();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, self.file_mode());
+        let file = options.open(path)?;
+        self.give(&file)?;
+        Ok(file)
+    }
+
+    /// Gives `file`, which this store made, this access's file mode.
+    pub(crate) fn give(self, file: &std::fs::File) -> io::Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(self.file_mode()))?;
+        }
+        #[cfg(not(unix))]
+        let _ = file;
         Ok(())
     }
 
