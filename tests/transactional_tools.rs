@@ -113,6 +113,60 @@ mod on_sqlite {
         assert_eq!(records(&SHOP, "refund_and_commit", "19"), 0, "the key is free");
     }
 
+    static UNRECORDABLE_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A refund made by hand with `SqliteStore::transactional`, whose body runs on a thread of
+    /// its own, and whose result cannot be recorded (JSON writes NaN as `null`, which does not
+    /// read back as a number): idem refuses it, and no attempt can do better. Its one write is
+    /// keyed, so calling it again is safe: classified as a read for `retry!`.
+    #[idem::read]
+    async fn refund_unrecordable(order_id: u64) -> Result<f64, Error> {
+        let call = idem::Call::new("refund_unrecordable", order_id, &order_id)?;
+        SHOP.transactional(call)
+            .run(|_tx: &rusqlite::Transaction<'_>| {
+                UNRECORDABLE_RUNS.fetch_add(1, Ordering::SeqCst);
+                Ok(f64::NAN)
+            })
+            .await
+    }
+
+    #[tokio::test]
+    async fn retry_stops_at_an_error_the_engine_raised_on_the_transactions_thread() {
+        let quick = idem::Backoff::default().min_delay(Duration::from_millis(1)).without_jitter();
+        let outcome = idem::retry!(refund_unrecordable(20).await, backoff = quick);
+        assert!(matches!(outcome, Err(Error::Result { .. })), "{outcome:?}");
+        assert_eq!(
+            UNRECORDABLE_RUNS.load(Ordering::SeqCst),
+            1,
+            "retry! returned the unrecordable result's error at once, as for a call on its own \
+             thread, rather than running the body again"
+        );
+        let page = SHOP.scan_page(None, usize::MAX).await.expect("the store scans");
+        let kept = page.into_records().filter_map(Result::ok);
+        assert_eq!(kept.filter(|r| r.tool == "refund_unrecordable").count(), 0, "nothing was kept");
+    }
+
+    static NAN_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    /// A transactional tool on the caller's thread whose result cannot be recorded.
+    #[idem::idempotent(scope = "order_id", transactional = "tx", store = shop)]
+    fn refund_nan(tx: &rusqlite::Transaction<'_>, order_id: u64) -> Result<f64, String> {
+        NAN_RUNS.fetch_add(1, Ordering::SeqCst);
+        tx.execute("INSERT INTO refunds (order_id, cents) VALUES (?1, 1)", [order_id])
+            .map_err(|e| e.to_string())?;
+        Ok(f64::NAN)
+    }
+
+    #[test]
+    fn retry_stops_at_an_error_the_engine_raised_inside_a_transactional_attempt() {
+        let quick = idem::Backoff::default().min_delay(Duration::from_millis(1)).without_jitter();
+        let outcome = idem::retry!(refund_nan(21), backoff = quick);
+        let refused = outcome.expect_err("the result cannot be recorded");
+        assert!(refused.contains("result"), "{refused}");
+        assert_eq!(NAN_RUNS.load(Ordering::SeqCst), 1, "one run: no attempt can record NaN");
+        assert_eq!(rows(SHOP.path(), 21), 0, "its row rolled back");
+    }
+
     /// The orders the approved refunds' bodies ran for, one entry per run.
     static APPROVED_RUNS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 

@@ -37,6 +37,24 @@ pub(crate) fn raise(error: Error) -> Error {
     error
 }
 
+/// The verdict of the `retry!` attempt running on this thread, if any, for work that the attempt
+/// hands to a thread of its own (a SQLite transaction's): that thread enters it with
+/// [`Carried::enter`], so that an error the engine raises there is noted on the attempt it
+/// belongs to.
+pub(crate) struct Carried(Option<Arc<AtomicBool>>);
+
+impl Carried {
+    /// The verdict of the innermost attempt running on this thread.
+    pub(crate) fn here() -> Carried {
+        Carried(ATTEMPTS.with(|attempts| attempts.borrow().last().cloned()))
+    }
+
+    /// Puts the verdict on this thread's stack until the guard drops.
+    pub(crate) fn enter(&self) -> Option<impl Drop> {
+        self.0.as_ref().map(Attempting::enter)
+    }
+}
+
 /// Keeps an attempt's verdict on this thread's stack while it runs, and pops it however that
 /// ends (a panic included).
 struct Attempting;

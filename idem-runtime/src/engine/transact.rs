@@ -94,7 +94,7 @@ impl<T, E> Attempt<T, E> {
     /// attempt runs when the error is [`StoreError::is_transient`].
     pub fn failed(call: &Call, codec: Codec<T, E>, source: StoreError) -> Attempt<T, E> {
         let again = source.is_transient();
-        let error = (codec.error)(call.store_error(source));
+        let error = (codec.error)(raise(call.store_error(source)));
         Attempt::of(if again {
             Ended::Again(error, Outcome::Error)
         } else {
@@ -109,7 +109,7 @@ impl<T, E> Attempt<T, E> {
     fn fail(codec: Codec<T, E>, error: Error) -> Attempt<T, E> {
         let outcome = Outcome::of_error(&error);
         let again = matches!(&error, Error::Store { source, .. } if source.is_transient());
-        let error = (codec.error)(error);
+        let error = (codec.error)(raise(error));
         Attempt::of(if again { Ended::Again(error, outcome) } else { Ended::Fail(error, outcome) })
     }
 }

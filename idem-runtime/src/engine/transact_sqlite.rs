@@ -19,6 +19,7 @@ use super::{Call, Codec};
 use crate::error::{Error, StoreError};
 use crate::exec::block_on;
 use crate::lifecycle::now_ms;
+use crate::retry::Carried;
 use crate::store::sqlite::transaction::Lender;
 use crate::store::sqlite::SqliteStore;
 
@@ -145,10 +146,13 @@ where
 {
     type Answer<T, E, F> = Result<(Attempt<T, E>, Option<F>), Box<dyn Any + Send>>;
     let named = call.clone();
+    // An error raised on the attempt's thread is noted on the caller's `retry!` attempt.
+    let carried = Carried::here();
     let (answer, answered) = tokio::sync::oneshot::channel::<Answer<T, E, F>>();
     let spawned =
         std::thread::Builder::new().name("idem-sqlite-transaction".into()).spawn(move || {
             let ran = catch_unwind(AssertUnwindSafe(move || {
+                let _attempting = carried.enter();
                 let body = RefCell::new(body);
                 let ended = block_on(attempt(&lender, &call, codec, &body));
                 (ended, body.into_inner())
