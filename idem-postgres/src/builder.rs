@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use idem_runtime::Retention;
+use idem_runtime::store::CommonOptions;
 
 /// How long an owner's lease lasts unless its heartbeat renews it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -19,9 +19,17 @@ pub struct PgStoreBuilder {
     pub(crate) pool_size: usize,
     pub(crate) schema: String,
     pub(crate) table: String,
-    pub(crate) create: bool,
-    /// `None`: not set, so `IDEM_RETAIN` decides at connect.
-    pub(crate) retention: Option<Option<Retention>>,
+    /// The options every store's builder has; PostgreSQL offers `create` and retention
+    /// (`durability` is the server's `synchronous_commit`, and it creates no files).
+    pub(crate) common: CommonOptions,
+}
+
+idem_runtime::store_options! {
+    PgStoreBuilder {
+        /// The store is the schema and its tables, created when missing.
+        create,
+        retention,
+    }
 }
 
 impl PgStoreBuilder {
@@ -40,8 +48,7 @@ impl PgStoreBuilder {
             pool_size: 16,
             schema,
             table,
-            create: true,
-            retention: None,
+            common: CommonOptions::default(),
         }
     }
 
@@ -91,32 +98,6 @@ impl PgStoreBuilder {
     /// The records table; `records`.
     pub fn table(mut self, table: &str) -> Self {
         self.table = table.to_owned();
-        self
-    }
-
-    /// Whether to create the schema and table when they are missing (true by default; the
-    /// `idem` command connects with `false`, so that a mistyped database is an error, not a new
-    /// empty store).
-    pub fn create(mut self, create: bool) -> Self {
-        self.create = create;
-        self
-    }
-
-    /// Removes finished records, with their histories, and the histories of released keys,
-    /// once they are older than `keep`, in the background, in small batches (see
-    /// [`Retention`]); keys in flight or in doubt are never removed. The same as
-    /// `retention(Some(Retention::new(keep)))`. Unless this or
-    /// [`PgStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (`30d`, or `off`), and
-    /// without it nothing is removed. Each process of a fleet runs its own passes; they may
-    /// overlap, since every removal is fenced.
-    pub fn retain(self, keep: Duration) -> Self {
-        self.retention(Some(Retention::new(keep)))
-    }
-
-    /// The retention policy, with its batch size and pace; `None` for none, whatever
-    /// `$IDEM_RETAIN` says.
-    pub fn retention(mut self, policy: Option<Retention>) -> Self {
-        self.retention = Some(policy);
         self
     }
 }

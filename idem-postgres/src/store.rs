@@ -99,10 +99,10 @@ impl PgStoreBuilder {
 
     /// Connects without blocking; the future runs on any executor.
     pub async fn connect_async(self) -> Result<PgStore, idem_runtime::Error> {
-        let retention = self.retention.clone();
+        let common = self.common.clone();
         let mut store = PgStore::open_storage(self).await.map_err(store_error)?;
         // What runs beside the store is the engine's, as for sled and SQLite.
-        store.beside = Beside::start(retention, || store.handle()).map_err(store_error)?;
+        store.beside = Beside::start(&common, || store.handle()).map_err(store_error)?;
         Ok(store)
     }
 }
@@ -150,7 +150,7 @@ impl PgStore {
             writes: Arc::new(Writes::default()),
         });
         let setup = Arc::clone(&shared);
-        let create = options.create;
+        let create = options.common.create;
         let pool_url = options.listen_url.is_none();
         runtime.spawn_store(async move { setup.start(listen, pool_url, create).await }).await?;
         Ok(PgStore { beside: Beside::default(), shared, runtime: Arc::new(runtime) })

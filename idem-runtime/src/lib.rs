@@ -18,6 +18,10 @@
 // docs.rs (`--cfg docsrs`, nightly) marks each item that a feature gates with that feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+// The crate's own name, so that the docs `store_options!` writes link by one path
+// (`idem_runtime::…`) in this crate's builders and in another crate's.
+extern crate self as idem_runtime;
+
 pub mod admin;
 mod canonical;
 mod classify;

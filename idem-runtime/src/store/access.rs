@@ -20,7 +20,7 @@ pub(crate) enum Access {
 }
 
 impl Access {
-    /// The access a builder's `group_access(group)` asks for.
+    /// The access `group_access(group)` asks for (see `options.rs`).
     pub(crate) fn with_group(group: bool) -> Access {
         if group {
             Access::Group

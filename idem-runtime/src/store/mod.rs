@@ -15,6 +15,7 @@ pub(crate) mod default;
 pub(crate) mod memory;
 pub mod name;
 mod notify;
+mod options;
 mod page;
 pub(crate) mod sled;
 #[cfg(feature = "sqlite")]
@@ -202,6 +203,7 @@ pub enum Inserted {
 // What a store implementor needs besides the trait, in one place.
 pub use self::beside::Beside;
 pub use self::notify::{Notifier, Watch};
+pub use self::options::{CommonOptions, Retention};
 pub use self::page::{Page, RecordPage, Stored};
 pub use self::transaction::{Committed, Transaction};
 pub use crate::error::StoreError;

@@ -1,7 +1,7 @@
 //! The embedded store: sled 0.34, one process at a time.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use self::chunks::{Chunks, MAX_RESULT};
 use self::encoding::decode;
@@ -124,18 +124,7 @@ impl SledStore {
 
     /// Options for opening the store in directory `path`.
     pub fn builder(path: impl AsRef<Path>) -> SledStoreBuilder {
-        SledStoreBuilder {
-            path: path.as_ref().to_owned(),
-            durability: Durability::Fsync,
-            cache_bytes: 64 * 1024 * 1024,
-            create: true,
-            lock_wait: Duration::ZERO,
-            admin_socket: true,
-            gather: super::sync::Gather::Adaptive,
-            recent_bytes: 16 * 1024 * 1024,
-            retention: None,
-            access: super::access::Access::User,
-        }
+        SledStoreBuilder::new(path.as_ref())
     }
 
     /// The directory this store lives in.

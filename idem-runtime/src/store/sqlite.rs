@@ -147,7 +147,7 @@ impl SqliteStore {
 
     /// The durability this store was opened with.
     pub fn durability(&self) -> super::Durability {
-        self.shared.options.durability
+        self.shared.options.common.durability
     }
 
     /// Queues `body` on the writer thread (see `sqlite/writer.rs`); the future answers once the

@@ -17,17 +17,18 @@ use crate::store::access::Access;
 use crate::store::beside::Beside;
 use crate::store::name::{postgres_opener, StoreName};
 use crate::store::sled::SledStore;
-use crate::store::Store;
+use crate::store::{CommonOptions, Store};
 
 pub(crate) mod default;
 mod sled;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-/// The retention a builder's option gives (`None`: not set, so `$IDEM_RETAIN` decides).
-fn policy(option: Option<Option<Retention>>) -> Result<Option<Retention>, StoreError> {
-    match option {
-        Some(policy) => Ok(policy),
+/// The retention a builder's options give: its `retain` or `retention`, or else
+/// `$IDEM_RETAIN`.
+fn policy(options: &CommonOptions) -> Result<Option<Retention>, StoreError> {
+    match &options.retention {
+        Some(policy) => Ok(policy.clone()),
         None => Retention::from_env(),
     }
 }
@@ -43,16 +44,16 @@ fn start_retainer<S: Store>(
 impl Beside {
     /// Starts what the engine runs beside a store that a backend outside this crate opened
     /// (PostgreSQL's `PgStoreBuilder::connect` calls it once its storage is ready), as it does
-    /// for sled and SQLite: the retention passes `retention` asks for (`None`: not set, so
-    /// `$IDEM_RETAIN` decides), on the second handle of the store that `handle` makes. The
-    /// store keeps what this returns as its first field, so that the passes stop before the
-    /// rest of it closes.
+    /// for sled and SQLite: the retention passes its builder's `options` ask for (or
+    /// `$IDEM_RETAIN`, when they set none), on the second handle of the store that `handle`
+    /// makes. The store keeps what this returns as its first field, so that the passes stop
+    /// before the rest of it closes.
     pub fn start<S: Store>(
-        retention: Option<Option<Retention>>,
+        options: &CommonOptions,
         handle: impl FnOnce() -> S,
     ) -> Result<Beside, StoreError> {
         let mut beside = Beside::default();
-        if let Some(retainer) = start_retainer(policy(retention)?, handle)? {
+        if let Some(retainer) = start_retainer(policy(options)?, handle)? {
             beside.keep(retainer);
         }
         Ok(beside)

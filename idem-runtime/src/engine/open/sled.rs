@@ -30,7 +30,7 @@ impl SledStore {
 }
 
 fn open(options: &SledStoreBuilder) -> Result<SledStore, StoreError> {
-    let policy = policy(options.retention.clone())?;
+    let policy = policy(&options.common)?;
     let mut store = SledStore::open_storage(options)?;
     let retainer = start_retainer(policy, || store.handle())?;
     // Kept in this order, so that the socket stops serving before the passes stop.

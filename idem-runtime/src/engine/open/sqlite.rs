@@ -29,7 +29,7 @@ impl SqliteStore {
 }
 
 fn open(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
-    let policy = policy(options.retention.clone())?;
+    let policy = policy(&options.common)?;
     let mut store = SqliteStore::open_storage(options)?;
     if let Some(retainer) = start_retainer(policy, || store.handle())? {
         store.beside.keep(retainer);

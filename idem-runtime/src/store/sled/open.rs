@@ -15,49 +15,56 @@ use super::{io_error, SledStore, CHUNKS, HISTORY, INDEXED, IN_FLIGHT, TREE};
 use crate::error::StoreError;
 use crate::lifecycle::now_ms;
 use crate::lifecycle::owner::MAX_INSTANCE;
-use crate::lifecycle::retention::Retention;
 use crate::lifecycle::transition;
 use crate::lifecycle::Status;
 use crate::loom::Arc;
-use crate::store::access::Access;
 use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
-use crate::store::Durability;
+use crate::store::{CommonOptions, Durability};
 
 /// Options for [`SledStore`]: durability, cache size, locking, the admin socket, retention.
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `open` is called"]
 pub struct SledStoreBuilder {
     pub(super) path: PathBuf,
-    pub(super) durability: Durability,
+    /// The options every store's builder has (durability, create, group access, retention).
+    pub(crate) common: CommonOptions,
     pub(super) cache_bytes: u64,
-    pub(super) create: bool,
     pub(super) lock_wait: Duration,
     pub(crate) admin_socket: bool,
     pub(super) gather: Gather,
     pub(super) recent_bytes: u64,
-    /// `None`: not set, so `IDEM_RETAIN` decides at open.
-    pub(crate) retention: Option<Option<Retention>>,
-    pub(super) access: Access,
+}
+
+crate::store_options! {
+    SledStoreBuilder {
+        durability,
+        create,
+        /// sled creates the files in the store's directory itself, with the umask's mode (it
+        /// lets no one choose another): for the group to write them too, the processes need a
+        /// umask that leaves it write (`umask 007`). The admin socket stays its user's alone.
+        group_access,
+        retention,
+    }
 }
 
 impl SledStoreBuilder {
-    /// How far a write goes before it is reported done; [`Durability::Fsync`] by default.
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
+    pub(super) fn new(path: &Path) -> SledStoreBuilder {
+        SledStoreBuilder {
+            path: path.to_owned(),
+            common: CommonOptions::default(),
+            cache_bytes: 64 * 1024 * 1024,
+            lock_wait: Duration::ZERO,
+            admin_socket: true,
+            gather: Gather::Adaptive,
+            recent_bytes: 16 * 1024 * 1024,
+        }
     }
 
     /// sled's page cache, in bytes; 64 MiB by default (sled's own default is 1 GiB).
     pub fn cache_capacity(mut self, bytes: u64) -> Self {
         self.cache_bytes = bytes;
-        self
-    }
-
-    /// Whether to create the store when the directory holds none (true by default; the `idem`
-    /// command opens with `false`, so that a mistyped path is an error, not a new empty store).
-    pub fn create(mut self, create: bool) -> Self {
-        self.create = create;
         self
     }
 
@@ -67,16 +74,6 @@ impl SledStoreBuilder {
     /// briefly held; the `idem` command waits a little rather than fail.
     pub fn lock_wait(mut self, wait: Duration) -> Self {
         self.lock_wait = wait;
-        self
-    }
-
-    /// Whether the store's directory, when this open creates it, is its group's too (0770)
-    /// rather than its user's alone (0700, the default). sled creates the files in it itself,
-    /// with the umask's mode (it lets no one choose another): for the group to write them too,
-    /// the processes need a umask that leaves it write (`umask 007`). A directory that exists
-    /// is left as it is. The admin socket stays its user's alone.
-    pub fn group_access(mut self, group: bool) -> Self {
-        self.access = Access::with_group(group);
         self
     }
 
@@ -114,22 +111,6 @@ impl SledStoreBuilder {
         self.gather = if wait.is_zero() { Gather::Off } else { Gather::UpTo(wait) };
         self
     }
-
-    /// Removes finished records, with their histories, and the histories of released keys,
-    /// once they are older than `keep`, in the background (see [`Retention`]); the same as
-    /// `retention(Some(Retention::new(keep)))`. Keys in flight or in doubt are never removed.
-    /// Unless this or [`SledStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (a
-    /// duration such as `30d`, or `off`), and without it nothing is removed.
-    pub fn retain(self, keep: Duration) -> Self {
-        self.retention(Some(Retention::new(keep)))
-    }
-
-    /// The retention policy, with its batch size and pace (see [`Retention`]); `None` for none,
-    /// whatever `$IDEM_RETAIN` says.
-    pub fn retention(mut self, policy: Option<Retention>) -> Self {
-        self.retention = Some(policy);
-        self
-    }
 }
 
 impl SledStore {
@@ -139,9 +120,13 @@ impl SledStore {
         check_path(options)?;
         // sled would create the directory with the umask's mode, and every file in it so too:
         // the directory, made first with the store's access, is what keeps other users out.
-        if options.create && !options.path.exists() {
+        if options.common.create && !options.path.exists() {
             let path = &options.path;
-            options.access.create_dirs(path).map_err(|e| io_error(path, "cannot create", e))?;
+            options
+                .common
+                .access()
+                .create_dirs(path)
+                .map_err(|e| io_error(path, "cannot create", e))?;
         }
         let path = options.path.clone();
         let db = open_db(options)?;
@@ -157,7 +142,7 @@ impl SledStore {
             db,
             path,
             owner,
-            durability: options.durability,
+            durability: options.common.durability,
             syncer,
             notifier: Arc::new(Notifier::default()),
             key_locks: (0..64).map(|_| std::sync::Mutex::new(())).collect(),
@@ -261,7 +246,7 @@ impl SledStore {
 /// is a file.
 fn check_path(options: &SledStoreBuilder) -> Result<(), StoreError> {
     let path = &options.path;
-    if !options.create && !path.join("conf").exists() {
+    if !options.common.create && !path.join("conf").exists() {
         return Err(StoreError::new(format!(
             "no idem store at {}: check the path (or $IDEM_STORE); it is created by the first \
              idempotent call",
@@ -282,7 +267,7 @@ fn check_path(options: &SledStoreBuilder) -> Result<(), StoreError> {
 fn open_db(options: &SledStoreBuilder) -> Result<sled::Db, StoreError> {
     let path = &options.path;
     let config = sled::Config::new().path(path).cache_capacity(options.cache_bytes).flush_every_ms(
-        match options.durability {
+        match options.common.durability {
             // With no durable points of its own, let sled's background flusher write.
             Durability::None => Some(500),
             _ => None,
@@ -366,7 +351,7 @@ fn start_syncer(
     path: &Path,
     options: &SledStoreBuilder,
 ) -> Result<Option<std::sync::Arc<Syncer>>, StoreError> {
-    let durability = options.durability;
+    let durability = options.common.durability;
     if durability == Durability::None {
         return Ok(None);
     }

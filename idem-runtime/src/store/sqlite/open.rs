@@ -13,11 +13,10 @@ use super::wake::Wake;
 use super::writer::Writer;
 use super::{fault, Idle, Shared, SqliteStore};
 use crate::error::StoreError;
-use crate::lifecycle::retention::Retention;
 use crate::store::access::Access;
 use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
-use crate::store::Durability;
+use crate::store::{CommonOptions, Durability};
 
 /// How long a write waits for another process's write lock by default.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,31 +26,29 @@ const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 #[must_use = "a builder does nothing until `open` is called"]
 pub struct SqliteStoreBuilder {
     pub(super) path: PathBuf,
-    pub(super) durability: Durability,
+    /// The options every store's builder has (durability, create, group access, retention).
+    pub(crate) common: CommonOptions,
     pub(super) busy_timeout: Duration,
-    pub(super) create: bool,
-    /// `None` until `retain` or `retention` is called: then `$IDEM_RETAIN` decides at open.
-    pub(crate) retention: Option<Option<Retention>>,
-    pub(super) access: Access,
+}
+
+crate::store_options! {
+    SqliteStoreBuilder {
+        /// `Fsync` is SQLite's `synchronous = FULL`, `Flush` is `NORMAL`, `None` is `OFF`.
+        durability,
+        create,
+        /// SQLite gives its `-wal` and `-shm` the store file's mode.
+        group_access,
+        retention,
+    }
 }
 
 impl SqliteStoreBuilder {
     pub(super) fn new(path: &Path) -> SqliteStoreBuilder {
         SqliteStoreBuilder {
             path: path.to_owned(),
-            durability: Durability::Fsync,
+            common: CommonOptions::default(),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            create: true,
-            retention: None,
-            access: Access::User,
         }
-    }
-
-    /// How far a write goes before it counts as done (see [`SqliteStore`]): `Fsync` (the
-    /// default) is SQLite's `synchronous = FULL`, `Flush` is `NORMAL`, `None` is `OFF`.
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
     }
 
     /// How long a write waits while other processes hold the file's write lock (5 s by
@@ -59,39 +56,6 @@ impl SqliteStoreBuilder {
     /// call fails with an error that says so, having written nothing.
     pub fn busy_timeout(mut self, wait: Duration) -> Self {
         self.busy_timeout = wait;
-        self
-    }
-
-    /// Whether to create the file when it does not exist (the default). The `idem` command
-    /// opens with `false`: a mistyped path is an error, not a new empty store.
-    pub fn create(mut self, create: bool) -> Self {
-        self.create = create;
-        self
-    }
-
-    /// Whether the files and directories the store creates are its group's too (0660 and 0770)
-    /// rather than its user's alone (0600 and 0700, the default), for processes of several
-    /// users of one group that share the store. Whatever the umask says; files that exist are
-    /// left as they are. SQLite gives its `-wal` and `-shm` the store file's mode.
-    pub fn group_access(mut self, group: bool) -> Self {
-        self.access = Access::with_group(group);
-        self
-    }
-
-    /// Removes finished records older than `keep`, and histories of released keys, in the
-    /// background (see [`Retention`]): `retention(Some(Retention::new(keep)))`. Keys in flight,
-    /// in doubt or waiting for a person are never removed. Unless this or
-    /// [`SqliteStoreBuilder::retention`] is called, `$IDEM_RETAIN` decides (no retention when it
-    /// is unset). Each process that opens the file with a policy runs its own passes; they
-    /// remove the same records at most once (every removal is fenced on the record it read).
-    pub fn retain(self, keep: Duration) -> Self {
-        self.retention(Some(Retention::new(keep)))
-    }
-
-    /// The retention policy, with its batch size and pace (see [`Retention`]); `None` for none,
-    /// whatever `$IDEM_RETAIN` says.
-    pub fn retention(mut self, policy: Option<Retention>) -> Self {
-        self.retention = Some(policy);
         self
     }
 }
@@ -131,10 +95,15 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
     let instance = crate::lifecycle::owner::new_instance("sqlite");
     let in_flight = schema::in_flight_instances(&writer, &what)?;
     let dir = owners::dir_of(&options.path);
-    let owners = Owners::open(&dir, &instance, &in_flight, options.access)?;
+    let owners = Owners::open(&dir, &instance, &in_flight, options.common.access())?;
     let notifier = crate::loom::Arc::new(Notifier::default());
     let shared = Arc::new(Shared {
-        wake: Wake::new(&dir, &instance, crate::loom::Arc::clone(&notifier), options.access),
+        wake: Wake::new(
+            &dir,
+            &instance,
+            crate::loom::Arc::clone(&notifier),
+            options.common.access(),
+        ),
         what,
         instance,
         owners,
@@ -207,7 +176,7 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<bool, StoreErr
             .lasting()),
             Err(e) => Err(fault::open_error(what, e)),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.create => {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !options.common.create => {
             Err(StoreError::new(format!(
                 "{what} does not exist: check the path (an agent's first call creates the store)"
             ))
@@ -227,8 +196,8 @@ fn check_file(options: &SqliteStoreBuilder, what: &str) -> Result<bool, StoreErr
 fn create_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreError> {
     let fail = |e| StoreError::with_source(format!("cannot create {what}"), e).lasting();
     let dir = owners::dir_of(&options.path);
-    options.access.create_dirs(&dir).map_err(fail)?;
-    let new = new_file_in(&dir, options.access).map_err(fail)?;
+    options.common.access().create_dirs(&dir).map_err(fail)?;
+    let new = new_file_in(&dir, options.common.access()).map_err(fail)?;
     crate::failpoint::failpoint("sqlite_creating");
     let made = write_layout(&SqliteStoreBuilder { path: new.clone(), ..options.clone() }, what)
         .and_then(|()| match std::fs::hard_link(&new, &options.path) {
@@ -241,7 +210,7 @@ fn create_file(options: &SqliteStoreBuilder, what: &str) -> Result<(), StoreErro
         let _ = std::fs::remove_file(name);
     }
     made?;
-    if options.durability == Durability::Fsync {
+    if options.common.durability == Durability::Fsync {
         // The new name is durable once its directory is.
         let parent = match options.path.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -355,7 +324,7 @@ pub(super) fn connect(options: &SqliteStoreBuilder, what: &str) -> Result<Connec
         ))
         .lasting());
     }
-    let synchronous = match options.durability {
+    let synchronous = match options.common.durability {
         Durability::Fsync => "FULL",
         Durability::Flush => "NORMAL",
         Durability::None => "OFF",
