@@ -13,7 +13,6 @@ use super::retention::Retainer;
 use crate::admin::RetentionReport;
 use crate::error::{Error, StoreError};
 use crate::lifecycle::retention::{Retention, RetentionStatus};
-use crate::store::access::Access;
 use crate::store::beside::Beside;
 use crate::store::name::{postgres_opener, StoreName};
 use crate::store::sled::SledStore;
@@ -121,9 +120,8 @@ fn open_named(name: &StoreName) -> Result<Arc<dyn Store>, Error> {
 
 #[cfg(feature = "sqlite")]
 fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        Access::User.create_dirs(parent).map_err(|cause| cannot_create(path, &cause))?;
-    }
+    // The builder's defaults create the file and its missing parent directories, and say why
+    // when they cannot.
     Ok(Arc::new(crate::store::sqlite::SqliteStore::open(path)?))
 }
 
@@ -138,16 +136,12 @@ fn open_sqlite(path: &Path) -> Result<Arc<dyn Store>, Error> {
     Err(Error::store(None, None, StoreError::new(message).lasting()))
 }
 
-/// Opens (or creates) the sled store at `path`, its parent directories included (each the
-/// user's alone, as the store's files: see `store/access.rs`). A store that
-/// cannot be created is reported as such, naming the path and the cause, and is not retryable:
-/// calling again fails the same way until someone changes the path or its permissions.
+/// Opens (or creates) the sled store at `path`: the builder's defaults create it with its
+/// missing parent directories (each the user's alone, as the store's files: see
+/// `store/access.rs`). A store that cannot be created is reported as such, naming the path and
+/// the cause, and is not retryable: calling again fails the same way until someone changes the
+/// path or its permissions.
 fn open_sled_at(path: &Path) -> Result<SledStore, Error> {
-    if !path.exists() {
-        if let Err(cause) = Access::User.create_dirs(path) {
-            return Err(cannot_create(path, &cause));
-        }
-    }
     SledStore::open(path).map_err(|error| {
         // With no `conf` file, sled never wrote the store: it could not be created (a read-only
         // directory); a store that exists failed for another reason, reported as it is.
