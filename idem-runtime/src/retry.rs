@@ -41,8 +41,10 @@ pub(crate) fn raise(error: Error) -> Error {
 /// hands to a thread of its own (a SQLite transaction's): that thread enters it with
 /// [`Carried::enter`], so that an error the engine raises there is noted on the attempt it
 /// belongs to.
+#[cfg(feature = "sqlite")]
 pub(crate) struct Carried(Option<Arc<AtomicBool>>);
 
+#[cfg(feature = "sqlite")]
 impl Carried {
     /// The verdict of the innermost attempt running on this thread.
     pub(crate) fn here() -> Carried {
