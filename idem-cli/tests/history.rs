@@ -54,7 +54,7 @@ fn an_operators_resolve_with_a_note_is_in_show_json_and_the_replay_adds_nothing(
     let (_dir, path) = place();
     let store = open(&path);
     let key = doubt(&store, "order-17");
-    let owner = store.instance().to_owned();
+    let owner = store.instance().id().to_owned();
     drop(store);
 
     let note = "vendor dashboard: charge ch_1 for order-17, 42.00 € — paid";

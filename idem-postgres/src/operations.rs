@@ -14,7 +14,7 @@ use deadpool_postgres::Pool;
 use idem_runtime::deadline_after;
 use idem_runtime::history::Entry;
 use idem_runtime::store::lease::{self, Held, Lease};
-use idem_runtime::store::{now_ms, Guard, Inserted, Notifier, StoreError};
+use idem_runtime::store::{now_ms, Guard, Inserted, Instance, Notifier, StoreError};
 use idem_runtime::{Record, Status};
 
 use crate::fault::{retrying, Fault, Retry};
@@ -29,9 +29,12 @@ pub(crate) struct Table {
     pub(crate) pool: Pool,
     pub(crate) statements: Statements,
     pub(crate) names: Names,
-    pub(crate) owner: String,
-    /// The terms of the leases ([`Store::lease`](idem_runtime::Store::lease)): the engine's
-    /// heartbeat renews them.
+    /// Who the store is, with the terms of its leases ([`Store::instance`]): the engine stamps
+    /// and renews the leases on them.
+    ///
+    /// [`Store::instance`]: idem_runtime::Store::instance
+    pub(crate) instance: Instance,
+    /// The instance's lease terms, at hand.
     pub(crate) terms: Lease,
     /// `terms.length`, which every write and every statement's deadline reads.
     pub(crate) lease: Duration,
@@ -76,10 +79,6 @@ impl Table {
         i64::try_from(self.db_now()).unwrap_or(i64::MAX)
     }
 
-    fn lease_ms(&self) -> i64 {
-        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
-    }
-
     pub(crate) async fn get(
         &self,
         key: &str,
@@ -107,13 +106,11 @@ impl Table {
     ) -> Result<Inserted, StoreError> {
         let values = Values::of(record);
         let deadline = self.deadline();
-        // Only a record in flight has an owner to hold it (one awaiting approval has none).
-        let in_flight = record.status == Status::InFlight;
         loop {
             let (inserted, found) = retrying!(
                 deadline,
                 format!("cannot reserve key {}", record.key),
-                self.try_insert(&values, in_flight, change)
+                self.try_insert(&values, change)
             )?;
             return match (inserted, found) {
                 (Some(token), _) => Ok(Inserted::New { token }),
@@ -139,14 +136,12 @@ impl Table {
     async fn try_insert(
         &self,
         values: &Values,
-        in_flight: bool,
         change: &ChangeValues,
     ) -> Result<(Option<u64>, Option<Record>), Fault> {
-        // No lease (NULL) for a record that is not in flight.
-        let (lease, now) = (in_flight.then(|| self.lease_ms()), self.db_now_param());
+        let now = self.db_now_param();
         let client = self.connection().await?;
         let mut params = values.insert_params();
-        params.push(&lease);
+        params.push(values.lease_until());
         params.push(values.function());
         params.extend_from_slice(&change.params());
         params.push(&now);
@@ -242,10 +237,9 @@ impl Table {
         let changed = match new {
             Some(new) => {
                 let values = Values::of(new);
-                let lease = self.lease_ms();
                 let mut params = fence.to_vec();
                 params.extend_from_slice(&values.update_params());
-                params.push(&lease);
+                params.push(values.lease_until());
                 params.push(values.function());
                 params.extend_from_slice(&change.params());
                 params.push(&now);

@@ -16,7 +16,7 @@ fn to_u64(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
 
-/// The values of a record in column order, less the lease (which the database's clock sets).
+/// The values of a record in column order.
 pub(crate) struct Values {
     pub(crate) key: String,
     status: &'static str,
@@ -28,6 +28,7 @@ pub(crate) struct Values {
     updated_at: i64,
     completed_at: Option<i64>,
     expires_at: Option<i64>,
+    lease_until: Option<i64>,
     result: Option<String>,
     function: Option<String>,
 }
@@ -45,6 +46,8 @@ impl Values {
             updated_at: to_i64(record.updated_at),
             completed_at: record.completed_at.map(to_i64),
             expires_at: record.expires_at.map(to_i64),
+            // As the engine stamped it: a store sets no lease of its own.
+            lease_until: record.lease_until.map(to_i64),
             // Stored as JSON text rather than jsonb: jsonb refuses `\u0000` in strings and
             // would reject some results that a tool can legitimately return.
             result: record.result.clone(),
@@ -57,6 +60,12 @@ impl Values {
         let mut params: Vec<Param<'_>> = vec![&self.key];
         params.extend_from_slice(&self.update_params());
         params
+    }
+
+    /// The record's lease (NULL for one not in flight, or on a store without leases): the
+    /// parameter after the record's columns, in both statements.
+    pub(crate) fn lease_until(&self) -> Param<'_> {
+        &self.lease_until
     }
 
     /// The function that wrote the record: the parameter after the lease, in both statements.

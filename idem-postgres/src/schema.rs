@@ -302,28 +302,28 @@ fn types(parts: &[&[Type]]) -> Vec<Type> {
 
 impl Writes {
     fn new(t: &str, h: &str) -> Writes {
-        let in_flight = Status::InFlight.as_str();
         Writes {
-            // $13 is the lease in milliseconds (NULL for a record not in flight), $14 the
-            // function, $15..$18 the change (event, answer, by, note), $19 now.
+            // $13 is the record's lease_until, as the engine stamped it (NULL for a record not
+            // in flight), $14 the function, $15..$18 the change (event, answer, by, note), $19
+            // now.
             insert: Sql::new(
                 format!(
                     "WITH r AS (INSERT INTO {t} ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
-                     $8, $9, $10, $19::bigint + $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
+                     $8, $9, $10, $13, $11, $12, $14) ON CONFLICT (key) DO NOTHING \
                      RETURNING key, status) {}",
                     entry(h, 15, "status", 19)
                 ),
                 &types(&[&[TEXT], &RECORD, &[INT8, TEXT], &CHANGE, &[INT8]]),
             ),
-            // $6.. are the new record; $17 the lease for an in-flight one, $18 the function,
-            // $19..$22 the change, $23 now. Returns the history row's `seq`, then whether a
+            // $6.. are the new record; $17 its lease_until as the engine stamped it, $18 the
+            // function, $19..$22 the change, $23 now. Returns the history row's `seq`, then whether a
             // caller waits for the record to change.
             update: Sql::new(
                 format!(
                     "WITH r AS (UPDATE {t} SET status = $6, tool = $7, scope = $8, owner = $9, \
                      attempts = $10, created_at = $11, updated_at = $12, completed_at = $13, \
                      expires_at = $14, args_fingerprint = $15, result = $16, function = $18, \
-                     lease_until = CASE WHEN $6 = '{in_flight}' THEN $23::bigint + $17 END \
+                     lease_until = $17 \
                      WHERE {} RETURNING key, status, waiters), e AS ({}) \
                      SELECT e.seq, r.waiters FROM e, r",
                     fence(23),

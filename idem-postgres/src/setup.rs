@@ -29,7 +29,7 @@ impl Table {
             self.check_table(now).await?;
         }
         self.measure_clock(now).await?;
-        let channels = Channels::new(self.names.channel(), &self.owner);
+        let channels = Channels::new(self.names.channel(), self.instance.id());
         let probe = {
             let (table, channel) = (Arc::clone(&self), channels.probe.clone());
             move |n: u64| {

@@ -10,7 +10,7 @@ use idem_runtime::deadline_after;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::retention::RetentionStatus;
 use idem_runtime::store::lease::{Held, Lease};
-use idem_runtime::store::{new_instance, Beside, Guard, Inserted, Page, StoreError};
+use idem_runtime::store::{Beside, Guard, Inserted, Instance, Page, StoreError};
 use idem_runtime::{Record, Store, StoreFuture};
 use tokio::runtime::Handle;
 use tokio_postgres::NoTls;
@@ -32,8 +32,8 @@ use crate::schema::{self, Names, Statements};
 ///   `synchronous_commit = on` it has reached the server's WAL on stable storage before the call
 ///   goes on (and a synchronous standby too, when one is configured). A server run with
 ///   `synchronous_commit = off` or `fsync = off` weakens that, and this store cannot tell.
-/// - **Leases**: an owner's record carries a lease ([`Store::lease`]: the builder's `lease` and
-///   `heartbeat`), which the engine's heartbeat renews while the body runs, every lease this
+/// - **Leases**: an owner's record carries a lease, which the engine stamps on the instance's
+///   terms ([`Instance::lease`]: the builder's `lease` and `heartbeat`) and its heartbeat renews while the body runs, every lease this
 ///   process holds in one statement per interval ([`Store::renew`]). Lease times are read on
 ///   the database's clock. When an owner dies, its lease lapses and
 ///   every caller then treats the record as in doubt.
@@ -141,7 +141,7 @@ impl PgStore {
             pool: pool(&config, options.pool_size, runtime.handle().clone())?,
             statements: Statements::new(&names),
             names,
-            owner: new_instance("pg"),
+            instance: Instance::new("pg").with_lease(terms),
             terms,
             lease: terms.length,
             clock_offset: AtomicI64::new(0),
@@ -284,8 +284,8 @@ impl deadpool_postgres::Connect for OnRuntime {
 }
 
 impl Store for PgStore {
-    fn instance(&self) -> &str {
-        &self.shared.owner
+    fn instance(&self) -> &Instance {
+        &self.shared.instance
     }
 
     fn insert_if_absent<'a>(
@@ -387,10 +387,6 @@ impl Store for PgStore {
         self.runtime.spawn_store(async move { shared.scan_page(after.as_deref(), limit).await })
     }
 
-    fn lease(&self) -> Option<Lease> {
-        Some(self.shared.terms)
-    }
-
     fn renew<'a>(&'a self, held: &'a [Held], until: u64) -> StoreFuture<'a, Vec<bool>> {
         let (shared, held) = (Arc::clone(&self.shared), held.to_vec());
         self.runtime.spawn_store(async move { shared.renew(&held, until).await })
@@ -405,7 +401,7 @@ impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
             .field("table", &self.table())
-            .field("owner", &self.shared.owner)
+            .field("owner", &self.shared.instance.id())
             .field("lease", &self.shared.lease)
             .finish_non_exhaustive()
     }

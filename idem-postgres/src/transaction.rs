@@ -127,7 +127,6 @@ struct Run<'a> {
     complete: &'a str,
     get: &'a str,
     check: &'a str,
-    lease_ms: u64,
 }
 
 impl<'a> Run<'a> {
@@ -141,7 +140,6 @@ impl<'a> Run<'a> {
             complete: &statements.call_complete,
             get: &statements.call_get,
             check: &statements.call_check,
-            lease_ms: u64::try_from(table.lease.as_millis()).unwrap_or(u64::MAX),
         }
     }
 
@@ -258,7 +256,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         change: &Change<'_>,
     ) -> Result<Inserted, StoreError> {
         let key = record.key.as_str();
-        let params = statements::insert_params(record, change, self.run.lease_ms);
+        let params = statements::insert_params(record, change);
         let read = [Param::Text(Some(key.to_owned()))];
         // A key absent as the transaction began most likely still is: the first insert goes
         // without the read behind it (a statement less for a fresh call), which then follows
@@ -296,8 +294,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         change: &Change<'_>,
     ) -> Result<Option<u64>, StoreError> {
         let now = self.run.store.clock();
-        let params =
-            statements::update_params(expected, guard, new, change, self.run.lease_ms, now);
+        let params = statements::update_params(expected, guard, new, change, now);
         let written = self.driver.exec().int(self.run.update, &params).await;
         let written = written.map_err(|e| store_error("cannot take over", &expected.key, e))?;
         Ok(written.map(|seq| u64::try_from(seq).unwrap_or(0)))
@@ -324,7 +321,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
         let now = self.run.store.clock();
         let key = held.key.as_str();
         let check = [Param::Text(Some(key.to_owned()))];
-        let params = statements::update_params(held, guard, done, change, self.run.lease_ms, now);
+        let params = statements::update_params(held, guard, done, change, now);
         let finished =
             self.driver.finish((self.run.check, &check), (self.run.complete, &params)).await;
         match finished.check {

@@ -89,7 +89,7 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     let stale = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
     assert_eq!(stale.status, Status::InFlight);
     assert!(
-        lease::holds(&stale, store.clock(), store.instance()),
+        lease::holds(&stale, store.clock(), store.instance().id()),
         "the heartbeat keeps the owner's lease"
     );
 
@@ -135,7 +135,7 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     assert!(
         block_on(store.compare_and_swap(
             &stale,
-            Guard::of(stale.fence(), late.change.by(), store.instance()),
+            Guard::of(stale.fence(), late.change.by(), store.instance().id()),
             late.new.as_ref(),
             late.change
         ))
@@ -147,7 +147,7 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
     assert!(
         block_on(store.compare_and_swap(
             &stale,
-            Guard::of(stale.fence(), late.change.by(), store.instance()),
+            Guard::of(stale.fence(), late.change.by(), store.instance().id()),
             None,
             late.change
         ))

@@ -1,6 +1,7 @@
-//! The engine's heartbeat renews every lease a store's running calls hold in one renewal per
-//! interval (one statement on PostgreSQL), never one per key, and stops renewing a lease once
-//! its call has written its record.
+//! The engine's leases on PostgreSQL: the transition that leaves a record in flight stamps its
+//! lease on the store instance's terms, and the table stores it as given; the heartbeat renews
+//! every lease a store's running calls hold in one renewal per interval (one statement), never
+//! one per key, and stops renewing a lease once its call has written its record.
 
 mod common;
 
@@ -9,29 +10,65 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
+use idem_runtime::conformance::transition;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::store::lease::{Held, Lease};
-use idem_runtime::store::{Detached, Guard, Inserted, Page};
-use idem_runtime::{block_on, Call, Error, Record, Status, Store, StoreFuture};
+use idem_runtime::store::Owner;
+use idem_runtime::store::{Detached, Guard, Inserted, Instance, Page};
+use idem_runtime::{block_on, Call, Error, InDoubtPolicy, Record, Status, Store, StoreFuture};
 
 const CALLS: usize = 8;
 const EVERY: Duration = Duration::from_millis(200);
 
-/// A PostgreSQL store that notes how many leases each renewal names.
+/// A PostgreSQL store that notes how many leases each renewal names and the records the engine
+/// inserts; it may state lease terms of its own (its instance's, on which the engine stamps and
+/// renews leases, whatever the table's builder said), and hold each insert back, as a slow write.
 struct Counting {
     inner: PgStore,
+    instance: Instance,
+    insert_delay: Duration,
+    inserted: Mutex<Vec<Record>>,
     renewals: Mutex<Vec<usize>>,
 }
 
+impl Counting {
+    fn new(inner: PgStore) -> Counting {
+        Counting {
+            instance: inner.instance().clone(),
+            inner,
+            insert_delay: Duration::ZERO,
+            inserted: Mutex::new(Vec::new()),
+            renewals: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The store, with leases on `terms` instead of the table's.
+    fn with_terms(self, terms: Lease) -> Counting {
+        Counting { instance: Instance::new("pg").with_lease(terms), ..self }
+    }
+
+    /// The lease the engine stamped on the last record it inserted.
+    fn stamped(&self) -> u64 {
+        let inserted = self.inserted.lock().unwrap();
+        inserted.last().and_then(|r| r.lease_until).expect("the engine stamped a lease")
+    }
+}
+
 impl Store for Counting {
-    fn instance(&self) -> &str {
-        self.inner.instance()
+    fn instance(&self) -> &Instance {
+        &self.instance
     }
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
         self.inner.get(key)
     }
     fn insert_if_absent<'a>(&'a self, r: &'a Record, c: Change<'a>) -> StoreFuture<'a, Inserted> {
-        self.inner.insert_if_absent(r, c)
+        self.inserted.lock().unwrap().push(r.clone());
+        let delay = self.insert_delay;
+        Box::pin(async move {
+            // The calls of these tests are sync: the engine drives this future on their thread.
+            std::thread::sleep(delay);
+            self.inner.insert_if_absent(r, c).await
+        })
     }
     fn compare_and_swap<'a>(
         &'a self,
@@ -67,9 +104,6 @@ impl Store for Counting {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>> {
         self.inner.watch(key, seen, deadline)
-    }
-    fn lease(&self) -> Option<Lease> {
-        self.inner.lease()
     }
     fn renew<'a>(&'a self, held: &'a [Held], until: u64) -> StoreFuture<'a, Vec<bool>> {
         self.renewals.lock().unwrap().push(held.len());
@@ -108,7 +142,7 @@ fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
         .heartbeat(EVERY)
         .connect()
         .unwrap();
-    let counting = Arc::new(Counting { inner, renewals: Mutex::new(Vec::new()) });
+    let counting = Arc::new(Counting::new(inner));
     let store: Arc<dyn Store> = counting.clone();
 
     // CALLS sync calls on plain threads, each in its body until the test lets them go.
@@ -182,4 +216,76 @@ fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
     assert!(renewals.iter().all(|&held| held == 1), "only the running call's: {renewals:?}");
     go.wait();
     assert_eq!(last.join().unwrap().unwrap(), "ch_last");
+}
+
+/// A store whose instance states leases of 7 s over a table whose builder said 3 s: the lease a
+/// record in flight carries is the engine's stamp on the instance's terms, for a reservation
+/// and for a takeover of a lapsed lease alike; the table computes none of its own.
+#[test]
+fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("stamp");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let inner = PgStore::builder(&url)
+        .schema(&schema)
+        .lease(Duration::from_secs(3))
+        .heartbeat(EVERY)
+        .connect()
+        .unwrap();
+    let terms = Lease::new(Duration::from_secs(7), Some(EVERY)).unwrap();
+    let length = 7_000;
+    let counting = Arc::new(Counting::new(inner).with_terms(terms));
+    let store: Arc<dyn Store> = counting.clone();
+
+    // A reservation: its lease runs 7 s from the engine's reading of the store's clock.
+    let before = store.clock();
+    let seen: Result<Record, Error> = call(&store, 0)
+        .run(|| Ok(block_on(store.get(&call_key(0))).unwrap().expect("the call's record")));
+    let (seen, stamped) = (seen.unwrap(), counting.stamped());
+    let after = store.clock();
+    assert!(
+        (before + length..=after + length).contains(&stamped),
+        "the engine stamps clock + 7 s: {stamped} not in {before}+7000..={after}+7000"
+    );
+    // Stored as given (or pushed on by a renewal, from a later reading of the clock).
+    let stored = seen.lease_until.expect("a record in flight carries a lease");
+    assert!(
+        (stamped..=after + length).contains(&stored),
+        "the table stores the engine's lease: {stored}, stamped {stamped}"
+    );
+
+    // A takeover of a record whose owner's lease lapsed stamps a new lease.
+    let key = call_key(1);
+    let dead = Owner::from(format!("{}#1", Instance::new("pg").id()));
+    let step = transition::reserve(
+        &key,
+        "charge_card",
+        "order-1",
+        None,
+        &dead,
+        store.clock(),
+        Some(terms),
+    );
+    let left = step.new.clone().unwrap();
+    assert!(matches!(
+        block_on(store.insert_if_absent(&left, step.change)).unwrap(),
+        Inserted::New { .. }
+    ));
+    common::run_sql(
+        &url,
+        &format!("UPDATE \"{schema}\".records SET lease_until = 1 WHERE key = '{key}'"),
+    )
+    .unwrap();
+    let before = store.clock();
+    let seen: Result<Record, Error> = call(&store, 1)
+        .in_doubt(InDoubtPolicy::Rerun)
+        .run(|| Ok(block_on(store.get(&key)).unwrap().expect("the record taken over")));
+    let seen = seen.unwrap();
+    let after = store.clock();
+    assert_eq!((seen.status, seen.attempts), (Status::InFlight, 2), "taken over: {seen:?}");
+    let stored = seen.lease_until.expect("a record taken over carries a lease");
+    assert!(
+        (before + length..=after + length).contains(&stored),
+        "the takeover's lease is the engine's new stamp: {stored} not in {before}+7000..={after}+7000"
+    );
 }

@@ -96,7 +96,7 @@ impl Paused {
         signal(child.id(), libc::SIGSTOP);
         let lapsed = common::eventually(Duration::from_secs(30), || {
             let record = block_on(store.get(key.as_str())).unwrap().expect("the owner's record");
-            !lease::holds(&record, store.clock(), store.instance())
+            !lease::holds(&record, store.clock(), store.instance().id())
         });
         assert!(lapsed, "the paused owner's lease lapses");
         let owner = block_on(store.get(key.as_str())).unwrap().unwrap().owner.as_str().to_owned();

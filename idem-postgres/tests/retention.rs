@@ -23,8 +23,16 @@ fn key(tool: &str) -> Key {
 fn two_hours_ago(store: &dyn Store, tool: &str, doubted: bool) -> Key {
     let key = key(tool);
     let at = store.clock() - 2 * 3_600_000;
-    let owner = new_call(store.instance());
-    let step = transition::reserve(key.as_str(), tool, "order-1", None, &owner, at);
+    let owner = new_call(store.instance().id());
+    let step = transition::reserve(
+        key.as_str(),
+        tool,
+        "order-1",
+        None,
+        &owner,
+        at,
+        store.instance().lease(),
+    );
     let reserved = step.new.unwrap();
     let inserted = block_on(store.insert_if_absent(&reserved, step.change)).unwrap();
     assert!(matches!(inserted, Inserted::New { .. }));
@@ -35,7 +43,7 @@ fn two_hours_ago(store: &dyn Store, tool: &str, doubted: bool) -> Key {
     let new = step.new.unwrap();
     assert!(block_on(store.compare_and_swap(
         &reserved,
-        Guard::of(reserved.fence(), step.change.by(), store.instance()),
+        Guard::of(reserved.fence(), step.change.by(), store.instance().id()),
         Some(&new),
         step.change
     ))

@@ -210,8 +210,16 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let schema = common::unique_schema("sibling");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
-    let owner = new_call(store.instance());
-    let mine = transition::reserve("k", "sibling", "s", None, &owner, store.clock());
+    let owner = new_call(store.instance().id());
+    let mine = transition::reserve(
+        "k",
+        "sibling",
+        "s",
+        None,
+        &owner,
+        store.clock(),
+        store.instance().lease(),
+    );
     assert!(
         matches!(
             block_on(store.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
@@ -222,12 +230,13 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let held = block_on(store.get("k")).unwrap().expect("the record is there");
 
     // A sibling of the same store instance, believing the lease lapsed, tries to take over.
-    let sibling_owner = new_call(store.instance());
-    let sibling = transition::take_over(&held, &sibling_owner, None, store.clock());
+    let sibling_owner = new_call(store.instance().id());
+    let sibling =
+        transition::take_over(&held, &sibling_owner, None, store.clock(), store.instance().lease());
     assert!(
         block_on(store.compare_and_swap(
             &held,
-            Guard::of(held.fence(), sibling.change.by(), store.instance()),
+            Guard::of(held.fence(), sibling.change.by(), store.instance().id()),
             sibling.new.as_ref(),
             sibling.change
         ))
@@ -245,11 +254,17 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     )
     .unwrap();
     let lapsed = block_on(store.get("k")).unwrap().unwrap();
-    let sibling = transition::take_over(&lapsed, &sibling_owner, None, store.clock());
+    let sibling = transition::take_over(
+        &lapsed,
+        &sibling_owner,
+        None,
+        store.clock(),
+        store.instance().lease(),
+    );
     assert!(
         block_on(store.compare_and_swap(
             &lapsed,
-            Guard::of(lapsed.fence(), sibling.change.by(), store.instance()),
+            Guard::of(lapsed.fence(), sibling.change.by(), store.instance().id()),
             sibling.new.as_ref(),
             sibling.change
         ))
@@ -258,7 +273,15 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
         "a lapsed lease is"
     );
     // And the owner's own settling write is still accepted while its lease lives.
-    let other = transition::reserve("k2", "sibling", "s", None, &owner, store.clock());
+    let other = transition::reserve(
+        "k2",
+        "sibling",
+        "s",
+        None,
+        &owner,
+        store.clock(),
+        store.instance().lease(),
+    );
     let other_record = other.new.clone().unwrap();
     assert!(matches!(
         block_on(store.insert_if_absent(&other_record, other.change)).unwrap(),
@@ -268,7 +291,7 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     assert!(
         block_on(store.compare_and_swap(
             &other_record,
-            Guard::of(other_record.fence(), done.change.by(), store.instance()),
+            Guard::of(other_record.fence(), done.change.by(), store.instance().id()),
             done.new.as_ref(),
             done.change
         ))

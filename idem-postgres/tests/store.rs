@@ -24,8 +24,16 @@ fn a_live_lease_cannot_be_taken_over() {
     let schema = common::unique_schema("live");
     let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
-    let owner = new_call(a.instance());
-    let mine = transition::reserve("k1", "charge_card", "s", None, &owner, a.clock());
+    let owner = new_call(a.instance().id());
+    let mine = transition::reserve(
+        "k1",
+        "charge_card",
+        "s",
+        None,
+        &owner,
+        a.clock(),
+        a.instance().lease(),
+    );
     assert!(
         matches!(
             block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
@@ -34,15 +42,15 @@ fn a_live_lease_cannot_be_taken_over() {
         "a reserves"
     );
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
-    assert!(lease::holds(&held, b.clock(), b.instance()), "the lease is live");
+    assert!(lease::holds(&held, b.clock(), b.instance().id()), "the lease is live");
     assert!(held.lease_until.is_some());
 
-    let other = new_call(b.instance());
-    let takeover = transition::take_over(&held, &other, None, b.clock());
+    let other = new_call(b.instance().id());
+    let takeover = transition::take_over(&held, &other, None, b.clock(), b.instance().lease());
     assert!(
         block_on(b.compare_and_swap(
             &held,
-            Guard::of(held.fence(), takeover.change.by(), b.instance()),
+            Guard::of(held.fence(), takeover.change.by(), b.instance().id()),
             takeover.new.as_ref(),
             takeover.change
         ))
@@ -55,7 +63,7 @@ fn a_live_lease_cannot_be_taken_over() {
     assert!(
         block_on(b.compare_and_swap(
             &held,
-            Guard::of(held.fence(), release.change.by(), b.instance()),
+            Guard::of(held.fence(), release.change.by(), b.instance().id()),
             None,
             release.change
         ))
@@ -69,7 +77,7 @@ fn a_live_lease_cannot_be_taken_over() {
     assert!(
         block_on(a.compare_and_swap(
             &held,
-            Guard::of(held.fence(), done.change.by(), a.instance()),
+            Guard::of(held.fence(), done.change.by(), a.instance().id()),
             done.new.as_ref(),
             done.change
         ))
@@ -324,8 +332,16 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
         client
     });
     let reserving = std::thread::spawn(move || {
-        let owner = new_call(a.instance());
-        let mine = transition::reserve("k1", "charge_card", "s", None, &owner, a.clock());
+        let owner = new_call(a.instance().id());
+        let mine = transition::reserve(
+            "k1",
+            "charge_card",
+            "s",
+            None,
+            &owner,
+            a.clock(),
+            a.instance().lease(),
+        );
         block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change))
     });
     // The reservation's insert waits for the other's to end.

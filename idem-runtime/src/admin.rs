@@ -276,7 +276,7 @@ impl Admin for Local {
     }
 
     fn assess(&self, record: &Record) -> Assessment {
-        assess(Some(record), self.store.clock(), self.store.instance())
+        assess(Some(record), self.store.clock(), self.store.instance().id())
     }
 }
 
@@ -316,7 +316,7 @@ fn each_record(
 /// process died, its lease lapsed) is in doubt, as `show` and every call say, so that a listing
 /// by status and the counts find the keys an operator must settle.
 fn as_assessed(store: &dyn Store, mut record: Record) -> Record {
-    if record.status == Status::InFlight && in_doubt(&record, store.clock(), store.instance()) {
+    if record.status == Status::InFlight && in_doubt(&record, store.clock(), store.instance().id()) {
         record.status = Status::InDoubt;
     }
     record
@@ -381,7 +381,7 @@ pub fn resolve(
     force: bool,
 ) -> Result<Option<Record>, Error> {
     let current = show(store, key)?;
-    if !in_doubt(&current, store.clock(), store.instance()) {
+    if !in_doubt(&current, store.clock(), store.instance().id()) {
         return Err(Error::NotResolvable {
             key: key.to_string(),
             tool: current.tool,
@@ -394,7 +394,7 @@ pub fn resolve(
         return Err(Error::OwnerAlive { key: key.to_string(), tool: current.tool, pid });
     }
     let step = transition::resolve(&current, &resolution, by, note, store.clock());
-    let guard = Guard::of(current.fence(), step.change.by(), store.instance());
+    let guard = Guard::of(current.fence(), step.change.by(), store.instance().id());
     let swapped = block_on(store.compare_and_swap(&current, guard, step.new.as_ref(), step.change))
         .map_err(|e| store_error(Some(key.as_str()), e))?;
     if swapped.is_none() {
@@ -433,7 +433,7 @@ pub fn decide(
         }
         let step = transition::decide(&current, decision, by, note, store.clock());
         let decided = step.new.expect("a decision leaves a record");
-        let guard = Guard::of(current.fence(), step.change.by(), store.instance());
+        let guard = Guard::of(current.fence(), step.change.by(), store.instance().id());
         let swapped =
             block_on(store.compare_and_swap(&current, guard, Some(&decided), step.change))
                 .map_err(|e| store_error(Some(key.as_str()), e))?;
@@ -485,7 +485,7 @@ pub fn purge(store: &dyn Store, which: Purge, by: &str) -> Result<Purged, Error>
                 Purge::Expired => record.is_expired(now),
                 Purge::OlderThan(age) => retention::outlived(&record, age, now),
             };
-        let guard = Guard::of(record.fence(), by, store.instance());
+        let guard = Guard::of(record.fence(), by, store.instance().id());
         if remove
             && block_on(store.compare_and_swap(&record, guard, None, step.change))
                 .map_err(|e| store_error(Some(&record.key), e))?

@@ -97,6 +97,17 @@ pub mod for_model {
     pub use crate::lifecycle::retention::outlived;
     pub use crate::lifecycle::{admits, assess, transition, Assessment};
 
+    /// Lease terms of `length` milliseconds, renewed every millisecond: the model's clock
+    /// ticks in single milliseconds, so its leases are shorter than the 100 ms `Lease::new`
+    /// asks of a store.
+    pub fn lease(length: u64) -> crate::lifecycle::lease::Lease {
+        let every = std::time::Duration::from_millis(1);
+        crate::lifecycle::lease::Lease {
+            length: std::time::Duration::from_millis(length),
+            renew_every: every,
+        }
+    }
+
     /// What `call` does about `found` (`None`: absent) at `now` on the store's clock, seen from
     /// the store instance `instance`, with a reconciler to ask or not: the engine's decision
     /// table (`CallParts::next`) itself.

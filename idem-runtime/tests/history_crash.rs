@@ -129,7 +129,7 @@ fn the_in_doubt_mark_at_open_is_in_the_history_and_the_rerun_continues_it() {
         "{entries:?}"
     );
     assert_ne!(entries[0].by, entries[1].by, "the dead call reserved, the open marked");
-    assert_eq!(entries[1].by, store.instance(), "the store that opened marked it");
+    assert_eq!(entries[1].by, store.instance().id(), "the store that opened marked it");
     assert!(entries[1].note.as_deref().is_some_and(|n| n.contains("died")), "{entries:?}");
 
     let rerun: String = call()

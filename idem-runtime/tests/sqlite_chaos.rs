@@ -336,7 +336,7 @@ fn chaos_on_one_sqlite_file_runs_no_effect_twice_and_strands_no_key() {
         let record = by_scope.get(*scope).unwrap_or_else(|| {
             panic!("{scope} ran ({runs:?}) but has no record: it could run again (seed {seed})")
         });
-        match assess(Some(record), store.clock(), store.instance()) {
+        match assess(Some(record), store.clock(), store.instance().id()) {
             Assessment::Replay => {
                 let recorded = serde_json::to_string(runs[0]).unwrap();
                 assert_eq!(record.result.as_deref(), Some(recorded.as_str()), "{scope}");

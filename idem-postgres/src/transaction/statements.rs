@@ -60,12 +60,12 @@ fn change_params(change: &Change<'_>) -> [Param; 4] {
     ]
 }
 
-/// The parameters of the store's insert (`schema::Writes::insert`): the record, its lease,
-/// its function, the change, and now on the store's clock.
-pub(crate) fn insert_params(record: &Record, change: &Change<'_>, lease_ms: u64) -> Vec<Param> {
+/// The parameters of the store's insert (`schema::Writes::insert`): the record, its lease as
+/// the engine stamped it, its function, the change, and now on the store's clock.
+pub(crate) fn insert_params(record: &Record, change: &Change<'_>) -> Vec<Param> {
     let mut params = vec![text(&record.key)];
     params.extend(record_params(record));
-    params.push(int(lease_ms));
+    params.push(int_opt(record.lease_until));
     params.push(Param::Text(record.function.clone()));
     params.extend(change_params(change));
     params.push(int(record.updated_at));
@@ -74,13 +74,12 @@ pub(crate) fn insert_params(record: &Record, change: &Change<'_>, lease_ms: u64)
 
 /// The parameters of the store's fenced update (`schema::Writes::update`): the fence of
 /// `current`, the guard the engine gave the write (`schema::guard_param`), the new record,
-/// its lease and function, the change, and now.
+/// its lease (as the engine stamped it) and function, the change, and now.
 pub(crate) fn update_params(
     current: &Record,
     guard: Guard,
     new: &Record,
     change: &Change<'_>,
-    lease_ms: u64,
     now: u64,
 ) -> Vec<Param> {
     let fence = current.fence();
@@ -92,7 +91,7 @@ pub(crate) fn update_params(
         Param::Bool(crate::schema::guard_param(guard)),
     ];
     params.extend(record_params(new));
-    params.push(int(lease_ms));
+    params.push(int_opt(new.lease_until));
     params.push(Param::Text(new.function.clone()));
     params.extend(change_params(change));
     params.push(int(now));

@@ -206,7 +206,7 @@ pub fn short_lease_store(
 /// Renews `record`'s lease as the engine's heartbeat would (one `Store::renew`, to a lease past
 /// the store's clock now): whether the store extended it.
 pub fn renew(store: &dyn idem_runtime::Store, record: &idem_runtime::Record) -> bool {
-    let lease = store.lease().expect("a PostgreSQL store leases its records");
+    let lease = store.instance().lease().expect("a PostgreSQL store leases its records");
     let held = [idem_runtime::store::lease::Held::of(record)];
     let renewed = idem_runtime::block_on(store.renew(&held, lease.until(store.clock())));
     renewed.expect("the renewal reaches the database") == [true]

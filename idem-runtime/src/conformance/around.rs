@@ -30,7 +30,7 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
     assert!(
         block_on(store.compare_and_swap(
             &doubtful,
-            Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+            Guard::of(doubtful.fence(), stale.change.by(), store.instance().id()),
             stale.new.as_ref(),
             stale.change
         ))
@@ -42,7 +42,7 @@ pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
     assert!(
         block_on(store.compare_and_swap(
             &doubtful,
-            Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+            Guard::of(doubtful.fence(), stale.change.by(), store.instance().id()),
             None,
             stale.change
         ))
@@ -183,7 +183,7 @@ pub fn fencing_token_grows_with_every_owner(store: Arc<dyn Store>) {
     let purge = transition::purge("ann@host");
     assert!(block_on(store.compare_and_swap(
         &done,
-        Guard::of(done.fence(), purge.change.by(), store.instance()),
+        Guard::of(done.fence(), purge.change.by(), store.instance().id()),
         None,
         purge.change
     ))

@@ -155,7 +155,7 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let still = asked.new.clone().unwrap();
     assert!(block_on(store.compare_and_swap(
         &doubtful,
-        Guard::of(doubtful.fence(), asked.change.by(), store.instance()),
+        Guard::of(doubtful.fence(), asked.change.by(), store.instance().id()),
         Some(&still),
         asked.change
     ))
@@ -165,7 +165,7 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let done = landed.new.clone().unwrap();
     assert!(block_on(store.compare_and_swap(
         &still,
-        Guard::of(still.fence(), landed.change.by(), store.instance()),
+        Guard::of(still.fence(), landed.change.by(), store.instance().id()),
         Some(&done),
         landed.change
     ))
@@ -179,7 +179,7 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let stale = transition::complete(&doubtful, r#""sent""#.into(), None, now);
     assert!(block_on(store.compare_and_swap(
         &doubtful,
-        Guard::of(doubtful.fence(), stale.change.by(), store.instance()),
+        Guard::of(doubtful.fence(), stale.change.by(), store.instance().id()),
         Some(&done),
         stale.change
     ))
@@ -188,13 +188,21 @@ pub fn only_changes_that_land_are_in_the_history(store: Arc<dyn Store>) {
     let stale = transition::release(&still);
     assert!(block_on(store.compare_and_swap(
         &still,
-        Guard::of(still.fence(), stale.change.by(), store.instance()),
+        Guard::of(still.fence(), stale.change.by(), store.instance().id()),
         None,
         stale.change
     ))
     .unwrap()
     .is_none());
-    let again = transition::reserve(key.as_str(), "send_email", &scope, None, &doubtful.owner, now);
+    let again = transition::reserve(
+        key.as_str(),
+        "send_email",
+        &scope,
+        None,
+        &doubtful.owner,
+        now,
+        store.instance().lease(),
+    );
     let found = block_on(store.insert_if_absent(again.new.as_ref().unwrap(), again.change));
     assert!(matches!(found.unwrap(), Inserted::Existing(_)), "a reservation finds the record");
     assert_eq!(status(&store, &key), Some(Status::Done), "and the record stays");

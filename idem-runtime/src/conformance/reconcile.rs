@@ -91,7 +91,7 @@ fn move_on_while_asking(
     let step = settle(&held, store.clock());
     let moved = block_on(store.compare_and_swap(
         &held,
-        Guard::of(held.fence(), step.change.by(), store.instance()),
+        Guard::of(held.fence(), step.change.by(), store.instance().id()),
         step.new.as_ref(),
         step.change,
     ));

@@ -33,8 +33,9 @@ fn written_ago(
 ) -> (Key, Record) {
     let key = call(store, tool, scope).key().clone();
     let at = store.clock() - ago.as_millis() as u64;
-    let owner = Owner::new_call(store.instance());
-    let step = transition::reserve(key.as_str(), tool, scope, None, &owner, at);
+    let owner = Owner::new_call(store.instance().id());
+    let step =
+        transition::reserve(key.as_str(), tool, scope, None, &owner, at, store.instance().lease());
     let reserved = step.new.expect("a reservation makes a record");
     let inserted = block_on(store.insert_if_absent(&reserved, step.change)).expect("insert");
     assert!(matches!(inserted, Inserted::New { .. }), "key {key} is new");
@@ -43,7 +44,7 @@ fn written_ago(
     let new = step.new.expect("the outcome is a record");
     let swapped = block_on(store.compare_and_swap(
         &reserved,
-        Guard::of(reserved.fence(), step.change.by(), store.instance()),
+        Guard::of(reserved.fence(), step.change.by(), store.instance().id()),
         Some(&new),
         step.change,
     ));

@@ -24,7 +24,7 @@ impl Call {
         found: Option<Record>,
     ) -> Result<Option<Record>, Error> {
         let failed = |e| self.store_error(e);
-        let owner = Owner::new_call(store.instance());
+        let owner = Owner::new_call(store.instance().id());
         let (key, now, function) = (self.key.as_str(), store.clock(), self.function.as_deref());
         let step = match &found {
             None => {
@@ -39,7 +39,7 @@ impl Call {
                 Inserted::Existing(existing) => return Ok(Some(existing)),
             },
             Some(found) => {
-                let guard = Guard::of(found.fence(), step.change.by(), store.instance());
+                let guard = Guard::of(found.fence(), step.change.by(), store.instance().id());
                 let written = store.compare_and_swap(found, guard, Some(&new), step.change);
                 written.await.map_err(failed)?.is_some()
             }

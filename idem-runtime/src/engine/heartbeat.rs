@@ -1,12 +1,15 @@
-//! The lease heartbeat: one per store whose records carry leases ([`Store::lease`]), the same
-//! for every such backend. A call that reserves or takes over a record holds its lease from
-//! then until it writes the record again; the heartbeat renews every lease a store's calls hold
-//! with one [`Store::renew`] per interval, and forgets a lease the store refuses to renew (it
-//! lapsed, or the record changed hands), whose owner's later write is then fenced by the store.
+//! The lease heartbeat: one per store whose records carry leases ([`Instance::lease`]), the
+//! same for every such backend. A call that reserves or takes over a record holds its lease
+//! (which the transition stamped) from then until it writes the record again; the heartbeat
+//! renews every lease a store's calls hold with one [`Store::renew`] per interval, and forgets a
+//! lease the store refuses to renew (it lapsed, or the record changed hands), whose owner's
+//! later write is then fenced by the store.
 //!
 //! The heartbeat is a thread of its own (`idem-heartbeat`), which drives the store's futures
 //! with [`block_on`], so that it renews the leases of sync calls on plain threads and of async
 //! calls on any executor alike. It holds the store weakly and ends once the store is gone.
+//!
+//! [`Instance::lease`]: crate::store::Instance::lease
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -113,14 +116,14 @@ pub(super) struct Leased {
 /// Holds the lease of `record`, which a call of `store` just reserved or took over, when the
 /// store leases its records; `None` for a store without leases.
 pub(super) fn hold(store: &Arc<dyn Store>, record: &Record) -> Option<Leased> {
-    let lease = store.lease()?;
+    let lease = store.instance().lease()?;
     if record.status != Status::InFlight {
         return None;
     }
     let heartbeat = {
         let mut all = heartbeats();
         let all = all.get_or_insert_with(HashMap::new);
-        let instance = store.instance();
+        let instance = store.instance().id();
         match all.get(instance) {
             // Alive: a heartbeat whose store went (another handle of the same instance) is
             // replaced.

@@ -104,7 +104,7 @@ impl Reservation {
                 Inserted::Existing(existing) => Err(Some(existing)),
             },
             Some(before) => {
-                let guard = Guard::of(before.fence(), step.change.by(), store.instance());
+                let guard = Guard::of(before.fence(), step.change.by(), store.instance().id());
                 let written =
                     store.compare_and_swap(before, guard, Some(&pending.record), step.change);
                 match written.await? {
@@ -139,8 +139,9 @@ impl Reservation {
         found: Record,
         function: Option<&str>,
     ) -> Result<Taken, StoreError> {
-        let owner = Owner::new_call(store.instance());
-        let step = transition::take_over_to_reconcile(&found, &owner, function, store.clock());
+        let owner = Owner::new_call(store.instance().id());
+        let (now, lease) = (store.clock(), store.instance().lease());
+        let step = transition::take_over_to_reconcile(&found, &owner, function, now, lease);
         Reservation::take(store, Some(found), step).await
     }
 
@@ -156,7 +157,7 @@ impl Reservation {
     /// refuses for good ([`StoreError::lasting`]: a result too large) is not tried again.
     async fn settle(&self, step: Step<'_>) -> Result<(bool, Option<Record>), StoreError> {
         let Step { new, change } = step;
-        let guard = Guard::of(self.record.fence(), change.by(), self.store.instance());
+        let guard = Guard::of(self.record.fence(), change.by(), self.store.instance().id());
         let written =
             self.store.compare_and_swap(&self.record, guard, new.as_ref(), change.clone()).await;
         self.settled.store(true, Ordering::Relaxed);
@@ -313,7 +314,7 @@ impl Drop for Reservation {
         } else {
             transition::undo(&self.record, self.before.as_ref(), self.store.clock())
         };
-        let guard = Guard::of(self.record.fence(), step.change.by(), self.store.instance());
+        let guard = Guard::of(self.record.fence(), step.change.by(), self.store.instance().id());
         let sent = self.store.compare_and_swap_detached(
             &self.record,
             guard,
@@ -354,7 +355,7 @@ impl Call {
         let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
         let parts = self.parts();
         loop {
-            let (now, instance) = (store.clock(), store.instance());
+            let (now, instance) = (store.clock(), store.instance().id());
             match parts.next(found.as_ref(), now, instance, reconcile.is_some())? {
                 Next::Replay => {
                     let existing = found.as_ref().expect("a replay has a record");
@@ -426,12 +427,12 @@ impl Call {
         store: &Arc<dyn Store>,
         found: Option<Record>,
     ) -> Result<Taken, StoreError> {
-        let owner = Owner::new_call(store.instance());
+        let owner = Owner::new_call(store.instance().id());
         let function = self.function.as_deref();
-        let (key, now) = (self.key.as_str(), store.clock());
+        let (key, now, lease) = (self.key.as_str(), store.clock(), store.instance().lease());
         let step = match &found {
-            None => transition::reserve(key, &self.tool, &self.scope, function, &owner, now),
-            Some(found) => transition::take_over(found, &owner, function, now),
+            None => transition::reserve(key, &self.tool, &self.scope, function, &owner, now, lease),
+            Some(found) => transition::take_over(found, &owner, function, now, lease),
         };
         let takeover = found.is_some();
         let taken = Reservation::take(store, found, step).await?;

@@ -137,7 +137,7 @@ impl<'a> RetentionPass<'a> {
         // Each removal is the lifecycle's purge step through the store's fenced write. A
         // batch's writes are sent together: a store whose writes share durable points (sled's
         // group commit) makes them all and then waits once, instead of a sync for each.
-        let instance = self.store.instance();
+        let instance = self.store.instance().id();
         let step = transition::purge(instance);
         let swaps = old.iter().map(|record| {
             let guard = Guard::of(record.fence(), step.change.by(), instance);

@@ -45,7 +45,7 @@ impl Unsettled {
         match self {
             Unsettled::Swap { expected, new, change, .. } => {
                 let (key, tool) = (&expected.key, &expected.tool);
-                let guard = Guard::of(expected.fence(), change.by(), store.instance());
+                let guard = Guard::of(expected.fence(), change.by(), store.instance().id());
                 let written = store.compare_and_swap(expected, guard, new.as_ref(), change.clone());
                 match block_on(written) {
                     Ok(Some(_)) => {

@@ -166,7 +166,7 @@ impl<'a> Sweep<'a> {
             tracing::warn!(key = %record.key, tool = %record.tool, "idem: sweep: a record's key is not an idem key; skipped");
             return;
         }
-        if !in_doubt(&record, store.clock(), store.instance()) {
+        if !in_doubt(&record, store.clock(), store.instance().id()) {
             return;
         }
         let outcome = sweep_one(store, &record, reconcile).await;

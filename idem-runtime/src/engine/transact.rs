@@ -40,7 +40,7 @@ use crate::lifecycle::{Guard, Owner, Record, Status};
 use crate::meter::{self, Outcome};
 use crate::retry::raise;
 use crate::store::transaction::{Committed, Transaction};
-use crate::store::{Inserted, Store};
+use crate::store::{Inserted, Instance, Store};
 use crate::time::deadline_after;
 
 /// How one attempt of a transactional call ended: what [`Call::attempt`] answers, and what a
@@ -141,11 +141,12 @@ impl<E> Retries<E> {
     }
 }
 
-/// Where an attempt runs: the store's instance (whose owners it writes) and its clock.
+/// Where an attempt runs: the store's instance (whose owners it writes, on whose lease terms)
+/// and its clock.
 #[doc(hidden)]
 pub struct Site<'a> {
-    /// The instance the store writes owners as.
-    pub instance: &'a str,
+    /// The instance the store writes owners as, with the terms of its leases.
+    pub instance: &'a Instance,
     /// The store's clock, in milliseconds.
     pub clock: &'a (dyn Fn() -> u64 + Sync),
 }
@@ -323,7 +324,7 @@ impl Call {
         let step = transition::complete(&held, json, self.ttl, (site.clock)());
         let done = step.new.as_ref().expect("a completion leaves a record");
         failpoint("txn_before_commit");
-        let guard = Guard::of(held.fence(), step.change.by(), site.instance);
+        let guard = Guard::of(held.fence(), step.change.by(), site.instance.id());
         match tx.complete_and_commit(&held, guard, done, &step.change).await {
             Ok(Committed::Committed) => {}
             Ok(Committed::NotAsLeft) => {
@@ -348,7 +349,7 @@ impl Call {
     /// allowed), and a later call runs with it.
     async fn spend_approval(&self, store: &dyn Store, used: Used) {
         let step = transition::spend_approval(&used.owner);
-        let guard = Guard::of(used.approved.fence(), step.change.by(), store.instance());
+        let guard = Guard::of(used.approved.fence(), step.change.by(), store.instance().id());
         let spent = store.compare_and_swap(&used.approved, guard, None, step.change).await;
         match spent {
             Ok(Some(_)) => {
@@ -392,7 +393,7 @@ impl Call {
             // The body's commit kept the record in flight: mark it. A rollback of the body's
             // took it away, though what the body wrote after may have landed: put it back in
             // doubt.
-            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance().id());
             let marked = match store
                 .compare_and_swap(held, guard, Some(in_doubt), step.change.clone())
                 .await
@@ -426,12 +427,12 @@ impl CallParts<'_> {
         site: &Site<'_>,
     ) -> Result<Claimed, Error> {
         let failed = |e| Error::store(Some(self.key.as_str()), Some(self.tool), e);
-        let owner = Owner::new_call(site.instance);
-        let now = (site.clock)();
+        let owner = Owner::new_call(site.instance.id());
+        let (now, lease) = ((site.clock)(), site.instance.lease());
         let key = self.key.as_str();
         // A finished record read as the transaction began replays at once, nothing written.
         if let Some(record) = tx.committed_before() {
-            if let Ok(Next::Replay) = self.next(Some(&record), now, site.instance, false) {
+            if let Ok(Next::Replay) = self.next(Some(&record), now, site.instance.id(), false) {
                 return Ok(Claimed::Replay(record));
             }
         }
@@ -440,7 +441,7 @@ impl CallParts<'_> {
         // A record that changes under every swap is a store that does not hold its rows
         // while the transaction runs: give up rather than loop.
         for _ in 0..CLAIMS {
-            let next = self.next(found.as_ref(), now, site.instance, false)?;
+            let next = self.next(found.as_ref(), now, site.instance.id(), false)?;
             let Some(record) = found.take() else {
                 // Absent (at first, or after a concurrent transaction rolled its insert back).
                 if next == Next::AskApproval {
@@ -452,8 +453,8 @@ impl CallParts<'_> {
                     }
                     return Ok(Claimed::Person(Person::Ask(None)));
                 }
-                let step =
-                    transition::reserve(key, self.tool, self.scope, self.function, &owner, now);
+                let (tool, scope, function) = (self.tool, self.scope, self.function);
+                let step = transition::reserve(key, tool, scope, function, &owner, now, lease);
                 let new = step.new.expect("a reservation leaves a record");
                 match tx.insert_if_absent(&new, &step.change).await.map_err(failed)? {
                     Inserted::New { token } => {
@@ -479,9 +480,9 @@ impl CallParts<'_> {
                 Next::AwaitDecision => return Ok(Claimed::Person(Person::Await(record))),
                 Next::Denied => return Ok(Claimed::Person(Person::Denied)),
                 Next::Claim => {
-                    let step = transition::take_over(&record, &owner, self.function, now);
+                    let step = transition::take_over(&record, &owner, self.function, now, lease);
                     let new = step.new.expect("a takeover leaves a record");
-                    let guard = Guard::of(record.fence(), step.change.by(), site.instance);
+                    let guard = Guard::of(record.fence(), step.change.by(), site.instance.id());
                     let taken = tx.compare_and_swap(&record, guard, &new, &step.change).await;
                     match taken.map_err(failed)? {
                         Some(token) => {

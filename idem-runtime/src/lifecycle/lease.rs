@@ -1,11 +1,13 @@
 //! Whether an owner still holds its in-flight record, written once, on one clock: the store's
 //! ([`Store::clock`](crate::store::Store::clock)).
 //!
-//! A store shared by several processes (PostgreSQL) gives every in-flight record a lease on the
-//! terms it states ([`Lease`]), which the engine's heartbeat renews while the body runs; the
-//! owner holds the record until the lease lapses on the store's clock. A store that one process holds (sled) writes no lease: an in-flight
-//! record is held while its owner is a call of this instance, and one left by another instance
-//! was left by a process that died.
+//! The records of a store shared by several processes (PostgreSQL) carry leases on the terms it
+//! states ([`Lease`]): the transition that leaves a record in flight stamps one, which the
+//! store stores as given and the engine's heartbeat renews while the body runs; the owner holds
+//! the record until the lease lapses on the store's clock. A store that one process holds
+//! (sled) has no lease terms, and its records carry none: an in-flight record is held while its
+//! owner is a call of this instance, and one left by another instance was left by a process
+//! that died.
 
 use std::time::Duration;
 
@@ -32,11 +34,12 @@ pub fn left(record: &Record, now: u64) -> Option<Duration> {
     (until > now).then(|| Duration::from_millis(until - now))
 }
 
-/// The terms of the leases a store's in-flight records carry ([`Store::lease`]): how long a
-/// lease lasts past its last renewal, and how often the engine's heartbeat renews the leases its
-/// calls hold. Made with `Lease::new`, which checks that a renewal comes before the lease lapses.
+/// The terms of the leases a store's in-flight records carry ([`Instance::lease`]): how long a
+/// lease lasts past the transition that stamped it or its last renewal, and how often the
+/// engine's heartbeat renews the leases its calls hold. Made with `Lease::new`, which checks
+/// that a renewal comes before the lease lapses.
 ///
-/// [`Store::lease`]: crate::store::Store::lease
+/// [`Instance::lease`]: crate::store::Instance::lease
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Lease {
@@ -47,8 +50,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// The end of a lease set at `now` on the store's clock (milliseconds): what a write that
-    /// leaves a record in flight, and each renewal, puts in `lease_until`.
+    /// The end of a lease set at `now` on the store's clock (milliseconds): what a transition
+    /// that leaves a record in flight stamps in its `lease_until`, and each renewal sets.
     pub fn until(&self, now: u64) -> u64 {
         now.saturating_add(u64::try_from(self.length.as_millis()).unwrap_or(u64::MAX))
     }

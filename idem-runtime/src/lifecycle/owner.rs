@@ -144,9 +144,10 @@ pub(crate) const MAX_OWNER: usize = MAX_KIND + 200 + 10 + 20 + 8 + 20 + 5;
 /// number take the rest).
 pub(crate) const MAX_INSTANCE: usize = MAX_OWNER - 1 - 20;
 
-/// A new store instance of `kind` (`sled`, `pg`): unique across processes and machines. Each
-/// store calls it once as it opens, and writes it into every record its calls own.
-pub fn new_instance(kind: &str) -> String {
+/// A new store instance's id, of `kind` (`sled`, `pg`): unique across processes and machines.
+/// Each store makes one as it opens (`store::Instance::new`), and its calls write it into every
+/// record they own.
+pub(crate) fn new_instance(kind: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut random = std::collections::hash_map::RandomState::new().build_hasher();
     random.write_u128(

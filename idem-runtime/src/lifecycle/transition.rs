@@ -28,6 +28,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use super::lease::Lease;
 use super::owner::{Liveness, Owner};
 use super::record::Record;
 use super::status::Status;
@@ -63,7 +64,17 @@ pub fn reserve_record(
     record
 }
 
-/// absent → in-flight: a call reserves its key.
+/// The lease a record left in flight at `now` carries, on the store's `terms`
+/// ([`Instance::lease`](crate::store::Instance::lease)): until [`Lease::until`] `now`, or none
+/// for a store whose records carry no lease. Every transition into in-flight stamps it, so that
+/// the engine, not the store, sets every lease; a store stores it as given.
+fn stamp(mut record: Record, terms: Option<Lease>, now: u64) -> Record {
+    record.lease_until = terms.map(|terms| terms.until(now));
+    record
+}
+
+/// absent → in-flight: a call reserves its key, at `now` on the store's clock, with a lease on
+/// the store's `lease` terms.
 pub fn reserve<'a>(
     key: &str,
     tool: &str,
@@ -71,22 +82,25 @@ pub fn reserve<'a>(
     function: Option<&str>,
     owner: &'a Owner,
     now: u64,
+    lease: Option<Lease>,
 ) -> Step<'a> {
     Step {
-        new: Some(reserve_record(key, tool, scope, function, owner, now)),
+        new: Some(stamp(reserve_record(key, tool, scope, function, owner, now), lease, now)),
         change: Change::new(Event::Reserved, owner.as_str()),
     }
 }
 
-/// done (expired) or in-doubt → in-flight: a call takes the record over to run the body again.
-/// `function` is the calling function's path, when the call names one.
+/// done (expired) or in-doubt → in-flight: a call takes the record over to run the body again,
+/// with a new lease on the store's `lease` terms. `function` is the calling function's path,
+/// when the call names one.
 pub fn take_over<'a>(
     found: &Record,
     owner: &'a Owner,
     function: Option<&str>,
     now: u64,
+    lease: Option<Lease>,
 ) -> Step<'a> {
-    let mut new = found.taken_over(owner, now);
+    let mut new = stamp(found.taken_over(owner, now), lease, now);
     if let Some(function) = function {
         new.function = Some(function.to_owned());
     }
@@ -99,14 +113,16 @@ pub fn take_over<'a>(
 }
 
 /// in-doubt → in-flight, same attempts: a call or a sweep takes the record over to ask the
-/// tool's reconciler. A sweep names no function and keeps the record's.
+/// tool's reconciler, with a new lease on the store's `lease` terms. A sweep names no function
+/// and keeps the record's.
 pub fn take_over_to_reconcile<'a>(
     found: &Record,
     owner: &'a Owner,
     function: Option<&str>,
     now: u64,
+    lease: Option<Lease>,
 ) -> Step<'a> {
-    let mut new = found.reconciling(owner, now);
+    let mut new = stamp(found.reconciling(owner, now), lease, now);
     if let Some(function) = function {
         new.function = Some(function.to_owned());
     }

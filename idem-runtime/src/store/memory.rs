@@ -9,10 +9,9 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::notify::Notifier;
-use super::{Detached, Inserted, Page, Store, StoreFuture};
+use super::{Detached, Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
-use crate::lifecycle::owner::new_instance;
 use crate::lifecycle::{Guard, Record, Status};
 use crate::loom::Arc;
 
@@ -53,7 +52,7 @@ use crate::loom::Arc;
 /// # Ok(()) }
 /// ```
 pub struct MemoryStore {
-    instance: String,
+    instance: Instance,
     keys: Mutex<Keys>,
     /// The crate's concurrency types (loom's under its models), as every `Notifier` is held.
     notifier: Arc<Notifier>,
@@ -128,7 +127,7 @@ impl MemoryStore {
     /// An empty store, as a new instance (`memory:…`).
     pub fn new() -> MemoryStore {
         MemoryStore {
-            instance: new_instance("memory"),
+            instance: Instance::new("memory"),
             keys: Mutex::default(),
             notifier: Arc::new(Notifier::default()),
         }
@@ -176,7 +175,7 @@ impl Default for MemoryStore {
 }
 
 impl Store for MemoryStore {
-    fn instance(&self) -> &str {
+    fn instance(&self) -> &Instance {
         &self.instance
     }
 
@@ -295,7 +294,7 @@ impl Store for MemoryStore {
 
 impl std::fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryStore").field("instance", &self.instance).finish_non_exhaustive()
+        f.debug_struct("MemoryStore").field("instance", &self.instance.id()).finish_non_exhaustive()
     }
 }
 
@@ -311,10 +310,10 @@ mod tests {
     /// stays, its record went) and each of `done` reserved and completed.
     fn store_with(released: &[u32], done: &[u32]) -> MemoryStore {
         let store = MemoryStore::new();
-        let owner = Owner::new_call(store.instance());
+        let owner = Owner::new_call(store.instance().id());
         let reserve = |n: &u32| {
             let key = format!("k{n}");
-            let step = transition::reserve(&key, "charge", "order-17", None, &owner, 1);
+            let step = transition::reserve(&key, "charge", "order-17", None, &owner, 1, None);
             let held = step.new.clone().expect("a reservation leaves a record");
             let inserted = block_on(store.insert_if_absent(&held, step.change)).unwrap();
             assert!(matches!(inserted, Inserted::New { .. }), "{inserted:?}");
@@ -323,14 +322,14 @@ mod tests {
         for n in released {
             let held = reserve(n);
             let step = transition::release(&held);
-            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance().id());
             let released = block_on(store.compare_and_swap(&held, guard, None, step.change));
             assert!(released.unwrap().is_some());
         }
         for n in done {
             let held = reserve(n);
             let step = transition::complete(&held, "\"ch_1\"".into(), None, 2);
-            let guard = Guard::of(held.fence(), step.change.by(), store.instance());
+            let guard = Guard::of(held.fence(), step.change.by(), store.instance().id());
             let swapped =
                 block_on(store.compare_and_swap(&held, guard, step.new.as_ref(), step.change));
             assert!(swapped.unwrap().is_some());

@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::time::Instant;
 
 use crate::lifecycle::lease::{Held, Lease};
+use crate::lifecycle::owner::new_instance;
 use crate::lifecycle::Record;
 
 pub(crate) mod access;
@@ -61,9 +62,11 @@ pub enum Durability {
 /// Implementations must be linearizable per key. The conformance suite
 /// (`idem_runtime::conformance_suite!`, feature `conformance`) checks all of it.
 pub trait Store: Send + Sync + 'static {
-    /// The instance this store opened as ([`new_instance`]): the
-    /// engine writes it into the owners of the records its calls reserve.
-    fn instance(&self) -> &str;
+    /// Who this store opened as, and the terms of its leases ([`Instance`]): the engine writes
+    /// its [`id`](Instance::id) into the owners of the records its calls reserve, and stamps
+    /// and renews the leases of those records on its [`lease`](Instance::lease) terms. Read
+    /// on every reservation and guard: a getter of what the store made as it opened.
+    fn instance(&self) -> &Instance;
 
     /// The record under `key`, if any, once it is durable.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
@@ -152,16 +155,6 @@ pub trait Store: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreFuture<'a, Option<Record>>;
 
-    /// The terms of the leases this store's in-flight records carry, for a store whose owners'
-    /// liveness is a lease (one that several processes share): a write that leaves a record in
-    /// flight sets its `lease_until` to [`Lease::until`] the store's clock, and the engine's
-    /// heartbeat renews the leases its calls hold every `renew_every`, through
-    /// [`Store::renew`]. `None` (the default): records carry no lease, and an owner holds its
-    /// record while it is a call of this instance.
-    fn lease(&self) -> Option<Lease> {
-        None
-    }
-
     /// Extends each lease of `held` whose record is still in flight under that owner and
     /// attempt, with its lease not yet lapsed on this store's clock, to `until` (milliseconds on
     /// that clock), in one storage operation: the engine's heartbeat renews every lease a store's
@@ -178,6 +171,46 @@ pub trait Store: Send + Sync + 'static {
     /// clock by default.
     fn clock(&self) -> u64 {
         now_ms()
+    }
+}
+
+/// What an opened store is, as the engine reads it ([`Store::instance`]): who it is, and the
+/// terms of its leases. Made once, as the store opens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Instance {
+    id: String,
+    lease: Option<Lease>,
+}
+
+impl Instance {
+    /// A new instance of a store of `kind` (`sled`, `pg`; at most 16 bytes), whose records
+    /// carry no lease: an id unique across processes and machines,
+    /// `<kind>:<host>:<pid>:<n>:<random>` (the machine and process that opened it, the
+    /// how-many-th store this process opened, and 32 random bits).
+    pub fn new(kind: &str) -> Instance {
+        Instance { id: new_instance(kind), lease: None }
+    }
+
+    /// This instance, for a store whose owners' liveness is a lease (one that several
+    /// processes share): every record its calls leave in flight carries a lease on `terms`.
+    pub fn with_lease(self, terms: Lease) -> Instance {
+        Instance { lease: Some(terms), ..self }
+    }
+
+    /// The instance's id, which the engine writes into the owners of the records its calls
+    /// reserve (`<id>#<call>`).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The terms of the leases this store's in-flight records carry: the engine stamps a
+    /// record it leaves in flight with a lease until [`Lease::until`] the store's
+    /// [`clock`](Store::clock), and its heartbeat renews the leases its calls hold every
+    /// `renew_every`, through [`Store::renew`]. `None`: records carry no lease, and an owner
+    /// holds its record while it is a call of this instance.
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease
     }
 }
 
@@ -209,7 +242,6 @@ pub use self::transaction::{Committed, Transaction};
 pub use crate::error::StoreError;
 pub use crate::lifecycle::history::{Answer, Change, Entry, Event};
 pub use crate::lifecycle::lease;
-pub use crate::lifecycle::owner::new_instance;
 pub use crate::lifecycle::{
     assess, now_ms, Assessment, Fence, Guard, Liveness, Owner, RecordParts,
 };

@@ -10,7 +10,7 @@ use self::write::Swapped;
 use super::beside::Beside;
 use super::notify::Notifier;
 use super::sync::Syncer;
-use super::{Detached, Durability, Inserted, Page, Store, StoreFuture};
+use super::{Detached, Durability, Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{now_ms, Guard, Record};
@@ -81,7 +81,7 @@ pub struct SledStore {
     history: History,
     db: sled::Db,
     path: PathBuf,
-    owner: String,
+    owner: Instance,
     durability: Durability,
     /// Shared with the admin socket's handle, so that both see one poisoning and one group
     /// commit.
@@ -238,7 +238,7 @@ fn gone_while_reserved(key: &str) -> StoreError {
 }
 
 impl Store for SledStore {
-    fn instance(&self) -> &str {
+    fn instance(&self) -> &Instance {
         &self.owner
     }
 
@@ -442,7 +442,7 @@ impl std::fmt::Debug for SledStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SledStore")
             .field("path", &self.path)
-            .field("owner", &self.owner)
+            .field("owner", &self.owner.id())
             .field("durability", &self.durability)
             .finish()
     }

@@ -11,7 +11,7 @@ use self::wake::Wake;
 use self::writer::{Write, Writer};
 use super::beside::Beside;
 use super::notify::Notifier;
-use super::{Detached, Inserted, Page, Store, StoreFuture};
+use super::{Detached, Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{lease, now_ms, Guard, Record, Status};
@@ -86,7 +86,7 @@ struct Shared {
     options: SqliteStoreBuilder,
     /// The file, as messages name it.
     what: String,
-    instance: String,
+    instance: Instance,
     owners: Owners,
     /// The crate's concurrency types (loom's under its models), as every `Notifier` is held.
     notifier: crate::loom::Arc<Notifier>,
@@ -254,7 +254,7 @@ impl Shared {
     /// [`Shared::present`], and whether it found the record's owner gone.
     fn probe(&self, mut record: Record) -> (Record, bool) {
         let mut gone = false;
-        if record.status == Status::InFlight && !record.owner.is_of(&self.instance) {
+        if record.status == Status::InFlight && !record.owner.is_of(self.instance.id()) {
             let now = now_ms();
             gone = !self.owners.alive(record.owner.instance());
             record.lease_until = Some(if gone {
@@ -319,8 +319,8 @@ impl Shared {
             if now >= deadline {
                 return Ok(Some(record));
             }
-            if record.status == Status::InFlight && !record.owner.is_of(&self.instance) {
-                if !lease::holds(&record, now_ms(), &self.instance) {
+            if record.status == Status::InFlight && !record.owner.is_of(self.instance.id()) {
+                if !lease::holds(&record, now_ms(), self.instance.id()) {
                     // Its owner is gone: the caller must know now.
                     return Ok(Some(record));
                 }
@@ -338,7 +338,7 @@ fn changed<T>(value: T) -> Result<(T, bool), rusqlite::Error> {
 }
 
 impl Store for SqliteStore {
-    fn instance(&self) -> &str {
+    fn instance(&self) -> &Instance {
         &self.shared.instance
     }
 
@@ -519,7 +519,7 @@ impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteStore")
             .field("path", &self.path())
-            .field("instance", &self.shared.instance)
+            .field("instance", &self.shared.instance.id())
             .finish_non_exhaustive()
     }
 }

@@ -49,8 +49,13 @@ impl Lifecycle {
                 s.callers[i].claims += 1;
                 s.callers[i].asked = true;
                 let owner = self.owner(s, i);
-                let step =
-                    transition::take_over_to_reconcile(&found.0, &owner, Some(FUNCTION), now);
+                let step = transition::take_over_to_reconcile(
+                    &found.0,
+                    &owner,
+                    Some(FUNCTION),
+                    now,
+                    self.lease(),
+                );
                 let new = step.new.expect("a takeover leaves a record");
                 let instance = self.instance(s, i);
                 s.callers[i].phase = match self.swap(
@@ -86,7 +91,7 @@ impl Lifecycle {
                     &owner,
                     now,
                 );
-                if self.insert(s, k, step.new.expect("a request leaves a record"), now).is_ok() {
+                if self.insert(s, k, step.new.expect("a request leaves a record")).is_ok() {
                     s.keys[k].requested = Some(role.amount);
                 }
             }
@@ -124,12 +129,20 @@ impl Lifecycle {
         let owner = self.owner(s, i);
         let taken = match &found {
             None => {
-                let step =
-                    transition::reserve(&self.keys[k], TOOL, SCOPE, Some(FUNCTION), &owner, now);
-                self.insert(s, k, step.new.expect("a reservation leaves a record"), now)
+                let step = transition::reserve(
+                    &self.keys[k],
+                    TOOL,
+                    SCOPE,
+                    Some(FUNCTION),
+                    &owner,
+                    now,
+                    self.lease(),
+                );
+                self.insert(s, k, step.new.expect("a reservation leaves a record"))
             }
             Some(found) => {
-                let step = transition::take_over(&found.0, &owner, Some(FUNCTION), now);
+                let step =
+                    transition::take_over(&found.0, &owner, Some(FUNCTION), now, self.lease());
                 let new = step.new.expect("a takeover leaves a record");
                 let instance = self.instance(s, i);
                 self.swap(
@@ -325,12 +338,20 @@ impl Lifecycle {
                 s.callers[i].claims += 1;
                 let owner = self.owner(s, i);
                 let step = match &found {
-                    None => {
-                        transition::reserve(&self.keys[k], TOOL, SCOPE, Some(FUNCTION), &owner, now)
+                    None => transition::reserve(
+                        &self.keys[k],
+                        TOOL,
+                        SCOPE,
+                        Some(FUNCTION),
+                        &owner,
+                        now,
+                        self.lease(),
+                    ),
+                    Some(found) => {
+                        transition::take_over(&found.0, &owner, Some(FUNCTION), now, self.lease())
                     }
-                    Some(found) => transition::take_over(&found.0, &owner, Some(FUNCTION), now),
                 };
-                let pending = Rec(self.leased(step.new.expect("a claim leaves a record"), now));
+                let pending = Rec(step.new.expect("a claim leaves a record"));
                 let token = s.seq + 1;
                 s.callers[i].phase = Phase::Tx(TxRun { found, pending, token, effect: false });
             }
@@ -373,9 +394,8 @@ impl Lifecycle {
             transition::complete(&run.pending.0, value.clone(), self.ttl(), self.clock(s, i));
         // Under the write lock nothing changed since the transaction read the key.
         assert_eq!(s.keys[k].record, run.found, "the write lock keeps the key as read");
-        let now = self.clock(s, i);
         // The reservation and the completion are one commit: two writes, one token.
-        self.land(s, k, step.new, now);
+        self.land(s, k, step.new);
         let slot = &mut s.keys[k];
         if matches!(&run.found, Some(f) if f.0.status == Status::Done) {
             // An expired result run again: its effects are counted from here.

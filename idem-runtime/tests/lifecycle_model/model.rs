@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use idem_runtime::for_model::{self, admits, outlived, Next};
+use idem_runtime::store::lease::Lease;
 use idem_runtime::store::{Liveness, Owner};
 use idem_runtime::{Call, Error, Record, Status};
 use stateright::Model;
@@ -137,6 +138,12 @@ impl Lifecycle {
 
     pub fn clock(&self, s: &State, i: usize) -> u64 {
         s.now.saturating_add_signed(self.offset(i))
+    }
+
+    /// The terms of the leases the model's store gives (`Instance::lease`), which every
+    /// transition into in-flight stamps.
+    pub fn lease(&self) -> Option<Lease> {
+        Some(for_model::lease(self.scenario.bounds.lease))
     }
 
     /// The store instance of caller `i`'s current process.

@@ -1,8 +1,9 @@
 //! The store of the model: one atomic operation per step, as the PostgreSQL store makes it. A
 //! write is an insert if absent or a compare-and-swap that `admits` (the fence) lets through,
-//! on the writer's reading of the clock and through its instance; an in-flight record gets a
-//! lease from that reading, which its running owner's heartbeat renews at every tick. Where a
-//! write lands, the ghost counters the properties read are kept.
+//! on the writer's reading of the clock and through its instance; a record is stored as the
+//! transition made it (an in-flight one with the lease the transition stamped from the writer's
+//! reading), and its running owner's heartbeat renews the lease at every tick. Where a write
+//! lands, the ghost counters the properties read are kept.
 
 use idem_runtime::{Record, Status};
 
@@ -19,20 +20,12 @@ pub(crate) struct Writer<'a> {
 }
 
 impl Lifecycle {
-    /// What the store writes of `new` at `now`: an in-flight record with a lease from the
-    /// writer's reading of the clock, any other without one (as the PostgreSQL store does).
-    pub(crate) fn leased(&self, mut new: Record, now: u64) -> Record {
-        new.lease_until =
-            (new.status == Status::InFlight).then(|| now + self.scenario.bounds.lease);
-        new
-    }
-
     /// `insert_if_absent`: the token, or `Err` when a record is there.
-    pub(crate) fn insert(&self, s: &mut State, k: usize, new: Record, now: u64) -> Result<u64, ()> {
+    pub(crate) fn insert(&self, s: &mut State, k: usize, new: Record) -> Result<u64, ()> {
         if s.keys[k].record.is_some() {
             return Err(());
         }
-        Ok(self.land(s, k, Some(new), now))
+        Ok(self.land(s, k, Some(new)))
     }
 
     /// `compare_and_swap`, fenced by `admits` on the writer's clock and instance: the token, or
@@ -54,13 +47,13 @@ impl Lifecycle {
         if expected.owner.as_str() == writer && stored.0.fence() != expected.fence() {
             s.broken.stale_write = true;
         }
-        Some(self.land(s, k, new, now))
+        Some(self.land(s, k, new))
     }
 
-    /// Makes the write: the next token, the lease, and the ghost record of results.
-    pub(crate) fn land(&self, s: &mut State, k: usize, new: Option<Record>, now: u64) -> u64 {
+    /// Makes the write, the record stored as given (its lease is the transition's): the next
+    /// token, and the ghost record of results.
+    pub(crate) fn land(&self, s: &mut State, k: usize, new: Option<Record>) -> u64 {
         s.seq += 1;
-        let new = new.map(|r| self.leased(r, now));
         let slot = &mut s.keys[k];
         if let Some(done) = new.as_ref().filter(|r| r.status == Status::Done) {
             slot.recorded.insert(done.result.clone().unwrap_or_default());

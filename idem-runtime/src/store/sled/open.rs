@@ -21,7 +21,7 @@ use crate::loom::Arc;
 use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
 use crate::store::sync::{Gather, Syncer};
-use crate::store::{CommonOptions, Durability};
+use crate::store::{CommonOptions, Durability, Instance};
 
 /// Options for [`SledStore`]: durability, cache size, locking, the admin socket, retention.
 #[derive(Clone, Debug)]
@@ -237,7 +237,7 @@ impl SledStore {
         }
         let record = view.to_record(&String::from_utf8_lossy(key));
         tracing::warn!(key = %record.key, tool = %record.tool, "idem: in doubt: left in flight by a process that died");
-        let step = transition::mark_died(&record, &self.owner, now_ms());
+        let step = transition::mark_died(&record, self.owner.id(), now_ms());
         Ok(self.cas(key, Some(bytes), step.new.as_ref(), step.change)?.is_ok())
     }
 }
@@ -332,13 +332,14 @@ impl Trees {
 }
 
 /// This open's store instance, which every record its calls own names.
-fn instance() -> Result<String, StoreError> {
-    let owner = crate::lifecycle::owner::new_instance("sled");
+fn instance() -> Result<Instance, StoreError> {
+    let owner = Instance::new("sled");
     // A record reserves room for an owner of at most MAX_OWNER bytes (see `lifetime_len`).
-    if owner.len() > MAX_INSTANCE {
+    if owner.id().len() > MAX_INSTANCE {
         return Err(StoreError::new(format!(
-            "the store instance {owner} is longer than the {MAX_INSTANCE} bytes a sled record \
-             leaves for it: give the machine a shorter host name"
+            "the store instance {} is longer than the {MAX_INSTANCE} bytes a sled record \
+             leaves for it: give the machine a shorter host name",
+            owner.id()
         )));
     }
     Ok(owner)

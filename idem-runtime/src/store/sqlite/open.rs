@@ -16,7 +16,7 @@ use crate::error::StoreError;
 use crate::store::access::Access;
 use crate::store::beside::Beside;
 use crate::store::notify::Notifier;
-use crate::store::{CommonOptions, Durability};
+use crate::store::{CommonOptions, Durability, Instance};
 
 /// How long a write waits for another process's write lock by default.
 const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,15 +92,15 @@ fn open_file(options: SqliteStoreBuilder) -> Result<SqliteStore, StoreError> {
         create_file(&options, &what)?;
     }
     let writer = prepare(&options, &what)?;
-    let instance = crate::lifecycle::owner::new_instance("sqlite");
+    let instance = Instance::new("sqlite");
     let in_flight = schema::in_flight_instances(&writer, &what)?;
     let dir = owners::dir_of(&options.path);
-    let owners = Owners::open(&dir, &instance, &in_flight, options.common.access())?;
+    let owners = Owners::open(&dir, instance.id(), &in_flight, options.common.access())?;
     let notifier = crate::loom::Arc::new(Notifier::default());
     let shared = Arc::new(Shared {
         wake: Wake::new(
             &dir,
-            &instance,
+            instance.id(),
             crate::loom::Arc::clone(&notifier),
             options.common.access(),
         ),

@@ -22,7 +22,7 @@ use crate::error::StoreError;
 use crate::lifecycle::history::Change;
 use crate::lifecycle::{Guard, Record};
 use crate::store::transaction::{Committed, Transaction};
-use crate::store::Inserted;
+use crate::store::{Inserted, Instance};
 
 /// What lends a store's transactional connections, for as long as an attempt needs one (a
 /// thread of its own may outlive the borrow of the store).
@@ -38,7 +38,7 @@ impl SqliteStore {
 
 impl Lender {
     /// The instance the store's owners are written as.
-    pub(crate) fn instance(&self) -> &str {
+    pub(crate) fn instance(&self) -> &Instance {
         &self.0.instance
     }
 
