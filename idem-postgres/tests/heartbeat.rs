@@ -1,7 +1,8 @@
 //! The engine's leases on PostgreSQL: the transition that leaves a record in flight stamps its
 //! lease on the store instance's terms, and the table stores it as given; the heartbeat renews
 //! every lease a store's running calls hold in one renewal per interval (one statement), never
-//! one per key, and stops renewing a lease once its call has written its record.
+//! one per key, renews a lease whose write was slow before it lapses, and stops renewing a
+//! lease once its call has written its record.
 
 mod common;
 
@@ -288,4 +289,46 @@ fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
         (before + length..=after + length).contains(&stored),
         "the takeover's lease is the engine's new stamp: {stored} not in {before}+7000..={after}+7000"
     );
+}
+
+/// A reservation whose write took longer than a beat (held back 1.6 s, its lease of 2 s
+/// stamped before it was sent) is renewed before its lease lapses: the heartbeat's first
+/// renewal of a lease comes a beat after its stamp, not a beat after the write returned, which
+/// would find it lapsed and refuse it.
+#[test]
+fn a_lease_whose_write_was_slow_is_renewed_before_it_lapses() {
+    let Some(url) = common::database_url() else { return };
+    let schema = common::unique_schema("slow");
+    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let inner = PgStore::builder(&url).schema(&schema).connect().unwrap();
+    let terms = Lease::new(Duration::from_secs(2), Some(Duration::from_millis(500))).unwrap();
+    let counting = Arc::new(Counting {
+        insert_delay: Duration::from_millis(1_600),
+        ..Counting::new(inner).with_terms(terms)
+    });
+    let store: Arc<dyn Store> = counting.clone();
+    let (entered, go) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let running = {
+        let (store, entered, go) = (Arc::clone(&store), Arc::clone(&entered), Arc::clone(&go));
+        std::thread::spawn(move || {
+            call(&store, 0).run(|| {
+                entered.wait();
+                go.wait();
+                Ok::<_, Error>("ch_0".to_owned())
+            })
+        })
+    };
+    entered.wait();
+    let stamped = counting.stamped();
+    // A lapsed lease is never renewed: one pushed past its stamp was renewed in time.
+    let renewed = common::eventually(Duration::from_secs(5), || {
+        lease_until(store.as_ref(), 0).is_some_and(|until| until > stamped)
+    });
+    let now = block_on(store.get(&call_key(0))).unwrap().unwrap();
+    assert!(
+        renewed,
+        "the slow write's lease is renewed before it lapses: stamped {stamped}, now {now:?}"
+    );
+    go.wait();
+    assert_eq!(running.join().unwrap().unwrap(), "ch_0");
 }

@@ -13,11 +13,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::StoreError;
 use crate::exec::block_on;
-use crate::lifecycle::lease::{Held, Lease};
+use crate::lifecycle::lease::{self, Held, Lease};
 use crate::lifecycle::{Record, Status};
 use crate::store::Store;
 
@@ -55,10 +55,12 @@ struct Heartbeat {
     store: Weak<dyn Store>,
     lease: Lease,
     held: Holdings,
-    /// Wakes the thread when a lease is taken: notified under `idle`, which the thread holds
-    /// while it finds no lease held, so that no wake-up is lost.
-    idle: Mutex<()>,
-    taken: Condvar,
+    /// When the next renewal is due (`None` while no lease is held): `renew_every` after the
+    /// last, or sooner for a lease taken whose stamp leaves less.
+    due: Mutex<Option<Instant>>,
+    /// Wakes the thread when a lease taken brings the renewal forward: notified under `due`,
+    /// so that no wake-up is lost.
+    sooner: Condvar,
 }
 
 /// The leases held, by key: the one state calls (holding, forgetting) and the heartbeat
@@ -120,6 +122,7 @@ pub(super) fn hold(store: &Arc<dyn Store>, record: &Record) -> Option<Leased> {
     if record.status != Status::InFlight {
         return None;
     }
+    let due = Instant::now() + first_renewal(record, lease, store.clock());
     let heartbeat = {
         let mut all = heartbeats();
         let all = all.get_or_insert_with(HashMap::new);
@@ -136,9 +139,19 @@ pub(super) fn hold(store: &Arc<dyn Store>, record: &Record) -> Option<Leased> {
         }
     };
     let held = Held::of(record);
-    heartbeat.held.hold(held.clone());
-    heartbeat.wake();
+    heartbeat.take(held.clone(), due);
     Some(Leased { heartbeat, held })
+}
+
+/// How long from `now` (on the store's clock) the first renewal of `record`'s lease may wait: as
+/// long as a renewal `renew_every` after the lease was stamped would (the lease then has
+/// `length - renew_every` left), so that a write that took a while to land, its lease stamped
+/// before it was sent, is renewed before the lease lapses, and at once when it took longer than
+/// that. A record with no lease, or one already lapsed, is renewed at once (and the store
+/// refuses a lapsed one).
+fn first_renewal(record: &Record, terms: Lease, now: u64) -> Duration {
+    let left = lease::left(record, now).unwrap_or_default();
+    left.saturating_sub(terms.length.saturating_sub(terms.renew_every))
 }
 
 impl Leased {
@@ -163,8 +176,8 @@ impl Heartbeat {
             store: Arc::downgrade(store),
             lease,
             held: Holdings::default(),
-            idle: Mutex::new(()),
-            taken: Condvar::new(),
+            due: Mutex::new(None),
+            sooner: Condvar::new(),
         });
         let beating = Arc::clone(&heartbeat);
         let started = std::thread::Builder::new()
@@ -178,34 +191,56 @@ impl Heartbeat {
         heartbeat
     }
 
-    fn wake(&self) {
-        let _idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        self.taken.notify_one();
+    fn lock_due(&self) -> MutexGuard<'_, Option<Instant>> {
+        self.due.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Renews every lease held, one interval after the first is taken and every interval
-    /// while any is held, until the store is gone.
+    /// Holds `held`, whose first renewal is due at `due`: the next renewal comes no later.
+    fn take(&self, held: Held, due: Instant) {
+        self.held.hold(held);
+        let mut next = self.lock_due();
+        if next.is_none_or(|at| due < at) {
+            *next = Some(due);
+            self.sooner.notify_one();
+        }
+    }
+
+    /// Renews every lease held, when the first renewal of a lease taken is due
+    /// ([`first_renewal`]: `renew_every` after its stamp) and every interval while any is held,
+    /// until the store is gone.
     fn run(self: Arc<Self>) {
         let every = self.lease.renew_every;
         loop {
             {
-                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                while self.held.is_empty() {
-                    if self.store.strong_count() == 0 {
-                        drop(idle);
-                        self.end();
-                        return;
-                    }
-                    idle =
-                        self.taken.wait_timeout(idle, every).unwrap_or_else(|e| e.into_inner()).0;
+                let mut due = self.lock_due();
+                loop {
+                    let now = Instant::now();
+                    let wait = match *due {
+                        Some(at) if at <= now => break,
+                        Some(at) => at - now,
+                        None if self.store.strong_count() == 0 => {
+                            drop(due);
+                            self.end();
+                            return;
+                        }
+                        None => every,
+                    };
+                    due = self.sooner.wait_timeout(due, wait).unwrap_or_else(|e| e.into_inner()).0;
                 }
+                // The next renewal, unless a lease taken meanwhile brings it forward.
+                *due = Some(Instant::now() + every);
             }
-            std::thread::sleep(every);
             let Some(store) = self.store.upgrade() else {
                 self.end();
                 return;
             };
             self.beat(store.as_ref());
+            // A lease taken since is held already (`take` holds it before it reads `due`), so
+            // an idle heartbeat misses none.
+            let mut due = self.lock_due();
+            if self.held.is_empty() {
+                *due = None;
+            }
         }
     }
 
