@@ -20,7 +20,7 @@ use idem_runtime::{Record, Status};
 use crate::fault::{retrying, Fault, Retry};
 use crate::listen::{Listener, UNHEARD_RECHECK};
 use crate::rows::{self, ChangeValues, Values};
-use crate::runtime::{Detached, Writes};
+use crate::runtime::Writes;
 use crate::schema::{guard_param, Names, Statements};
 use crate::sql::{Conn, Param, Sql};
 
@@ -41,7 +41,6 @@ pub(crate) struct Table {
     /// The database clock minus this machine's, in milliseconds.
     pub(crate) clock_offset: AtomicI64,
     pub(crate) listener: Arc<Listener>,
-    pub(crate) detached: Detached,
     pub(crate) writes: Arc<Writes>,
 }
 

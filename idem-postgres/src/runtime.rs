@@ -100,85 +100,84 @@ impl<T> Drop for Joined<T> {
     }
 }
 
-/// Counts writes started from `Drop` paths that have not landed yet.
-#[derive(Default)]
-pub(crate) struct Detached {
-    pending: Arc<(Mutex<usize>, Condvar)>,
-}
-
-pub(crate) struct DetachedGuard(Arc<(Mutex<usize>, Condvar)>);
-
-impl Detached {
-    pub(crate) fn start(&self) -> DetachedGuard {
-        *self.pending.0.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-        DetachedGuard(Arc::clone(&self.pending))
-    }
-
-    pub(crate) fn wait_idle(&self, at_most: Duration) {
-        let (count, idle) = &*self.pending;
-        let guard = count.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = idle.wait_timeout_while(guard, at_most, |n| *n > 0);
-    }
-}
-
-impl Drop for DetachedGuard {
-    fn drop(&mut self) {
-        let (count, idle) = &*self.0;
-        let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
-        *count -= 1;
-        if *count == 0 {
-            idle.notify_all();
-        }
-    }
-}
-
-/// The writes in progress, counted by the owner they write as, so that a settling write from a
-/// `Drop` path goes out only after them: otherwise the compensating delete of a cancelled
-/// reservation can reach the server before the insert it undoes, and leave that insert behind.
+/// The writes in progress, by the owner they write as, so that a write goes out only after
+/// those of the owner it replaces that began before it: otherwise the compensating delete of a
+/// cancelled reservation (sent from `Drop`) can reach the server before the insert it undoes, and
+/// leave that insert behind. Dropping the store waits a moment for them (see [`Writes::wait_idle`]).
 #[derive(Default)]
 pub(crate) struct Writes {
-    by_owner: Mutex<HashMap<String, watch::Sender<usize>>>,
+    by_owner: Mutex<HashMap<String, watch::Sender<Started>>>,
+    /// Told when the last write in progress ends.
+    idle: Condvar,
+}
+
+/// One owner's writes: how many began (each one's number), and the numbers of those in progress.
+#[derive(Default)]
+pub(crate) struct Started {
+    next: u64,
+    running: Vec<u64>,
 }
 
 /// One write in progress; dropping it says the write has ended.
 pub(crate) struct WriteGuard {
     writes: Arc<Writes>,
     owner: String,
+    number: u64,
 }
 
 impl Writes {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<usize>>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<Started>>> {
         self.by_owner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A write as `owner` begins.
     pub(crate) fn start(self: &Arc<Self>, owner: &str) -> WriteGuard {
+        let mut number = 0;
         self.lock()
             .entry(owner.to_owned())
-            .or_insert_with(|| watch::channel(0).0)
-            .send_modify(|n| *n += 1);
-        WriteGuard { writes: Arc::clone(self), owner: owner.to_owned() }
+            .or_insert_with(|| watch::channel(Started::default()).0)
+            .send_modify(|started| {
+                number = started.next;
+                started.next += 1;
+                started.running.push(number);
+            });
+        WriteGuard { writes: Arc::clone(self), owner: owner.to_owned(), number }
     }
 
-    /// Resolves once no write as `owner` that began before this call is in progress.
+    /// Resolves once every write as `owner` that began before this call has ended (not those
+    /// that begin after it, such as the caller's own).
     pub(crate) fn settled(&self, owner: &str) -> impl Future<Output = ()> + Send + 'static {
-        let watching = self.lock().get(owner).map(watch::Sender::subscribe);
+        let watching =
+            self.lock().get(owner).map(|started| (started.borrow().next, started.subscribe()));
         async move {
-            if let Some(mut watching) = watching {
-                // An error means the count reached zero and the entry went: settled too.
-                let _ = watching.wait_for(|n| *n == 0).await;
+            if let Some((before, mut watching)) = watching {
+                // An error means every write ended and the entry went: settled too.
+                let _ =
+                    watching.wait_for(|started| started.running.iter().all(|&n| n >= before)).await;
             }
         }
+    }
+
+    /// Waits, at most `at_most`, until no write is in progress (for a store being dropped on a
+    /// thread that may block, so that a write sent from a `Drop` path a moment before lands);
+    /// whether none is.
+    pub(crate) fn wait_idle(&self, at_most: Duration) -> bool {
+        let waited =
+            self.idle.wait_timeout_while(self.lock(), at_most, |by_owner| !by_owner.is_empty());
+        let (by_owner, _) = waited.unwrap_or_else(|e| e.into_inner());
+        by_owner.is_empty()
     }
 }
 
 impl Drop for WriteGuard {
     fn drop(&mut self) {
         let mut by_owner = self.writes.lock();
-        if let Some(count) = by_owner.get(&self.owner) {
-            count.send_modify(|n| *n -= 1);
-            if *count.borrow() == 0 {
-                by_owner.remove(&self.owner);
+        let Some(started) = by_owner.get(&self.owner) else { return };
+        started.send_modify(|started| started.running.retain(|&n| n != self.number));
+        if started.borrow().running.is_empty() {
+            by_owner.remove(&self.owner);
+            if by_owner.is_empty() {
+                self.writes.idle.notify_all();
             }
         }
     }
@@ -187,6 +186,7 @@ impl Drop for WriteGuard {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     use super::Writes;
 
@@ -210,8 +210,26 @@ mod tests {
         let late = writes.start("o#1");
         let mut before_late = Box::pin(writes.settled("o#1"));
         assert!(!poll_once(&mut before_late), "a write that began before the wait is waited for");
+        let own = writes.start("o#1");
         drop(late);
-        assert!(poll_once(&mut before_late));
+        assert!(poll_once(&mut before_late), "a write that began after the wait is not");
+        drop(own);
+    }
+
+    #[test]
+    fn the_store_waits_for_every_write_in_progress_and_no_longer() {
+        let writes = Arc::new(Writes::default());
+        assert!(writes.wait_idle(Duration::ZERO), "no write yet");
+        let (first, second) = (writes.start("o#1"), writes.start("o#2"));
+        let began = Instant::now();
+        assert!(!writes.wait_idle(Duration::from_millis(20)), "two writes in progress");
+        assert!(began.elapsed() >= Duration::from_millis(20));
+        let ending = std::thread::spawn(move || {
+            drop(first);
+            drop(second);
+        });
+        assert!(writes.wait_idle(Duration::from_secs(60)), "both ended");
+        ending.join().unwrap();
     }
 
     fn poll_once<F: std::future::Future<Output = ()>>(future: &mut std::pin::Pin<Box<F>>) -> bool {

@@ -19,7 +19,7 @@ use crate::builder::PgStoreBuilder;
 use crate::listen::Listener;
 use crate::operations::Table;
 use crate::rows::ChangeValues;
-use crate::runtime::{Detached, OwnRuntime, Writes};
+use crate::runtime::{OwnRuntime, Writes};
 use crate::schema::{self, Names, Statements};
 
 /// A store shared by every process and machine that reaches one PostgreSQL database.
@@ -146,7 +146,6 @@ impl PgStore {
             lease: terms.length,
             clock_offset: AtomicI64::new(0),
             listener: Arc::new(Listener::default()),
-            detached: Detached::default(),
             writes: Arc::new(Writes::default()),
         });
         let setup = Arc::clone(&shared);
@@ -310,46 +309,25 @@ impl Store for PgStore {
         })
     }
 
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>> {
-        let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
-        let change = ChangeValues::of(&change);
-        let writing =
-            self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
-        self.runtime.spawn_write(async move {
-            let _writing = writing;
-            shared.replace(&current, guard, new.as_ref(), &change).await
-        })
-    }
-
-    fn compare_and_swap_detached(
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> idem_runtime::store::Detached {
+    ) -> StoreFuture<'static, Option<u64>> {
+        let (shared, current, new) = (Arc::clone(&self.shared), expected.clone(), new.cloned());
         let change = ChangeValues::of(&change);
-        let (shared, current) = (Arc::clone(&self.shared), expected.clone());
-        let pending = self.shared.detached.start();
+        // Taken before this write counts itself: it goes out after the writes the owner it
+        // replaces still has in progress, which it would otherwise overtake, and not after its own.
         let earlier = self.shared.writes.settled(current.owner.as_str());
-        // Not cancelled with the caller: a settling write must land. It goes out after the
-        // writes this owner still has in progress, which it would otherwise overtake.
-        let written = self.runtime.handle().spawn(async move {
-            let _pending = pending;
+        let writing =
+            self.shared.writes.start(new.as_ref().map_or(&current.owner, |n| &n.owner).as_str());
+        // Not cancelled with the caller: the write lands (a settling write from `Drop` must).
+        self.runtime.spawn_write(async move {
+            let _writing = writing;
             earlier.await;
             shared.replace(&current, guard, new.as_ref(), &change).await
-        });
-        Box::pin(async move {
-            match written.await {
-                Ok(written) => written,
-                Err(e) => Err(StoreError::new(format!("the settling write stopped: {e}"))),
-            }
         })
     }
 
@@ -409,9 +387,10 @@ impl std::fmt::Debug for PgStore {
 
 impl Drop for PgStore {
     fn drop(&mut self) {
-        // Give settling writes from `Drop` paths a moment to land, where blocking is allowed.
+        // Give writes in progress (a settling write from a `Drop` path sent a moment ago) a
+        // moment to land, where blocking is allowed.
         if Handle::try_current().is_err() {
-            self.shared.detached.wait_idle(Duration::from_secs(5));
+            self.shared.writes.wait_idle(Duration::from_secs(5));
         }
     }
 }

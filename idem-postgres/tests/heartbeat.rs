@@ -15,7 +15,7 @@ use idem_runtime::conformance::transition;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::store::lease::{Held, Lease};
 use idem_runtime::store::Owner;
-use idem_runtime::store::{Detached, Guard, Inserted, Instance, Page};
+use idem_runtime::store::{Guard, Inserted, Instance, Page};
 use idem_runtime::{block_on, Call, Error, InDoubtPolicy, Record, Status, Store, StoreFuture};
 
 const CALLS: usize = 8;
@@ -71,23 +71,14 @@ impl Store for Counting {
             self.inner.insert_if_absent(r, c).await
         })
     }
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>> {
-        self.inner.compare_and_swap(expected, guard, new, change)
-    }
-    fn compare_and_swap_detached(
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> Detached {
-        self.inner.compare_and_swap_detached(expected, guard, new, change)
+    ) -> StoreFuture<'static, Option<u64>> {
+        self.inner.compare_and_swap(expected, guard, new, change)
     }
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {
         self.inner.append_history(key, change)

@@ -316,7 +316,8 @@ fn each_record(
 /// process died, its lease lapsed) is in doubt, as `show` and every call say, so that a listing
 /// by status and the counts find the keys an operator must settle.
 fn as_assessed(store: &dyn Store, mut record: Record) -> Record {
-    if record.status == Status::InFlight && in_doubt(&record, store.clock(), store.instance().id()) {
+    if record.status == Status::InFlight && in_doubt(&record, store.clock(), store.instance().id())
+    {
         record.status = Status::InDoubt;
     }
     record

@@ -28,9 +28,9 @@ mod reconcile;
 mod retention;
 
 pub use self::around::{
-    bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
-    error_after_may_have_landed_leaves_in_doubt, fencing_token_grows_with_every_owner,
-    operator_resolves_and_purges, stale_owner_cannot_write,
+    a_swap_is_sent_at_once_and_in_order, bad_arguments_are_refused_and_nothing_is_lost,
+    current_key_is_the_derived_key, error_after_may_have_landed_leaves_in_doubt,
+    fencing_token_grows_with_every_owner, operator_resolves_and_purges, stale_owner_cannot_write,
     takeover_dropped_before_its_body_is_undone,
 };
 pub use self::history::{
@@ -92,7 +92,7 @@ macro_rules! conformance_suite {
             distinct_keys_each_run_once, stale_owner_cannot_write, operator_resolves_and_purges,
             bad_arguments_are_refused_and_nothing_is_lost, current_key_is_the_derived_key,
             error_after_may_have_landed_leaves_in_doubt, fencing_token_grows_with_every_owner,
-            takeover_dropped_before_its_body_is_undone,
+            takeover_dropped_before_its_body_is_undone, a_swap_is_sent_at_once_and_in_order,
             reconciler_that_finds_it_landed_records_and_replays,
             reconciler_that_finds_it_did_not_land_runs_the_body,
             reconciler_that_cannot_tell_leaves_it_in_doubt,
@@ -163,7 +163,7 @@ pub(crate) fn until_waiting(key: &Key) {
     }
 }
 
-/// Waits, boundedly, for a detached write (from a `Drop`) to land.
+/// Waits, boundedly, for a write sent from a `Drop` to land.
 pub(crate) fn eventually_status(store: &Arc<dyn Store>, key: &Key, want: Status) {
     let until = Instant::now() + Duration::from_secs(10);
     while status(store, key) != Some(want) {

@@ -12,7 +12,7 @@ use crate::engine::{Call, InDoubtPolicy};
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::lifecycle::{transition, Guard, Resolution, Status};
-use crate::store::Store;
+use crate::store::{Inserted, Store};
 
 pub fn stale_owner_cannot_write(store: Arc<dyn Store>) {
     let scope = scope("fence");
@@ -315,4 +315,34 @@ fn undo_one_takeover(store: &Arc<dyn Store>, expired: bool) -> bool {
         });
     assert_eq!((next.unwrap(), runs.load(Ordering::SeqCst)), (2, 1), "the next call runs");
     true
+}
+
+/// A swap is sent before `compare_and_swap` returns, and goes on though its future is dropped
+/// unpolled (how the engine writes from `Drop`); a swap that follows it, expecting what it
+/// wrote, goes after it rather than overtaking it (and so is not refused).
+pub fn a_swap_is_sent_at_once_and_in_order(store: Arc<dyn Store>) {
+    let scope = scope("swap-sent");
+    let key = call(&store, "charge_card", &scope).key().clone();
+    let owner = super::new_call(store.instance().id());
+    let (now, lease) = (store.clock(), store.instance().lease());
+    let reserved =
+        transition::reserve(key.as_str(), "charge_card", &scope, None, &owner, now, lease);
+    let held = reserved.new.clone().expect("a reservation leaves a record");
+    let inserted = block_on(store.insert_if_absent(&held, reserved.change)).unwrap();
+    assert!(matches!(inserted, Inserted::New { .. }), "a fresh key is reserved");
+
+    let completed = transition::complete(&held, r#""ch_1""#.into(), None, store.clock());
+    let done = completed.new.clone().expect("a completion leaves a record");
+    let guard = Guard::of(held.fence(), completed.change.by(), store.instance().id());
+    drop(store.compare_and_swap(&held, guard, Some(&done), completed.change));
+
+    let purge = transition::purge(store.instance().id());
+    let guard = Guard::of(done.fence(), purge.change.by(), store.instance().id());
+    let purged = block_on(store.compare_and_swap(&done, guard, None, purge.change)).unwrap();
+    assert!(
+        purged.is_some(),
+        "a swap expecting what an earlier one wrote is not refused: the earlier one was sent \
+         though nobody awaited it, and the later one did not overtake it"
+    );
+    assert_eq!(status(&store, &key), None, "the record is purged");
 }

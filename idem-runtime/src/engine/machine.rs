@@ -315,13 +315,14 @@ impl Drop for Reservation {
             transition::undo(&self.record, self.before.as_ref(), self.store.clock())
         };
         let guard = Guard::of(self.record.fence(), step.change.by(), self.store.instance().id());
-        let sent = self.store.compare_and_swap_detached(
+        // Sent now (the store's write goes on without anyone awaiting it); should it fail, the
+        // settling thread tries it again.
+        let sent = self.store.compare_and_swap(
             &self.record,
             guard,
-            step.new.clone(),
+            step.new.as_ref(),
             step.change.clone(),
         );
-        // Should it fail, the settling thread tries it again.
         settle::watch_sent(sent, self.unsettled(step.new, step.change));
     }
 }

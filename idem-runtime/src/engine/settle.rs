@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::exec::block_on;
 use crate::lifecycle::history::Change;
 use crate::lifecycle::{Guard, Record};
-use crate::store::{Detached, Store};
+use crate::store::{Store, StoreFuture};
 
 /// The first pause before a failed write is tried again; it doubles up to [`LONGEST_PAUSE`].
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -95,9 +95,9 @@ impl Unsettled {
 enum Job {
     /// A write that failed once: try it again after the first pause.
     Failed(Unsettled),
-    /// A write a store sent from a `Drop` (see `Store::compare_and_swap_detached`): wait for
-    /// how it ended, and try `then` again if it failed.
-    Sent(Detached, Unsettled),
+    /// A write a store sent from a `Drop` (`Store::compare_and_swap`, whose write goes on
+    /// unawaited): wait for how it ended, and try it again if it failed.
+    Sent(StoreFuture<'static, Option<u64>>, Unsettled),
 }
 
 /// Tries `unsettled`, which failed once, again in the background until the store takes it.
@@ -107,7 +107,7 @@ pub(super) fn keep_trying(unsettled: Unsettled) {
 
 /// Watches `sent`, a write a store sent from a `Drop` as `unsettled`, and tries it again in
 /// the background if it failed.
-pub(super) fn watch_sent(sent: Detached, unsettled: Unsettled) {
+pub(super) fn watch_sent(sent: StoreFuture<'static, Option<u64>>, unsettled: Unsettled) {
     hand_over(Job::Sent(sent, unsettled));
 }
 

@@ -9,7 +9,7 @@ use std::task::Poll;
 use std::time::Instant;
 
 use super::notify::Notifier;
-use super::{Detached, Inserted, Instance, Page, Store, StoreFuture};
+use super::{Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{Guard, Record, Status};
@@ -99,8 +99,8 @@ impl Keys {
     }
 }
 
-/// `value` as a write's answer, on the poll after the one that made it: the write has landed by
-/// then, and its answer comes back later, as from every store that syncs, queues its writes or
+/// `value` as a write's answer, on the second poll of the future that awaits it: the write has
+/// landed, and its answer comes back later, as from every store that syncs, queues its writes or
 /// sends them over a network. So a caller can go away between its write and the answer here as
 /// well, which the engine must survive (the suite's
 /// `takeover_dropped_before_its_body_is_undone` checks that it does).
@@ -212,25 +212,15 @@ impl Store for MemoryStore {
         })
     }
 
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>> {
-        Box::pin(async move { answered(self.swap(expected, guard, new, &change)).await })
-    }
-
-    fn compare_and_swap_detached(
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> Detached {
-        // Nothing to wait for, and nothing that can fail: the same swap, answered at once.
-        Box::pin(ready(Ok(self.swap(expected, guard, new.as_ref(), &change))))
+    ) -> StoreFuture<'static, Option<u64>> {
+        // Swapped now, in place; nothing can fail, and only the answer comes later.
+        Box::pin(answered(self.swap(expected, guard, new, &change)))
     }
 
     fn append_history<'a>(&'a self, key: &'a str, change: Change<'a>) -> StoreFuture<'a, bool> {

@@ -30,11 +30,6 @@ pub(crate) mod walk;
 /// runtime; a networked store runs its I/O on a runtime of its own).
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
-/// How a write sent by [`Store::compare_and_swap_detached`] ended: the fencing token of the
-/// record it wrote, or `None` when the fence refused it. It needs no runtime and may be dropped
-/// unpolled: the write goes on either way.
-pub type Detached = Pin<Box<dyn Future<Output = Result<Option<u64>, StoreError>> + Send + 'static>>;
-
 /// How far a store goes before it reports a write as done.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -93,29 +88,27 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces the record `expected` by `new` (deletes it when `new` is `None`) only if the
     /// stored record passes `guard` (the engine's [`Guard::of`] the write; the store compares,
     /// with [`Guard::passes`], the stored fence and lease with it, now on this store's
-    /// [`clock`](Store::clock), atomically with the write), durably. Returns whether it did
-    /// (`None`: refused; a caller that lost its record cannot write), with the fencing token of
-    /// `new`'s owner when `new` is in flight (a takeover; see [`Inserted::New`]), and a number
-    /// of no meaning otherwise.
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>>;
-
-    /// [`Store::compare_and_swap`], sent now and answered later: called from `Drop` (a panic, a
-    /// dropped future), where nothing can be awaited. The write is sent before this returns,
-    /// after every write of `expected`'s owner still under way (which it must not overtake);
-    /// the future only reports how it ended, so that the engine can try again after a failure.
-    fn compare_and_swap_detached(
+    /// [`clock`](Store::clock), atomically with the write), durably. The future answers whether
+    /// it did (`None`: refused; a caller that lost its record cannot write), with the fencing
+    /// token of `new`'s owner when `new` is in flight (a takeover; see [`Inserted::New`]), and a
+    /// number of no meaning otherwise; it answers once the write is as durable as the store's
+    /// [`Durability`] says.
+    ///
+    /// The write is sent before this returns, after every write of `expected`'s owner still
+    /// under way (which it must not overtake), and goes on whatever becomes of the future: the
+    /// future only reports how it ended. It borrows nothing, needs no runtime, and may be dropped
+    /// unpolled. So the engine calls this one method from `Drop` as well (a panic, a dropped
+    /// future), where nothing can be awaited, and hands the future to a thread that tries the
+    /// write again after a failure. A backend that must own the records to send them (to
+    /// another thread, over a network) copies or encodes them here; one that writes at once
+    /// copies nothing.
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> Detached;
+    ) -> StoreFuture<'static, Option<u64>>;
 
     /// Appends `change`'s entry to the history of `key` without changing its record, durably,
     /// and returns whether it did: for the one event that is no change of state,

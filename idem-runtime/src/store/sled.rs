@@ -10,7 +10,7 @@ use self::write::Swapped;
 use super::beside::Beside;
 use super::notify::Notifier;
 use super::sync::Syncer;
-use super::{Detached, Durability, Inserted, Instance, Page, Store, StoreFuture};
+use super::{Durability, Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{now_ms, Guard, Record};
@@ -305,38 +305,24 @@ impl Store for SledStore {
         Box::pin(self.read_durable(key))
     }
 
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>> {
-        Box::pin(async move {
-            match self.swap_now(expected, guard, new, change)? {
-                Some(Swapped { ticket, token }) => {
-                    if let Some(ticket) = ticket {
-                        ticket.await?;
-                    }
-                    Ok(Some(token))
-                }
-                None => Ok(None),
-            }
-        })
-    }
-
-    fn compare_and_swap_detached(
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> Detached {
-        // The sync is asked for but not awaited: a crash before it lands leaves the record in
-        // flight, which the next open marks in doubt, the same outcome.
-        let swapped = self.swap_now(expected, guard, new.as_ref(), change);
-        let swapped = swapped.map(|swapped| swapped.map(|swapped| swapped.token));
-        Box::pin(std::future::ready(swapped))
+    ) -> StoreFuture<'static, Option<u64>> {
+        // Swapped now, under the key's lock. The future waits only for the durable point, which
+        // the sync thread makes whether or not anyone waits; a crash before it loses the swap,
+        // as of any write not yet answered.
+        let swapped = self.swap_now(expected, guard, new, change);
+        Box::pin(async move {
+            let Some(Swapped { ticket, token }) = swapped? else { return Ok(None) };
+            if let Some(ticket) = ticket {
+                ticket.await?;
+            }
+            Ok(Some(token))
+        })
     }
 
     fn watch<'a>(

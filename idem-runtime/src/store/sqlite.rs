@@ -11,7 +11,7 @@ use self::wake::Wake;
 use self::writer::{Write, Writer};
 use super::beside::Beside;
 use super::notify::Notifier;
-use super::{Detached, Inserted, Instance, Page, Store, StoreFuture};
+use super::{Inserted, Instance, Page, Store, StoreFuture};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Change, Entry};
 use crate::lifecycle::{lease, now_ms, Guard, Record, Status};
@@ -364,32 +364,18 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn compare_and_swap<'a>(
-        &'a self,
-        expected: &'a Record,
-        guard: Guard,
-        new: Option<&'a Record>,
-        change: Change<'a>,
-    ) -> StoreFuture<'a, Option<u64>> {
-        let (expected, new, entry) = (expected.clone(), new.cloned(), OwnedChange::of(&change));
-        let doing = format!("cannot write key {}", expected.key);
-        let key = expected.key.clone();
-        Box::pin(self.write(&key, doing, move |tx, shared| {
-            swap(tx, shared, &expected, guard, new.as_ref(), &entry.change())
-        }))
-    }
-
-    fn compare_and_swap_detached(
+    fn compare_and_swap(
         &self,
         expected: &Record,
         guard: Guard,
-        new: Option<Record>,
+        new: Option<&Record>,
         change: Change<'_>,
-    ) -> Detached {
-        let (expected, entry) = (expected.clone(), OwnedChange::of(&change));
+    ) -> StoreFuture<'static, Option<u64>> {
+        // The writer thread needs the records of its own. Queued now, behind this owner's
+        // earlier writes (the writer takes them in order); the future only reports the outcome.
+        let (expected, new, entry) = (expected.clone(), new.cloned(), OwnedChange::of(&change));
         let doing = format!("cannot write key {}", expected.key);
         let key = expected.key.clone();
-        // Queued now, behind this owner's earlier writes; the future only reports the outcome.
         Box::pin(self.write(&key, doing, move |tx, shared| {
             swap(tx, shared, &expected, guard, new.as_ref(), &entry.change())
         }))
