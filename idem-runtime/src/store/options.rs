@@ -52,7 +52,7 @@ impl CommonOptions {
 /// `common` that holds them; each setter gets the doc written here, then the lines the
 /// invocation writes above its name (what is particular to the backend):
 ///
-/// ```ignore
+/// ```text
 /// idem_runtime::store_options! {
 ///     PgStoreBuilder {
 ///         /// PostgreSQL creates the schema and the table.
