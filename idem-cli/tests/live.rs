@@ -357,7 +357,11 @@ fn another_user_is_refused_by_the_socket() {
     // The other user must be able to run the binary and reach the directory, so that what
     // refuses it is the socket, not the path.
     let binary = dir.path().join("idem");
-    std::fs::copy(env!("CARGO_BIN_EXE_idem"), &binary).unwrap();
+    // Copied by a child process: a copy written here would hold the file open for writing while
+    // another test's thread forks, and the fork's inherited handle makes running it fail with
+    // "text file busy" until that fork execs.
+    let copied = Command::new("cp").arg(env!("CARGO_BIN_EXE_idem")).arg(&binary).status();
+    assert!(copied.expect("cp runs").success(), "the binary could not be copied");
     set_mode(dir.path(), 0o755);
     set_mode(&path, 0o755);
     let as_nobody = || {
