@@ -141,7 +141,7 @@ impl PgStore {
             pool: pool(&config, options.pool_size, runtime.handle().clone())?,
             statements: Statements::new(&names),
             names,
-            instance: Instance::new("pg").with_lease(terms),
+            instance: Instance::new("pg").with_lease(terms).with_remote_reads(),
             terms,
             lease: terms.length,
             clock_offset: AtomicI64::new(0),

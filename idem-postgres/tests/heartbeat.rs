@@ -45,7 +45,7 @@ impl Counting {
 
     /// The store, with leases on `terms` instead of the table's.
     fn with_terms(self, terms: Lease) -> Counting {
-        Counting { instance: Instance::new("pg").with_lease(terms), ..self }
+        Counting { instance: Instance::new("pg").with_lease(terms).with_remote_reads(), ..self }
     }
 
     /// The lease the engine stamped on the last record it inserted.

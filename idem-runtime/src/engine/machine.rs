@@ -353,7 +353,12 @@ impl Call {
         let mut unsettled = None;
         // Taken when the first wait for a person's decision begins.
         let mut decision_deadline = None;
-        let mut found = store.get_cached(self.key.as_str()).await.map_err(failed)?;
+        // A store whose reads are round trips learns what the key holds from the reservation.
+        let mut found = if store.instance().remote_reads() {
+            None
+        } else {
+            store.get(self.key.as_str()).await.map_err(failed)?
+        };
         let parts = self.parts();
         loop {
             let (now, instance) = (store.clock(), store.instance().id());

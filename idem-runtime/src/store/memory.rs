@@ -183,11 +183,6 @@ impl Store for MemoryStore {
         Box::pin(ready(Ok(self.read(key))))
     }
 
-    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        // Every record is at hand.
-        self.get(key)
-    }
-
     fn insert_if_absent<'a>(
         &'a self,
         record: &'a Record,

@@ -63,18 +63,10 @@ pub trait Store: Send + Sync + 'static {
     /// on every reservation and guard: a getter of what the store made as it opened.
     fn instance(&self) -> &Instance;
 
-    /// The record under `key`, if any, once it is durable.
+    /// The record under `key`, if any, once it is durable. An absence may be answered before
+    /// the write that removed the record is durable, but never before any write that follows
+    /// it: a write that acts on the absence (a reservation) lands only after the removal.
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>>;
-
-    /// The record under `key` when the backend has it at hand without a round trip (a cache, a
-    /// local file): the engine asks first, so that a replay builds no record to insert. A
-    /// record returned is durable, as from [`Store::get`]; `None` means absent or not looked
-    /// up. The default looks nothing up: a networked store answers both questions with one
-    /// round trip in [`Store::insert_if_absent`].
-    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        let _ = key;
-        Box::pin(std::future::ready(Ok(None)))
-    }
 
     /// Inserts `record` under its key if no record is there, durably: [`Inserted::New`] with
     /// its owner's fencing token when it did, [`Inserted::Existing`] with the record already
@@ -167,13 +159,14 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// What an opened store is, as the engine reads it ([`Store::instance`]): who it is, and the
-/// terms of its leases. Made once, as the store opens.
+/// What an opened store is, as the engine reads it ([`Store::instance`]): who it is, the terms
+/// of its leases, and whether its reads are round trips. Made once, as the store opens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Instance {
     id: String,
     lease: Option<Lease>,
+    remote_reads: bool,
 }
 
 impl Instance {
@@ -182,13 +175,23 @@ impl Instance {
     /// `<kind>:<host>:<pid>:<n>:<random>` (the machine and process that opened it, the
     /// how-many-th store this process opened, and 32 random bits).
     pub fn new(kind: &str) -> Instance {
-        Instance { id: new_instance(kind), lease: None }
+        Instance { id: new_instance(kind), lease: None, remote_reads: false }
     }
 
     /// This instance, for a store whose owners' liveness is a lease (one that several
     /// processes share): every record its calls leave in flight carries a lease on `terms`.
     pub fn with_lease(self, terms: Lease) -> Instance {
         Instance { lease: Some(terms), ..self }
+    }
+
+    /// This instance, for a store whose every read is a round trip to another machine (a
+    /// database server): a call then reserves its key at once and learns what the key holds
+    /// from the reservation ([`Inserted::Existing`]), instead of reading it first, so that a
+    /// fresh call and a replay each take one round trip, not two. A store that reads from its
+    /// own memory or file keeps the default, and a replay there writes nothing and builds no
+    /// record to insert.
+    pub fn with_remote_reads(self) -> Instance {
+        Instance { remote_reads: true, ..self }
     }
 
     /// The instance's id, which the engine writes into the owners of the records its calls
@@ -204,6 +207,12 @@ impl Instance {
     /// holds its record while it is a call of this instance.
     pub fn lease(&self) -> Option<Lease> {
         self.lease
+    }
+
+    /// Whether every read of this store is a round trip ([`Instance::with_remote_reads`]):
+    /// the engine then asks [`Store::insert_if_absent`] first, and [`Store::get`] otherwise.
+    pub fn remote_reads(&self) -> bool {
+        self.remote_reads
     }
 }
 

@@ -302,7 +302,18 @@ impl Store for SledStore {
     }
 
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(self.read_durable(key))
+        Box::pin(async move {
+            // An absence is not waited for: every later write of this store lands after the
+            // removal, and waiting here would make each fresh call wait for its neighbours'
+            // syncs before its own.
+            match self.load(key)? {
+                Some(record) => {
+                    self.durable().await?;
+                    Ok(Some(record))
+                }
+                None => Ok(None),
+            }
+        })
     }
 
     fn compare_and_swap(
@@ -406,20 +417,6 @@ impl Store for SledStore {
             let page = self.scan_page_now(after, limit)?;
             self.durable().await?;
             Ok(page)
-        })
-    }
-
-    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move {
-            // Absent is not waited for: the reservation that follows is atomic and durable, and
-            // waiting here would make a fresh call wait for its neighbours' syncs.
-            match self.load(key)? {
-                Some(record) => {
-                    self.durable().await?;
-                    Ok(Some(record))
-                }
-                None => Ok(None),
-            }
         })
     }
 }

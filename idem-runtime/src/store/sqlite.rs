@@ -346,11 +346,6 @@ impl Store for SqliteStore {
         Box::pin(std::future::ready(self.shared.get(key)))
     }
 
-    fn get_cached<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
-        // A read of the file is at hand: a replay needs no trip to the writer.
-        self.get(key)
-    }
-
     fn insert_if_absent<'a>(
         &'a self,
         record: &'a Record,
