@@ -19,10 +19,10 @@ use idem_runtime::{Record, Status};
 
 use crate::fault::{retrying, Fault, Retry};
 use crate::listen::{Listener, UNHEARD_RECHECK};
-use crate::rows::{self, ChangeValues, Values};
+use crate::rows::{self, ChangeValues};
 use crate::runtime::Writes;
 use crate::schema::{guard_param, Names, Statements};
-use crate::sql::{Conn, Param, Sql};
+use crate::sql::{Conn, Param, Sql, Typed};
 
 /// What the store's tasks share with it.
 pub(crate) struct Table {
@@ -103,13 +103,12 @@ impl Table {
         record: &Record,
         change: &ChangeValues,
     ) -> Result<Inserted, StoreError> {
-        let values = Values::of(record);
         let deadline = self.deadline();
         loop {
             let (inserted, found) = retrying!(
                 deadline,
                 format!("cannot reserve key {}", record.key),
-                self.try_insert(&values, change)
+                self.try_insert(record, change)
             )?;
             return match (inserted, found) {
                 (Some(token), _) => Ok(Inserted::New { token }),
@@ -134,17 +133,17 @@ impl Table {
     /// more on the server and no round trip.
     async fn try_insert(
         &self,
-        values: &Values,
+        record: &Record,
         change: &ChangeValues,
     ) -> Result<(Option<u64>, Option<Record>), Fault> {
         let now = self.db_now_param();
         let client = self.connection().await?;
-        let mut params = values.insert_params();
-        params.push(values.lease_until());
-        params.push(values.function());
+        let written = rows::written(record);
+        let mut params: Vec<Param> = vec![&record.key];
+        params.extend(written.iter().map(Typed::param));
         params.extend_from_slice(&change.params());
         params.push(&now);
-        let key: [Param; 1] = [&values.key];
+        let key: [Param; 1] = [&record.key];
         client.ready(&[&self.statements.insert, &self.statements.get]).await?;
         // One history row, written only when the record was.
         let (inserted, found) = tokio::try_join!(
@@ -235,11 +234,9 @@ impl Table {
         let fence: [Param; 5] = [&current.key, &status, &owner, &attempts, &guard];
         let changed = match new {
             Some(new) => {
-                let values = Values::of(new);
+                let written = rows::written(new);
                 let mut params = fence.to_vec();
-                params.extend_from_slice(&values.update_params());
-                params.push(values.lease_until());
-                params.push(values.function());
+                params.extend(written.iter().map(Typed::param));
                 params.extend_from_slice(&change.params());
                 params.push(&now);
                 self.statements.update.query_opt(&client, &params).await?

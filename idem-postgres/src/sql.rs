@@ -21,6 +21,38 @@ use tokio_postgres::{Error, Row};
 /// A parameter of a statement, as tokio-postgres takes it.
 pub(crate) type Param<'a> = &'a (dyn ToSql + Sync);
 
+/// A parameter with its PostgreSQL type, as every statement can take it: the store's own, and a
+/// transaction's through either driver (which binds its type by name).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Typed<'a> {
+    /// `text`, or `NULL`.
+    Text(Option<&'a str>),
+    /// `bigint`, or `NULL`.
+    Int(Option<i64>),
+    /// `boolean`, or `NULL`.
+    Bool(Option<bool>),
+}
+
+impl Typed<'_> {
+    /// The value as tokio-postgres takes it.
+    pub(crate) fn param(&self) -> Param<'_> {
+        match self {
+            Typed::Text(value) => value,
+            Typed::Int(value) => value,
+            Typed::Bool(value) => value,
+        }
+    }
+
+    /// Its type, for a statement sent unnamed.
+    pub(crate) fn sql_type(&self) -> Type {
+        match self {
+            Typed::Text(_) => Type::TEXT,
+            Typed::Int(_) => Type::INT8,
+            Typed::Bool(_) => Type::BOOL,
+        }
+    }
+}
+
 /// A statement's text and the type of each of its parameters (`$1` first).
 #[derive(Debug)]
 pub(crate) struct Sql {

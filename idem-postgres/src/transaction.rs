@@ -26,6 +26,7 @@ use idem_runtime::history::Change;
 use idem_runtime::store::{Committed, Guard, Inserted, StoreError, Transaction};
 use idem_runtime::{Attempt, Call, Codec, Kind, Record, Retries, Site, Store, ToolInfo};
 
+use crate::sql::Typed;
 use crate::store::PgStore;
 
 mod error;
@@ -38,7 +39,6 @@ mod with_tokio_postgres;
 
 use self::error::DbError;
 pub use self::error::TransactionError;
-use self::statements::Param;
 
 /// The classification of a transactional tool, for MCP hints (`idem::mcp::annotate`): its
 /// effects are all in one transaction, kept or undone together, so repeating the call is
@@ -206,8 +206,8 @@ pub(crate) trait Driver: Send {
     /// the write fails and the commit rolls back.
     fn finish(
         self,
-        check: (&str, &[Param]),
-        write: (&str, &[Param]),
+        check: (&str, &[Typed<'_>]),
+        write: (&str, &[Typed<'_>]),
     ) -> impl Future<Output = Finished> + Send;
 }
 
@@ -242,7 +242,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
     }
 
     async fn get(&mut self, key: &str) -> Result<Option<Record>, StoreError> {
-        let params = [Param::Text(Some(key.to_owned()))];
+        let params = [Typed::Text(Some(key))];
         let row = self.driver.exec().text(self.run.get, &params).await;
         match row.map_err(|e| store_error("cannot read", key, e))? {
             Some(json) => statements::decode(&json).map(Some),
@@ -257,7 +257,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
     ) -> Result<Inserted, StoreError> {
         let key = record.key.as_str();
         let params = statements::insert_params(record, change);
-        let read = [Param::Text(Some(key.to_owned()))];
+        let read = [Typed::Text(Some(key))];
         // A key absent as the transaction began most likely still is: the first insert goes
         // without the read behind it (a statement less for a fresh call), which then follows
         // only if the insert found a record after all.
@@ -320,7 +320,7 @@ impl<D: Driver> Transaction for PgTransaction<'_, D> {
     ) -> Result<Committed, StoreError> {
         let now = self.run.store.clock();
         let key = held.key.as_str();
-        let check = [Param::Text(Some(key.to_owned()))];
+        let check = [Typed::Text(Some(key))];
         let params = statements::update_params(held, guard, done, change, now);
         let finished =
             self.driver.finish((self.run.check, &check), (self.run.complete, &params)).await;
@@ -347,14 +347,14 @@ pub(crate) trait Exec: Send {
     fn int(
         &mut self,
         sql: &str,
-        params: &[Param],
+        params: &[Typed<'_>],
     ) -> impl Future<Output = Result<Option<i64>, DbError>> + Send;
 
     /// Runs `sql`, and returns the first column of its row (a `text`), if it gave one.
     fn text(
         &mut self,
         sql: &str,
-        params: &[Param],
+        params: &[Typed<'_>],
     ) -> impl Future<Output = Result<Option<String>, DbError>> + Send;
 
     /// Runs `write` (an insert or update returning a `bigint` when it wrote), and when it wrote
@@ -364,9 +364,9 @@ pub(crate) trait Exec: Send {
     fn write_or_read(
         &mut self,
         write: &str,
-        write_params: &[Param],
+        write_params: &[Typed<'_>],
         read: &str,
-        read_params: &[Param],
+        read_params: &[Typed<'_>],
     ) -> impl Future<Output = Result<(Option<i64>, Option<String>), DbError>> + Send {
         write_then_read(self, (write, write_params), (read, read_params))
     }
@@ -376,8 +376,8 @@ pub(crate) trait Exec: Send {
 /// nothing.
 async fn write_then_read<X: Exec + ?Sized>(
     exec: &mut X,
-    write: (&str, &[Param]),
-    read: (&str, &[Param]),
+    write: (&str, &[Typed<'_>]),
+    read: (&str, &[Typed<'_>]),
 ) -> Result<(Option<i64>, Option<String>), DbError> {
     match exec.int(write.0, write.1).await? {
         Some(written) => Ok((Some(written), None)),

@@ -12,18 +12,18 @@ use sqlx::query::Query;
 use sqlx::Row as _;
 
 use super::error::DbError;
-use super::statements::Param;
 use super::{
     store_error, Driver, Exec, Finished, Run, TransactionError, Transactional, DEFAULT_ATTEMPTS,
 };
+use crate::sql::Typed;
 use crate::store::PgStore;
 
 /// `sql` with its parameters bound, unnamed (not prepared on the session).
-fn bound<'q>(sql: &'q str, params: &[Param]) -> Query<'q, Postgres, PgArguments> {
+fn bound<'q>(sql: &'q str, params: &[Typed<'_>]) -> Query<'q, Postgres, PgArguments> {
     params.iter().fold(sqlx::query(sql).persistent(false), |query, param| match param {
-        Param::Text(value) => query.bind(value.clone()),
-        Param::Int(value) => query.bind(*value),
-        Param::Bool(value) => query.bind(*value),
+        Typed::Text(value) => query.bind(value.map(str::to_owned)),
+        Typed::Int(value) => query.bind(*value),
+        Typed::Bool(value) => query.bind(*value),
     })
 }
 
@@ -31,7 +31,7 @@ impl Exec for PgConnection {
     fn int(
         &mut self,
         sql: &str,
-        params: &[Param],
+        params: &[Typed<'_>],
     ) -> impl Future<Output = Result<Option<i64>, DbError>> + Send {
         let query = bound(sql, params);
         async move {
@@ -46,7 +46,7 @@ impl Exec for PgConnection {
     fn text(
         &mut self,
         sql: &str,
-        params: &[Param],
+        params: &[Typed<'_>],
     ) -> impl Future<Output = Result<Option<String>, DbError>> + Send {
         let query = bound(sql, params);
         async move {
@@ -209,7 +209,11 @@ impl Driver for Sqlx<'_> {
 
     /// The check, then the result's write, then the commit, one after the other (sqlx does not
     /// pipeline); a failed check or write rolls back instead.
-    async fn finish(mut self, check: (&str, &[Param]), write: (&str, &[Param])) -> Finished {
+    async fn finish(
+        mut self,
+        check: (&str, &[Typed<'_>]),
+        write: (&str, &[Typed<'_>]),
+    ) -> Finished {
         let checked = self.0.int(check.0, check.1).await.map(drop);
         if checked.is_err() {
             let _ = self.0.rollback().await;

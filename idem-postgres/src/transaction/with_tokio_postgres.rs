@@ -8,40 +8,34 @@ use serde::Serialize;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::error::DbError;
-use super::statements::{self, Param};
+use super::statements;
 use super::{
     store_error, Driver, Exec, Finished, Run, TransactionError, Transactional, DEFAULT_ATTEMPTS,
 };
 use crate::fault::Fault;
+use crate::sql::Typed;
 use crate::store::PgStore;
 
 /// The parameters with their types, as `query_typed` takes them.
-fn typed(params: &[Param]) -> Vec<(&(dyn ToSql + Sync), Type)> {
-    params
-        .iter()
-        .map(|param| match param {
-            Param::Text(value) => (value as &(dyn ToSql + Sync), Type::TEXT),
-            Param::Int(value) => (value as &(dyn ToSql + Sync), Type::INT8),
-            Param::Bool(value) => (value as &(dyn ToSql + Sync), Type::BOOL),
-        })
-        .collect()
+fn typed<'a>(params: &'a [Typed<'_>]) -> Vec<(&'a (dyn ToSql + Sync), Type)> {
+    params.iter().map(|param| (param.param(), param.sql_type())).collect()
 }
 
 impl Exec for tokio_postgres::Transaction<'_> {
-    async fn int(&mut self, sql: &str, params: &[Param]) -> Result<Option<i64>, DbError> {
+    async fn int(&mut self, sql: &str, params: &[Typed<'_>]) -> Result<Option<i64>, DbError> {
         first(&self.query_typed(sql, &typed(params)).await?)
     }
 
-    async fn text(&mut self, sql: &str, params: &[Param]) -> Result<Option<String>, DbError> {
+    async fn text(&mut self, sql: &str, params: &[Typed<'_>]) -> Result<Option<String>, DbError> {
         first(&self.query_typed(sql, &typed(params)).await?)
     }
 
     async fn write_or_read(
         &mut self,
         write: &str,
-        write_params: &[Param],
+        write_params: &[Typed<'_>],
         read: &str,
-        read_params: &[Param],
+        read_params: &[Typed<'_>],
     ) -> Result<(Option<i64>, Option<String>), DbError> {
         let (write_params, read_params) = (typed(write_params), typed(read_params));
         let (written, found) = tokio::join!(
@@ -227,7 +221,7 @@ impl<'c> Driver for Tokio<'c> {
     /// The check, the result's write and the `COMMIT`, pipelined: one round trip. A failed
     /// check or write aborts the transaction, and the server answers the `COMMIT` with a
     /// rollback, so nothing commits.
-    async fn finish(self, check: (&str, &[Param]), write: (&str, &[Param])) -> Finished {
+    async fn finish(self, check: (&str, &[Typed<'_>]), write: (&str, &[Typed<'_>])) -> Finished {
         let tx = self.tx;
         let (check_params, write_params) = (typed(check.1), typed(write.1));
         let (checked, written, committed) = tokio::join!(
