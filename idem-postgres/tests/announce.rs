@@ -86,11 +86,7 @@ fn charge(scope: &str) -> Call {
 
 #[test]
 fn only_a_write_that_a_caller_waits_for_is_announced() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("announce");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("announce") else { return };
     let owner_store = store(&url, &schema);
     let mut observer = Observer::listen(&common::server_url(&url), &channel(&schema));
     assert!(observer.announced().is_empty(), "nothing written yet");

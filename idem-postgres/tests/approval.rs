@@ -40,9 +40,7 @@ fn asked(store: &Arc<dyn Store>, amount: u64, runs: &AtomicUsize) -> Key {
 
 #[test]
 fn an_approval_from_another_instance_wakes_the_waiting_call_which_runs_once() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("appr");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("appr") else { return };
     let (agent, operator) = (connect(&url, &schema), connect(&url, &schema));
     let runs = AtomicUsize::new(0);
     let call = || refund(&agent, 5000).approve_wait(Duration::from_secs(60));
@@ -71,9 +69,7 @@ fn an_approval_from_another_instance_wakes_the_waiting_call_which_runs_once() {
 
 #[test]
 fn of_two_instances_deciding_at_once_exactly_one_wins() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("aprace");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("aprace") else { return };
     let stores = [connect(&url, &schema), connect(&url, &schema)];
     let runs = AtomicUsize::new(0);
     for round in 0..10 {
@@ -108,9 +104,7 @@ fn of_two_instances_deciding_at_once_exactly_one_wins() {
 
 #[test]
 fn a_table_from_before_approvals_takes_the_new_statuses_once_a_store_connects() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("apmig");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("apmig") else { return };
     drop(connect(&url, &schema));
     // As a release before approvals left the check.
     common::run_sql(
@@ -134,9 +128,7 @@ fn a_table_from_before_approvals_takes_the_new_statuses_once_a_store_connects() 
 /// its body (it neither asks nor waits); once approved, it runs the body once.
 #[test]
 fn a_transactional_call_runs_only_what_a_person_approved() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("aptx");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("aptx") else { return };
     let pg = Arc::new(PgStore::builder(&url).schema(&schema).pool_size(4).connect().unwrap());
     let store: Arc<dyn Store> = pg.clone();
     let runs = AtomicUsize::new(0);

@@ -92,9 +92,7 @@ fn sendable<F: std::future::Future + Send>(future: F) -> F {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("txattr");
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, guard)) = common::scratch_schema("txattr") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await;
     let store = SHOP.get_or_init(|| Arc::new(store.expect("the store connects")));
     let table = format!("\"{schema}\".refunds");
@@ -212,9 +210,7 @@ async fn decide(key: &str, decision: Decision, note: Option<&'static str>) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("txappr");
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, guard)) = common::scratch_schema("txappr") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await;
     let store = DESK.get_or_init(|| Arc::new(store.expect("the store connects")));
     let table = format!("\"{schema}\".refunds");
@@ -300,9 +296,7 @@ async fn sqlx_refund(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("txsqlx");
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, guard)) = common::scratch_schema("txsqlx") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await;
     let store = Arc::new(store.expect("the store connects"));
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(&url).await;

@@ -9,9 +9,7 @@ use idem_postgres::PgStore;
 use idem_runtime::Store;
 
 fn pg_store() -> Option<(Arc<dyn Store>, common::DropSchema)> {
-    let url = common::database_url()?;
-    let schema = common::unique_schema("conf");
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let (url, schema, guard) = common::scratch_schema("conf")?;
     // A lease longer than the suite's 20 s waits: a waiter that missed the owner's announcement
     // would otherwise still wake in time, at the lease's end, and the suite's checks that a
     // waiter wakes on the change could not fail.

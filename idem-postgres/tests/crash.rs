@@ -45,11 +45,7 @@ fn crash_child() {
 
 #[test]
 fn killed_owner_is_in_doubt_once_its_lease_lapses() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("crash");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("crash") else { return };
     let store = short_lease_store(&url, &schema);
     let key = send_email(&store, "crash").key().clone();
 

@@ -70,11 +70,7 @@ fn reconcile_crash_child() {
 
 #[test]
 fn killed_owner_s_charge_is_reconciled_by_the_next_process() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("rc");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("rc") else { return };
     let dir = tempfile::tempdir().unwrap();
     let ledger = dir.path().join("ledger.txt");
     let ledger_text = ledger.to_str().unwrap().to_owned();

@@ -38,11 +38,7 @@ fn kill_backends(url: String, name: String, every: Duration, stop: Arc<AtomicBoo
 
 #[test]
 fn killed_backends_fail_no_caller() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("kill");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("kill") else { return };
     let name = format!("idem_{schema}");
     let store: Arc<dyn Store> = Arc::new(
         PgStore::builder(&common::with_param(&url, "application_name", &name))
@@ -114,11 +110,7 @@ fn killed_backends_fail_no_caller() {
 
 #[test]
 fn heartbeats_survive_killed_backends() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("beat");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("beat") else { return };
     let name = format!("idem_{schema}");
     // The owner's store, whose backends are killed; a two-second lease that only heartbeats
     // keep alive while the body runs for three.
@@ -186,11 +178,7 @@ fn sessions(url: &str, name: &str) -> (Vec<i64>, Vec<i64>) {
 
 #[test]
 fn sessions_the_server_ends_while_idle_are_replaced_and_the_listener_is_kept() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("idle");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("idle") else { return };
     drop(PgStore::builder(&url).schema(&schema).connect().expect("the table is created"));
     let name = format!("idem_{schema}");
     if common::through_pooler(&url) {
@@ -275,11 +263,7 @@ fn pooled_sessions_the_server_ends_are_replaced(url: &str, schema: &str, name: &
 
 #[test]
 fn a_statement_timeout_is_reported_as_one() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("timeout");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("timeout") else { return };
     drop(PgStore::builder(&url).schema(&schema).connect().expect("the table is created"));
     common::run_sql(
         &url,
@@ -334,11 +318,7 @@ fn pooled_statement_cancelled(url: &str, schema: &str) {
 
 #[test]
 fn a_dropped_table_is_reported_with_the_servers_reason() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("dropped");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("dropped") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect().unwrap();
     common::run_sql(&url, &format!("DROP TABLE \"{schema}\".records CASCADE")).unwrap();
     let message = block_on(store.get("k")).expect_err("the table is gone").to_string();

@@ -79,11 +79,7 @@ fn fleet_child() {
 
 #[test]
 fn four_processes_run_each_key_once() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("fleet");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("fleet") else { return };
     common::run_sql(
         &url,
         &format!("CREATE SCHEMA \"{schema}\"; CREATE TABLE \"{schema}\".effects (n int NOT NULL, pid int NOT NULL)"),

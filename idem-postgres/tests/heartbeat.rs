@@ -125,9 +125,7 @@ fn lease_until(store: &dyn Store, n: usize) -> Option<u64> {
 
 #[test]
 fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("beat");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("beat") else { return };
     let inner = PgStore::builder(&url)
         .schema(&schema)
         .lease(Duration::from_secs(3))
@@ -215,9 +213,7 @@ fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
 /// and for a takeover of a lapsed lease alike; the table computes none of its own.
 #[test]
 fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("stamp");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("stamp") else { return };
     let inner = PgStore::builder(&url)
         .schema(&schema)
         .lease(Duration::from_secs(3))
@@ -288,9 +284,7 @@ fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
 /// would find it lapsed and refuse it.
 #[test]
 fn a_lease_whose_write_was_slow_is_renewed_before_it_lapses() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("slow");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("slow") else { return };
     let inner = PgStore::builder(&url).schema(&schema).connect().unwrap();
     let terms = Lease::new(Duration::from_secs(2), Some(Duration::from_millis(500))).unwrap();
     let counting = Arc::new(Counting {

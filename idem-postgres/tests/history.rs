@@ -24,11 +24,7 @@ fn events(store: &Arc<dyn Store>, key: &Key) -> Vec<(Event, Option<Status>)> {
 
 #[test]
 fn a_table_from_before_histories_gets_its_history_table_when_a_store_connects() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("hmig");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("hmig") else { return };
     let store: Arc<dyn Store> =
         Arc::new(PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap());
     let before = charge(&store);
@@ -64,11 +60,7 @@ fn a_table_from_before_histories_gets_its_history_table_when_a_store_connects() 
 
 #[test]
 fn a_history_row_that_cannot_be_written_takes_the_records_change_with_it() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("hatom");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("hatom") else { return };
     let store: Arc<dyn Store> =
         Arc::new(PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap());
     // Expired as soon as it is done, so that the purge below takes it without waiting.

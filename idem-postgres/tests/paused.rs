@@ -123,11 +123,7 @@ fn assert_late_write_recorded(store: &Arc<dyn Store>, key: &idem_runtime::Key, o
 
 #[test]
 fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("paused");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("paused") else { return };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
     let paused = Paused::start(&url, &schema, &store, "charged");
@@ -158,11 +154,7 @@ fn a_paused_owner_whose_key_moved_on_returns_what_is_recorded() {
 
 #[test]
 fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("moved");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("moved") else { return };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
     let paused = Paused::start(&url, &schema, &store, "charged");
@@ -190,11 +182,7 @@ fn a_release_is_refused_while_the_owner_runs_and_a_forced_one_supersedes_it() {
 
 #[test]
 fn a_paused_owner_that_cannot_mark_its_key_in_doubt_is_recorded_too() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("lated");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("lated") else { return };
     let store = common::short_lease_store(&url, &schema, LEASE);
     let key = charge(&store).key().clone();
     let paused = Paused::start(&url, &schema, &store, "timed-out");

@@ -15,10 +15,7 @@ use idem_runtime::{Call, Error, Store};
 
 /// The pooler's URL and a schema of the test's own, or `None` when no pooler runs here.
 fn pooled(prefix: &str) -> Option<(String, String, common::DropSchema)> {
-    let url = common::pooler_url()?;
-    let schema = common::unique_schema(prefix);
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
-    Some((url, schema, guard))
+    common::pooler_url().map(|url| common::with_schema(url, prefix))
 }
 
 /// Eight callers of one key at once: the owner's body runs, the seven others wait for it. Their

@@ -10,9 +10,7 @@ use idem_postgres::PgStore;
 
 #[test]
 fn idem_retain_sets_the_retention_a_builder_leaves_unset() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("renv");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("renv") else { return };
     let open = || PgStore::builder(&url).schema(&schema).connect();
 
     std::env::set_var("IDEM_RETAIN", "30d");

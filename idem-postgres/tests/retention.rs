@@ -58,9 +58,7 @@ fn status(store: &dyn Store, key: &Key) -> Option<Status> {
 
 #[test]
 fn a_store_connected_with_retain_removes_old_finished_records_in_the_background() {
-    let Some(url) = common::database_url() else { return };
-    let schema = common::unique_schema("retain");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("retain") else { return };
     let writer_store =
         Arc::new(PgStore::builder(&url).schema(&schema).retention(None).connect().unwrap());
     let writer: Arc<dyn Store> = writer_store.clone();

@@ -37,11 +37,7 @@ fn live_leases(url: &str, schema: &str) -> i64 {
 
 #[test]
 fn a_failed_final_write_lets_the_lease_lapse() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("final");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("final") else { return };
     let store = store(&url, &schema, Duration::from_secs(1));
     // From now on the table refuses every status change and every delete: the owner's last
     // word (done, released, in doubt) cannot land.
@@ -98,11 +94,7 @@ fn a_failed_final_write_lets_the_lease_lapse() {
 
 #[test]
 fn a_release_that_fails_once_is_retried_and_frees_the_key() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("release");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("release") else { return };
     let store = store(&url, &schema, Duration::from_secs(15));
     // The first delete fails; the ones after it go through (a sequence's increments survive
     // the failing statement's rollback).
@@ -140,11 +132,7 @@ fn a_release_that_fails_once_is_retried_and_frees_the_key() {
 
 #[test]
 fn reservations_cancelled_before_the_body_leave_no_false_doubt() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("cancel");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("cancel") else { return };
     let store = store(&url, &schema, Duration::from_secs(1));
     const CALLS: usize = 300;
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..CALLS).map(|_| AtomicU32::new(0)).collect());
@@ -204,11 +192,7 @@ fn reservations_cancelled_before_the_body_leave_no_false_doubt() {
 
 #[test]
 fn a_sibling_call_cannot_take_over_a_live_lease() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("sibling");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("sibling") else { return };
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
     let owner = new_call(store.instance().id());
     let mine = transition::reserve(

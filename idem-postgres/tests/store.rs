@@ -18,11 +18,7 @@ fn store(url: &str, schema: &str) -> PgStore {
 
 #[test]
 fn a_live_lease_cannot_be_taken_over() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("live");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("live") else { return };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
     let owner = new_call(a.instance().id());
     let mine = transition::reserve(
@@ -92,11 +88,7 @@ fn a_live_lease_cannot_be_taken_over() {
 
 #[test]
 fn works_inside_a_tokio_runtime_and_from_plain_threads() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("rt");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("rt") else { return };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let store: Arc<dyn Store> = runtime.block_on(async {
         // Both ways of connecting work inside a runtime, even a single-threaded one.
@@ -141,11 +133,7 @@ fn a_missing_table_is_an_error_when_not_creating() {
 
 #[test]
 fn the_url_names_the_table() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("url");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("url") else { return };
     let joiner = if url.contains('?') { '&' } else { '?' };
     let store =
         PgStore::connect(&format!("{url}{joiner}idem_table={schema}.calls")).expect("connects");
@@ -155,11 +143,7 @@ fn the_url_names_the_table() {
 
 #[test]
 fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("spelling");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("spelling") else { return };
     let args = serde_json::json!({"n": 1});
     let doubtful = idem_runtime::Key::derive("charge_card", "s", &args).unwrap();
     // The table as the first release created it, with its spelling of two statuses.
@@ -225,11 +209,7 @@ fn a_table_of_the_first_release_is_migrated_to_the_one_status_spelling() {
 /// the writers announce after their commits.
 #[test]
 fn the_notify_triggers_of_an_earlier_release_are_dropped() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("triggers");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("triggers") else { return };
     let first = store(&url, &schema);
     drop(first);
     common::run_sql(
@@ -261,11 +241,7 @@ fn the_notify_triggers_of_an_earlier_release_are_dropped() {
 
 #[test]
 fn a_deep_result_written_by_an_earlier_release_still_lists() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("deep");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("deep") else { return };
     let store = store(&url, &schema);
     let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
     common::run_sql(
@@ -286,11 +262,7 @@ fn a_deep_result_written_by_an_earlier_release_still_lists() {
 
 #[test]
 fn a_record_of_another_function_with_the_same_tool_name_is_refused() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("function");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("function") else { return };
     let store: Arc<dyn Store> = Arc::new(store(&url, &schema));
     let send = |function: &str| {
         Call::new("send", "o-1", &1).unwrap().store(Arc::clone(&store)).function(function)
@@ -308,11 +280,7 @@ fn a_record_of_another_function_with_the_same_tool_name_is_refused() {
 /// an error. (A read in the insert's own statement would share its snapshot and miss that row.)
 #[test]
 fn a_reservation_that_waited_for_another_insert_finds_its_record() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("race");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("race") else { return };
     let a = store(&url, &schema);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let other = runtime.block_on(async {

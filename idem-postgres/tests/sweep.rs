@@ -26,11 +26,7 @@ fn status(store: &Arc<dyn Store>, key: &str) -> Option<Status> {
 
 #[test]
 fn a_sweep_skips_rows_whose_key_is_not_a_key_and_settles_the_rest() {
-    let Some(url) = common::database_url() else {
-        return;
-    };
-    let schema = common::unique_schema("sweep");
-    let _guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+    let Some((url, schema, _guard)) = common::scratch_schema("sweep") else { return };
     let store: Arc<dyn Store> =
         Arc::new(PgStore::builder(&url).schema(&schema).connect().expect("the store connects"));
     let landed = leave_in_doubt(&store, "order-1");

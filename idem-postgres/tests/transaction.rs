@@ -34,9 +34,7 @@ impl Drop for Shop {
 
 impl Shop {
     async fn open(prefix: &str) -> Option<Shop> {
-        let url = common::database_url()?;
-        let schema = common::unique_schema(prefix);
-        let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
+        let (url, schema, guard) = common::scratch_schema(prefix)?;
         let store = PgStore::builder(&url).schema(&schema).pool_size(20).connect_async().await;
         let store = Arc::new(store.expect("the store connects"));
         let shop = Shop { url, schema, store, guard: Some(guard) };

@@ -148,8 +148,7 @@ fn wait_for_point(lines: &std::sync::mpsc::Receiver<String>, point: &str) {
 impl Scenario<'_> {
     fn run(&self) {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-        let schema = common::unique_schema("txk");
-        let _guard = common::DropSchema { url: self.direct_url.to_owned(), schema: schema.clone() };
+        let (_, schema, _guard) = common::with_schema(self.direct_url.to_owned(), "txk");
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(self.crash_and_check(&schema));
     }

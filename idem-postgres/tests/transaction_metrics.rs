@@ -15,12 +15,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn transactional_calls_are_counted_by_outcome() {
-    let Some(url) = common::database_url() else { return };
+    let Some((url, schema, guard)) = common::scratch_schema("txm") else { return };
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     recorder.install().expect("the only recorder of this test binary");
-    let schema = common::unique_schema("txm");
-    let guard = common::DropSchema { url: url.clone(), schema: schema.clone() };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await.unwrap();
     let table = format!("\"{schema}\".refunds");
     let create = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, cents bigint)");

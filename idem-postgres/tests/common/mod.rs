@@ -74,6 +74,19 @@ pub fn unique_schema(prefix: &str) -> String {
     )
 }
 
+/// The database under test with a schema of the test's own, and the guard that drops the schema
+/// when the test ends; `None` (with a notice) when `DATABASE_URL` is not set.
+pub fn scratch_schema(prefix: &str) -> Option<(String, String, DropSchema)> {
+    database_url().map(|url| with_schema(url, prefix))
+}
+
+/// `url` with a schema no other test uses, named after `prefix`, and the guard that drops it.
+pub fn with_schema(url: String, prefix: &str) -> (String, String, DropSchema) {
+    let schema = unique_schema(prefix);
+    let guard = DropSchema { url: url.clone(), schema: schema.clone() };
+    (url, schema, guard)
+}
+
 /// Drops its schema (and so the test's records) when it goes.
 pub struct DropSchema {
     pub url: String,
