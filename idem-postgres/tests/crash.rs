@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::transition;
-use idem_runtime::store::{lease, Guard};
+use idem_runtime::store::lease;
 use idem_runtime::{Call, Error, InDoubtPolicy, Status, Store};
 
 // Long beside the heartbeat (250 ms), so that a child starved of CPU on a loaded machine still
@@ -128,29 +128,9 @@ fn killed_owner_is_in_doubt_once_its_lease_lapses() {
 
     // The dead owner's late writes are refused, and its heartbeat cannot touch the new record.
     let late = transition::complete(&stale, r#""from the dead owner""#.into(), None, 0);
-    assert!(
-        block_on(store.compare_and_swap(
-            &stale,
-            Guard::of(stale.fence(), late.change.by(), store.instance().id()),
-            late.new.as_ref(),
-            late.change
-        ))
-        .unwrap()
-        .is_none(),
-        "a stale write is refused"
-    );
+    assert!(common::swap(store.as_ref(), &stale, late).is_none(), "a stale write is refused");
     let late = transition::release(&stale);
-    assert!(
-        block_on(store.compare_and_swap(
-            &stale,
-            Guard::of(stale.fence(), late.change.by(), store.instance().id()),
-            None,
-            late.change
-        ))
-        .unwrap()
-        .is_none(),
-        "a stale release is refused"
-    );
+    assert!(common::swap(store.as_ref(), &stale, late).is_none(), "a stale release is refused");
     assert!(!common::renew(&pg, &stale), "a stale heartbeat is refused");
     let record = block_on(store.get(key.as_str())).unwrap().unwrap();
     assert_eq!((record.status, record.attempts), (Status::Done, 2));

@@ -11,7 +11,6 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use idem_postgres::PgStore;
-use idem_runtime::conformance::transition;
 use idem_runtime::history::{Change, Entry};
 use idem_runtime::store::lease::{Held, Lease};
 use idem_runtime::store::Owner;
@@ -119,6 +118,16 @@ fn call_key(n: usize) -> String {
     charge(n).key().to_string()
 }
 
+/// The store of a table whose builder says leases of 3 s, with a beat every [`EVERY`].
+fn table(url: &str, schema: &str) -> PgStore {
+    PgStore::builder(url)
+        .schema(schema)
+        .lease(Duration::from_secs(3))
+        .heartbeat(EVERY)
+        .connect()
+        .unwrap()
+}
+
 fn lease_until(store: &dyn Store, n: usize) -> Option<u64> {
     block_on(store.get(&call_key(n))).unwrap().and_then(|r| r.lease_until)
 }
@@ -126,12 +135,7 @@ fn lease_until(store: &dyn Store, n: usize) -> Option<u64> {
 #[test]
 fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
     let Some((url, schema, _guard)) = common::scratch_schema("beat") else { return };
-    let inner = PgStore::builder(&url)
-        .schema(&schema)
-        .lease(Duration::from_secs(3))
-        .heartbeat(EVERY)
-        .connect()
-        .unwrap();
+    let inner = table(&url, &schema);
     let counting = Arc::new(Counting::new(inner));
     let store: Arc<dyn Store> = counting.clone();
 
@@ -214,12 +218,7 @@ fn every_lease_held_is_renewed_in_one_renewal_per_interval() {
 #[test]
 fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
     let Some((url, schema, _guard)) = common::scratch_schema("stamp") else { return };
-    let inner = PgStore::builder(&url)
-        .schema(&schema)
-        .lease(Duration::from_secs(3))
-        .heartbeat(EVERY)
-        .connect()
-        .unwrap();
+    let inner = table(&url, &schema);
     let terms = Lease::new(Duration::from_secs(7), Some(EVERY)).unwrap();
     let length = 7_000;
     let counting = Arc::new(Counting::new(inner).with_terms(terms));
@@ -245,20 +244,9 @@ fn the_engine_stamps_each_lease_on_the_instance_s_terms() {
     // A takeover of a record whose owner's lease lapsed stamps a new lease.
     let key = call_key(1);
     let dead = Owner::from(format!("{}#1", Instance::new("pg").id()));
-    let step = transition::reserve(
-        &key,
-        "charge_card",
-        "order-1",
-        None,
-        &dead,
-        store.clock(),
-        Some(terms),
-    );
-    let left = step.new.clone().unwrap();
-    assert!(matches!(
-        block_on(store.insert_if_absent(&left, step.change)).unwrap(),
-        Inserted::New { .. }
-    ));
+    // On the instance's terms, as the engine stamps a reservation.
+    let (_, inserted) = common::reserve(store.as_ref(), &key, "charge_card", "order-1", &dead);
+    assert!(matches!(inserted, Inserted::New { .. }));
     common::run_sql(
         &url,
         &format!("UPDATE \"{schema}\".records SET lease_until = 1 WHERE key = '{key}'"),

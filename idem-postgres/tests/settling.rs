@@ -10,7 +10,7 @@ use std::time::Duration;
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::store::{Guard, Inserted};
+use idem_runtime::store::Inserted;
 use idem_runtime::{Call, Error, Store};
 
 fn store(url: &str, schema: &str, lease: Duration) -> Arc<dyn Store> {
@@ -195,22 +195,8 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let Some((url, schema, _guard)) = common::scratch_schema("sibling") else { return };
     let store = PgStore::builder(&url).schema(&schema).pool_size(2).connect().unwrap();
     let owner = new_call(store.instance().id());
-    let mine = transition::reserve(
-        "k",
-        "sibling",
-        "s",
-        None,
-        &owner,
-        store.clock(),
-        store.instance().lease(),
-    );
-    assert!(
-        matches!(
-            block_on(store.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
-            Inserted::New { .. }
-        ),
-        "the first call reserves"
-    );
+    let (_, inserted) = common::reserve(&store, "k", "sibling", "s", &owner);
+    assert!(matches!(inserted, Inserted::New { .. }), "the first call reserves");
     let held = block_on(store.get("k")).unwrap().expect("the record is there");
 
     // A sibling of the same store instance, believing the lease lapsed, tries to take over.
@@ -218,14 +204,7 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
     let sibling =
         transition::take_over(&held, &sibling_owner, None, store.clock(), store.instance().lease());
     assert!(
-        block_on(store.compare_and_swap(
-            &held,
-            Guard::of(held.fence(), sibling.change.by(), store.instance().id()),
-            sibling.new.as_ref(),
-            sibling.change
-        ))
-        .unwrap()
-        .is_none(),
+        common::swap(&store, &held, sibling).is_none(),
         "a live lease is not taken over, by a sibling either"
     );
     let now = block_on(store.get("k")).unwrap().unwrap();
@@ -245,42 +224,10 @@ fn a_sibling_call_cannot_take_over_a_live_lease() {
         store.clock(),
         store.instance().lease(),
     );
-    assert!(
-        block_on(store.compare_and_swap(
-            &lapsed,
-            Guard::of(lapsed.fence(), sibling.change.by(), store.instance().id()),
-            sibling.new.as_ref(),
-            sibling.change
-        ))
-        .unwrap()
-        .is_some(),
-        "a lapsed lease is"
-    );
+    assert!(common::swap(&store, &lapsed, sibling).is_some(), "a lapsed lease is");
     // And the owner's own settling write is still accepted while its lease lives.
-    let other = transition::reserve(
-        "k2",
-        "sibling",
-        "s",
-        None,
-        &owner,
-        store.clock(),
-        store.instance().lease(),
-    );
-    let other_record = other.new.clone().unwrap();
-    assert!(matches!(
-        block_on(store.insert_if_absent(&other_record, other.change)).unwrap(),
-        Inserted::New { .. }
-    ));
+    let (other_record, inserted) = common::reserve(&store, "k2", "sibling", "s", &owner);
+    assert!(matches!(inserted, Inserted::New { .. }));
     let done = transition::complete(&other_record, "1".into(), None, store.clock());
-    assert!(
-        block_on(store.compare_and_swap(
-            &other_record,
-            Guard::of(other_record.fence(), done.change.by(), store.instance().id()),
-            done.new.as_ref(),
-            done.change
-        ))
-        .unwrap()
-        .is_some(),
-        "the owner settles its own"
-    );
+    assert!(common::swap(&store, &other_record, done).is_some(), "the owner settles its own");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use idem_postgres::PgStore;
 use idem_runtime::block_on;
 use idem_runtime::conformance::{new_call, transition};
-use idem_runtime::store::{lease, Guard, Inserted};
+use idem_runtime::store::{lease, Inserted};
 use idem_runtime::{Call, Error, Status, Store};
 
 fn store(url: &str, schema: &str) -> PgStore {
@@ -21,66 +21,22 @@ fn a_live_lease_cannot_be_taken_over() {
     let Some((url, schema, _guard)) = common::scratch_schema("live") else { return };
     let (a, b) = (store(&url, &schema), store(&url, &schema));
     let owner = new_call(a.instance().id());
-    let mine = transition::reserve(
-        "k1",
-        "charge_card",
-        "s",
-        None,
-        &owner,
-        a.clock(),
-        a.instance().lease(),
-    );
-    assert!(
-        matches!(
-            block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change)).unwrap(),
-            Inserted::New { .. }
-        ),
-        "a reserves"
-    );
+    let (_, inserted) = common::reserve(&a, "k1", "charge_card", "s", &owner);
+    assert!(matches!(inserted, Inserted::New { .. }), "a reserves");
     let held = block_on(b.get("k1")).unwrap().expect("b sees the record");
     assert!(lease::holds(&held, b.clock(), b.instance().id()), "the lease is live");
     assert!(held.lease_until.is_some());
 
     let other = new_call(b.instance().id());
     let takeover = transition::take_over(&held, &other, None, b.clock(), b.instance().lease());
-    assert!(
-        block_on(b.compare_and_swap(
-            &held,
-            Guard::of(held.fence(), takeover.change.by(), b.instance().id()),
-            takeover.new.as_ref(),
-            takeover.change
-        ))
-        .unwrap()
-        .is_none(),
-        "a live owner's record is not taken over"
-    );
+    assert!(common::swap(&b, &held, takeover).is_none(), "a live owner's record is not taken over");
     // b writing under a's owner: the store refuses an owner that is not one of its calls.
     let release = transition::release(&held);
-    assert!(
-        block_on(b.compare_and_swap(
-            &held,
-            Guard::of(held.fence(), release.change.by(), b.instance().id()),
-            None,
-            release.change
-        ))
-        .unwrap()
-        .is_none(),
-        "nor released by another"
-    );
+    assert!(common::swap(&b, &held, release).is_none(), "nor released by another");
     assert!(common::renew(&a, &held), "the owner renews its lease");
 
     let done = transition::complete(&held, "1".into(), None, a.clock());
-    assert!(
-        block_on(a.compare_and_swap(
-            &held,
-            Guard::of(held.fence(), done.change.by(), a.instance().id()),
-            done.new.as_ref(),
-            done.change
-        ))
-        .unwrap()
-        .is_some(),
-        "the owner finishes"
-    );
+    assert!(common::swap(&a, &held, done).is_some(), "the owner finishes");
     let finished = block_on(b.get("k1")).unwrap().unwrap();
     assert_eq!((finished.status, finished.lease_until), (Status::Done, None));
     assert!(!common::renew(&a, &held), "a finished record has no lease to renew");
@@ -301,16 +257,7 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
     });
     let reserving = std::thread::spawn(move || {
         let owner = new_call(a.instance().id());
-        let mine = transition::reserve(
-            "k1",
-            "charge_card",
-            "s",
-            None,
-            &owner,
-            a.clock(),
-            a.instance().lease(),
-        );
-        block_on(a.insert_if_absent(mine.new.as_ref().unwrap(), mine.change))
+        common::reserve(&a, "k1", "charge_card", "s", &owner).1
     });
     // The reservation's insert waits for the other's to end.
     let waiting = format!(
@@ -322,7 +269,7 @@ fn a_reservation_that_waited_for_another_insert_finds_its_record() {
         "the reservation never waited for the other insert"
     );
     runtime.block_on(other.batch_execute("COMMIT")).unwrap();
-    match reserving.join().unwrap().expect("the reservation answers") {
+    match reserving.join().expect("the reservation answers") {
         Inserted::Existing(found) => {
             assert_eq!(found.owner.as_str(), "another-process#1");
             assert_eq!(

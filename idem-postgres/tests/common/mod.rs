@@ -12,6 +12,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use idem_runtime::conformance::transition;
+use idem_runtime::store::Guard;
+
 /// The database under test, or `None` (with a notice) when `DATABASE_URL` is not set. Under
 /// `CI=true` a missing URL fails the test: CI must run it.
 pub fn database_url() -> Option<String> {
@@ -223,4 +226,32 @@ pub fn renew(store: &dyn idem_runtime::Store, record: &idem_runtime::Record) -> 
     let held = [idem_runtime::store::lease::Held::of(record)];
     let renewed = idem_runtime::block_on(store.renew(&held, lease.until(store.clock())));
     renewed.expect("the renewal reaches the database") == [true]
+}
+
+/// Reserves `key` for `owner` as the engine would, on `store`'s clock and lease terms: the
+/// record the reservation writes, and what the store answered.
+pub fn reserve(
+    store: &dyn idem_runtime::Store,
+    key: &str,
+    tool: &str,
+    scope: &str,
+    owner: &idem_runtime::store::Owner,
+) -> (idem_runtime::Record, idem_runtime::store::Inserted) {
+    let lease = store.instance().lease();
+    let step = transition::reserve(key, tool, scope, None, owner, store.clock(), lease);
+    let record = step.new.clone().expect("a reservation makes a record");
+    let inserted = idem_runtime::block_on(store.insert_if_absent(&record, step.change)).unwrap();
+    (record, inserted)
+}
+
+/// Writes `step` over `expected` on `store`, fenced as the step's own caller on this store
+/// instance would: the token of the write, or `None` when the fence refused it.
+pub fn swap(
+    store: &dyn idem_runtime::Store,
+    expected: &idem_runtime::Record,
+    step: transition::Step<'_>,
+) -> Option<u64> {
+    let guard = Guard::of(expected.fence(), step.change.by(), store.instance().id());
+    let swapped = store.compare_and_swap(expected, guard, step.new.as_ref(), step.change);
+    idem_runtime::block_on(swapped).unwrap()
 }
