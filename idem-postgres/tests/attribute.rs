@@ -85,6 +85,33 @@ impl Desk {
     }
 }
 
+/// The application's `refunds` table of a test, on its schema, and a connection of the test's
+/// own to count its rows.
+struct Refunds {
+    table: String,
+    client: tokio_postgres::Client,
+}
+
+impl Refunds {
+    /// Creates the table; its name too, as the tools take it.
+    async fn create(url: &str, schema: &str) -> (String, Refunds) {
+        let table = format!("\"{schema}\".refunds");
+        let (client, connection) =
+            tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        let sql =
+            format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
+        client.batch_execute(&sql).await.unwrap();
+        (table.clone(), Refunds { table, client })
+    }
+
+    /// How many rows `order` has.
+    async fn rows(&self, order: i64) -> i64 {
+        let sql = format!("SELECT count(*) FROM {} WHERE order_id = {order}", self.table);
+        self.client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
+    }
+}
+
 /// The tool's future is `Send`, as rmcp and `tokio::spawn` need it.
 fn sendable<F: std::future::Future + Send>(future: F) -> F {
     future
@@ -95,15 +122,7 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     let Some((url, schema, guard)) = common::scratch_schema("txattr") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await;
     let store = SHOP.get_or_init(|| Arc::new(store.expect("the store connects")));
-    let table = format!("\"{schema}\".refunds");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
-    client.batch_execute(&sql).await.unwrap();
-    let rows = async |order: i64| -> i64 {
-        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
-        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
-    };
+    let (table, refunds) = Refunds::create(&url, &schema).await;
 
     // Three calls of one intent, at once: one run, one row, one record, three equal answers.
     let (a, b, c) = tokio::join!(
@@ -114,7 +133,7 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     assert_eq!((&b, &c), (&a, &a), "the three callers get one answer");
     assert_eq!(RUNS.load(Ordering::SeqCst), 1, "the body ran once");
-    assert_eq!(rows(17).await, 1, "one refund row");
+    assert_eq!(refunds.rows(17).await, 1, "one refund row");
     let key = a.1;
     let record = store.get(&key).await.unwrap().expect("the record committed");
     assert_eq!(record.status, Status::Done);
@@ -131,7 +150,7 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     let refused = refund(18, Then::Fail, table.clone()).await.expect_err("the body failed");
     let key = last_key();
     assert_eq!(refused, format!("refused {key}"), "the body's own error");
-    assert_eq!(rows(18).await, 0, "the failed call's row rolled back");
+    assert_eq!(refunds.rows(18).await, 0, "the failed call's row rolled back");
     assert!(store.get(&key).await.unwrap().is_none(), "no record: the key is free");
     assert!(store.history(&key).await.unwrap().is_empty(), "and no history");
 
@@ -148,8 +167,8 @@ async fn an_async_transactional_tool_commits_its_writes_with_one_record() {
     let desk = Desk { table: table.clone() };
     let (first, again) = (desk.refund(20).await.unwrap(), desk.refund(20).await.unwrap());
     assert_eq!(first, again, "the repeat replays");
-    assert_eq!(rows(20).await, 1, "one row");
-    drop(client);
+    assert_eq!(refunds.rows(20).await, 1, "one row");
+    drop(refunds);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }
 
@@ -213,15 +232,7 @@ async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied
     let Some((url, schema, guard)) = common::scratch_schema("txappr") else { return };
     let store = PgStore::builder(&url).schema(&schema).connect_async().await;
     let store = DESK.get_or_init(|| Arc::new(store.expect("the store connects")));
-    let table = format!("\"{schema}\".refunds");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
-    client.batch_execute(&sql).await.unwrap();
-    let rows = async |order: i64| -> i64 {
-        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
-        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
-    };
+    let (table, refunds) = Refunds::create(&url, &schema).await;
 
     // Asked: the key awaits a person, and nothing of the body ran.
     let key = match idem_error(sendable(approved_refund(1, table.clone())).await) {
@@ -232,7 +243,7 @@ async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied
         idem_error(approved_refund(1, table.clone()).await),
         Error::AwaitingApproval { key: again, .. } if again == key
     ));
-    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(1).await), (0, 0));
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), refunds.rows(1).await), (0, 0));
     let shown = store.get(&key).await.unwrap().expect("idem show finds the request");
     assert_eq!(shown.status, Status::AwaitingApproval);
 
@@ -241,7 +252,7 @@ async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied
     let first = approved_refund(1, table.clone()).await.expect("the approved refund is made");
     let again = approved_refund(1, table.clone()).await.expect("the retry is answered");
     assert_eq!(again, first, "replayed");
-    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(1).await), (1, 1));
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), refunds.rows(1).await), (1, 1));
     let events: Vec<Event> =
         store.history(&key).await.unwrap().iter().map(|entry| entry.event).collect();
     assert_eq!(events, [Event::ApprovalRequested, Event::Approved, Event::TookOver, Event::Done]);
@@ -260,8 +271,8 @@ async fn an_approved_transactional_tool_runs_once_approved_and_never_when_denied
             other => panic!("expected Denied, got {other:?}"),
         }
     }
-    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), rows(2).await), (1, 0));
-    drop(client);
+    assert_eq!((APPROVED_RUNS.load(Ordering::SeqCst), refunds.rows(2).await), (1, 0));
+    drop(refunds);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }
 
@@ -302,20 +313,12 @@ async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(&url).await;
     let shop = SqlxStore::new(store, pool.expect("the pool connects"));
     let shop = SQLX_SHOP.get_or_init(|| Arc::new(shop));
-    let table = format!("\"{schema}\".refunds");
-    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
-    let sql = format!("CREATE TABLE {table} (id bigserial PRIMARY KEY, order_id bigint NOT NULL)");
-    client.batch_execute(&sql).await.unwrap();
-    let rows = async |order: i64| -> i64 {
-        let sql = format!("SELECT count(*) FROM {table} WHERE order_id = {order}");
-        client.query_typed(&sql, &[]).await.unwrap()[0].get(0)
-    };
+    let (table, refunds) = Refunds::create(&url, &schema).await;
 
     // A body's error: no row, no record, the key free.
     let refused = sqlx_refund(7, true, table.clone()).await.expect_err("the body failed");
     assert!(refused.contains("refused"), "the body's own error: {refused}");
-    assert_eq!(rows(7).await, 0, "the row rolled back");
+    assert_eq!(refunds.rows(7).await, 0, "the row rolled back");
 
     // Three calls of one intent at once: one run, one row, one record, equal answers.
     let before = SQLX_RUNS.load(Ordering::SeqCst);
@@ -327,7 +330,7 @@ async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
     let (a, b, c) = (a.unwrap(), b.unwrap(), c.unwrap());
     assert_eq!((b, c), (a, a), "the three callers get one answer");
     assert_eq!(SQLX_RUNS.load(Ordering::SeqCst), before + 1, "the body ran once");
-    assert_eq!(rows(8).await, 1, "one refund row");
+    assert_eq!(refunds.rows(8).await, 1, "one refund row");
     let records = Store::scan_page(shop.store().as_ref(), None, usize::MAX).await.unwrap();
     let done: Vec<_> = records
         .into_records()
@@ -336,6 +339,6 @@ async fn a_sqlx_transactional_tool_commits_its_writes_with_one_record() {
         .map(|record| (record.scope, record.status, record.result))
         .collect();
     assert_eq!(done, [("8".to_owned(), Status::Done, Some(a.to_string()))], "one record, done");
-    drop(client);
+    drop(refunds);
     let _ = std::thread::spawn(move || drop(guard)).join();
 }
