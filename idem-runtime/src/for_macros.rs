@@ -2,67 +2,37 @@
 //! facade's hidden `__private` module, which lists them), the bounds they assert, each with a
 //! message in our words (`#[diagnostic::on_unimplemented]`), and the small functions that carry
 //! them into the engine's one run path. Not a public API.
+//!
+//! A tool's `Ok` and error types (`ToolOutput`, `ToolError`) are in `output`, what the path of
+//! `store = …` may name in `store_path`, and the check against an rmcp `#[tool]` outside
+//! `#[idem::tools]` in `rmcp_tool`; this module re-exports their items, so that the facade's
+//! `__private` names each at one path.
 
 use std::fmt::Display;
 use std::future::Future;
-use std::ops::Deref;
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use self::output::{Failed, Stored, StoredRef};
 use crate::engine::erred;
 use crate::engine::{sync_body, Args, Call, Codec, Ready, Reconciled};
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::key::Key;
-use crate::store::Store;
 
+mod output;
 mod rmcp_tool;
+mod store_path;
+
+pub use self::output::{ToolError, ToolOutput};
+pub use self::store_path::{
+    AsyncTransactional, AsyncTxStoreFromFn, AsyncTxStoreFromStatic, IntoStore, IntoStoreArc,
+    StoreFromFn, StoreFromStatic,
+};
+#[cfg(feature = "sqlite")]
+pub use self::store_path::{IntoTxStore, TxStoreFromFn, TxStoreFromStatic};
 pub use rmcp_tool::{not_an_rmcp_tool, NoToolAttr, NotAnRmcpTool};
-
-/// The error type of an idempotent tool: it must carry an [`Error`].
-#[diagnostic::on_unimplemented(
-    message = "the error type `{Self}` of an idempotent tool cannot carry an `idem::Error`",
-    label = "this tool's error type has no `From<idem::Error>`",
-    note = "the store can fail, and its errors travel in the tool's own error type: if `{Self}` \
-            is yours, add `impl From<idem::Error> for {Self}` (or a `#[from] idem::Error` variant \
-            with thiserror); `String` works as it is, and rmcp's `ErrorData` with idem's `rmcp` \
-            feature; another crate's type cannot take the impl, so return an error type of your own"
-)]
-pub trait ToolError {
-    /// The idem error, in the tool's error type.
-    fn from_idem(error: Error) -> Self;
-}
-impl<E: From<Error>> ToolError for E {
-    fn from_idem(error: Error) -> Self {
-        E::from(error)
-    }
-}
-
-/// The `Ok` type of an idempotent tool: stored as JSON, replayed to later attempts.
-#[diagnostic::on_unimplemented(
-    message = "the result type `{Self}` of an idempotent tool cannot be stored and replayed",
-    label = "this tool's result is not `Serialize + DeserializeOwned`",
-    note = "the Ok value is recorded as JSON and handed back to every later attempt: if `{Self}` \
-            is yours, derive `serde::Serialize` and `serde::Deserialize` for it; another crate's \
-            type cannot take them, so return a struct of your own that holds it (a `Json<T>` \
-            wrapper is taken off for you: only its `T` needs them)"
-)]
-pub trait ToolOutput: Sized {
-    /// Serializes the value.
-    fn store<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error>;
-    /// Deserializes a stored value.
-    fn replay<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error>;
-}
-impl<T: Serialize + DeserializeOwned> ToolOutput for T {
-    fn store<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.serialize(serializer)
-    }
-    fn replay<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        T::deserialize(deserializer)
-    }
-}
 
 /// A parameter that is part of the key.
 #[diagnostic::on_unimplemented(
@@ -120,42 +90,6 @@ pub fn scope<S: ScopeValue + ?Sized>(scope: &S) -> &S {
     scope
 }
 
-/// The engine's view of a tool's `Ok` value. `ToolOutput` and `ToolError` have no supertraits,
-/// so that a failed bound is one obligation, reported once in our words: an async tool awaits
-/// the engine's future, whose bounds the compiler checks again there, and supertraits would be
-/// reported there as raw `Serialize`/`From` errors beside ours.
-struct Stored<T>(T);
-
-impl<T: ToolOutput> Serialize for Stored<T> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.store(serializer)
-    }
-}
-
-impl<'de, T: ToolOutput> serde::Deserialize<'de> for Stored<T> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        T::replay(deserializer).map(Stored)
-    }
-}
-
-/// A borrowed `Ok` value, serialized as [`ToolOutput`] says.
-struct StoredRef<'a, T>(&'a T);
-
-impl<T: ToolOutput> Serialize for StoredRef<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.store(serializer)
-    }
-}
-
-/// The engine's view of a tool's error type.
-struct Failed<E>(E);
-
-impl<E: ToolError> From<Error> for Failed<E> {
-    fn from(error: Error) -> Self {
-        Failed(E::from_idem(error))
-    }
-}
-
 /// Runs a sync tool body through the engine, or returns the error that prevented the call.
 pub fn run_sync<T: ToolOutput, E: ToolError>(
     call: Result<Call, Error>,
@@ -196,61 +130,6 @@ where
 {
     let call = call.map_err(|e| (codec.error)(crate::retry::raise(e)))?;
     call.execute(codec, None::<fn(Key) -> Ready<T>>, body).await
-}
-
-/// What a store-giving function may return.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` does not give a store",
-    note = "`store = path` names a function returning `Arc<dyn idem::Store>` (or \
-            `Result<Arc<dyn idem::Store>, idem::Error>`), or a static that derefs to \
-            `Arc<dyn idem::Store>` such as a `LazyLock<Arc<dyn idem::Store>>`"
-)]
-pub trait IntoStore {
-    /// The store.
-    fn into_store(self) -> Result<Arc<dyn Store>, Error>;
-}
-
-impl IntoStore for Arc<dyn Store> {
-    fn into_store(self) -> Result<Arc<dyn Store>, Error> {
-        Ok(self)
-    }
-}
-
-impl<S: Store> IntoStore for Arc<S> {
-    fn into_store(self) -> Result<Arc<dyn Store>, Error> {
-        Ok(self)
-    }
-}
-
-impl<S: IntoStore> IntoStore for Result<S, Error> {
-    fn into_store(self) -> Result<Arc<dyn Store>, Error> {
-        self.and_then(IntoStore::into_store)
-    }
-}
-
-/// `store = f` where `f` is a function: call it. Chosen by method resolution, so generated code
-/// need not know whether the path names a function or a static.
-pub trait StoreFromFn {
-    /// The store the function gives.
-    fn __idem_store(&self) -> Result<Arc<dyn Store>, Error>;
-}
-
-impl<F: Fn() -> R, R: IntoStore> StoreFromFn for F {
-    fn __idem_store(&self) -> Result<Arc<dyn Store>, Error> {
-        self().into_store()
-    }
-}
-
-/// `store = STATIC` where the static derefs to a store (a `LazyLock<Arc<dyn Store>>`).
-pub trait StoreFromStatic {
-    /// The store the static holds.
-    fn __idem_store(&self) -> Result<Arc<dyn Store>, Error>;
-}
-
-impl<T: Deref<Target = Arc<dyn Store>>> StoreFromStatic for T {
-    fn __idem_store(&self) -> Result<Arc<dyn Store>, Error> {
-        Ok(Arc::clone(self))
-    }
 }
 
 pub use crate::retry::{
@@ -442,63 +321,6 @@ pub fn tool_router_answers<R>(router: R, _tools: &[crate::classify::ToolInfo]) -
     router
 }
 
-/// What a transactional tool's `store = …` may give: the SQLite store whose file holds the
-/// tool's tables.
-#[cfg(feature = "sqlite")]
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` does not give the SQLite store a transactional tool runs on",
-    note = "`store = path` on a transactional tool names a function returning \
-            `Arc<idem::SqliteStore>` (or `Result<Arc<idem::SqliteStore>, idem::Error>`), or a \
-            static that derefs to `Arc<idem::SqliteStore>`: the tool's writes commit in that \
-            store's file, with its record"
-)]
-pub trait IntoTxStore {
-    /// The store.
-    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
-}
-
-#[cfg(feature = "sqlite")]
-impl IntoTxStore for Arc<crate::store::sqlite::SqliteStore> {
-    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
-        Ok(self)
-    }
-}
-
-#[cfg(feature = "sqlite")]
-impl<S: IntoTxStore> IntoTxStore for Result<S, Error> {
-    fn into_tx_store(self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
-        self.and_then(IntoTxStore::into_tx_store)
-    }
-}
-
-/// `store = f` on a transactional tool, where `f` is a function: call it.
-#[cfg(feature = "sqlite")]
-pub trait TxStoreFromFn {
-    /// The store the function gives.
-    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
-}
-
-#[cfg(feature = "sqlite")]
-impl<F: Fn() -> R, R: IntoTxStore> TxStoreFromFn for F {
-    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
-        self().into_tx_store()
-    }
-}
-
-/// `store = STATIC` on a transactional tool, where the static derefs to the store.
-#[cfg(feature = "sqlite")]
-pub trait TxStoreFromStatic {
-    /// The store the static holds.
-    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error>;
-}
-
-#[cfg(feature = "sqlite")]
-impl<T: Deref<Target = Arc<crate::store::sqlite::SqliteStore>>> TxStoreFromStatic for T {
-    fn __idem_tx_store(&self) -> Result<Arc<crate::store::sqlite::SqliteStore>, Error> {
-        Ok(Arc::clone(self))
-    }
-}
-
 /// Runs a sync transactional tool's body through the engine, on the caller's thread: its
 /// writes through the transaction commit with the call's record, or neither does.
 #[cfg(feature = "sqlite")]
@@ -514,83 +336,6 @@ pub fn run_transactional<T: ToolOutput, E: ToolError>(
         .run_transactional(call, codec, |tx| body(tx).map(Stored).map_err(Failed))
         .map(|stored| stored.0)
         .map_err(|failed| failed.0)
-}
-
-/// A store that runs an async transactional tool (`transactional = "tx"` on an `async fn`) whose
-/// body is `B`: it lends the transaction `B` takes (`D`, the function type `fn(TX)` of the
-/// parameter's type `TX` as the tool writes it, so that a store that lends another driver's
-/// transaction is told apart by its type, before the body's signature is compared), and runs
-/// the call on the engine's one transactional path (`Call::transact`). A store crate implements it for its store and its
-/// drivers' transactions (idem-postgres: `PgStore` with `&mut tokio_postgres::Transaction<'_>`,
-/// `SqlxStore` with `&mut sqlx::PgConnection`), so that the macros know no database.
-#[diagnostic::on_unimplemented(
-    message = "the store `{Self}` cannot run this async transactional tool",
-    label = "the store `store = …` gives",
-    note = "an async tool marked `transactional = \"tx\"` runs on a PostgreSQL store \
-            (`Arc<idem_postgres::PgStore>`, from a function or a static) and takes \
-            `tx: &mut tokio_postgres::Transaction<'_>`, that store's own driver; one taking \
-            `tx: &mut sqlx::PgConnection` needs a store that carries the application's sqlx pool \
-            (`Arc<idem_postgres::SqlxStore>`, feature `sqlx`); on a SQLite store a transactional \
-            tool is a plain `fn` taking `tx: &rusqlite::Transaction<'_>`"
-)]
-pub trait AsyncTransactional<D, B, T, E> {
-    /// Runs `call` with `body` in a transaction of this store: its writes commit with the call's
-    /// record, or neither does.
-    fn run_transactional(&self, call: Call, body: B) -> impl Future<Output = Result<T, E>>;
-}
-
-/// What a function named by `store = …` on an async transactional tool returns: the store, or
-/// an error in getting it.
-pub trait IntoStoreArc {
-    /// The store's type.
-    type Store: ?Sized;
-    /// The store.
-    fn into_store_arc(self) -> Result<Arc<Self::Store>, Error>;
-}
-
-impl<S: ?Sized> IntoStoreArc for Arc<S> {
-    type Store = S;
-    fn into_store_arc(self) -> Result<Arc<S>, Error> {
-        Ok(self)
-    }
-}
-
-impl<S: ?Sized> IntoStoreArc for Result<Arc<S>, Error> {
-    type Store = S;
-    fn into_store_arc(self) -> Result<Arc<S>, Error> {
-        self
-    }
-}
-
-/// `store = f` on an async transactional tool, where `f` is a function: call it.
-pub trait AsyncTxStoreFromFn {
-    /// The store's type.
-    type Store: ?Sized;
-    /// The store the function gives.
-    fn __idem_async_tx_store(&self) -> Result<Arc<Self::Store>, Error>;
-}
-
-impl<F: Fn() -> R, R: IntoStoreArc> AsyncTxStoreFromFn for F {
-    type Store = R::Store;
-    fn __idem_async_tx_store(&self) -> Result<Arc<R::Store>, Error> {
-        self().into_store_arc()
-    }
-}
-
-/// `store = STATIC` on an async transactional tool, where the static derefs to an `Arc` of the
-/// store.
-pub trait AsyncTxStoreFromStatic {
-    /// The store's type.
-    type Store: ?Sized;
-    /// The store the static holds.
-    fn __idem_async_tx_store(&self) -> Result<Arc<Self::Store>, Error>;
-}
-
-impl<T: Deref<Target = Arc<S>>, S: ?Sized> AsyncTxStoreFromStatic for T {
-    type Store = S;
-    fn __idem_async_tx_store(&self) -> Result<Arc<S>, Error> {
-        Ok(Arc::clone(self))
-    }
 }
 
 /// Runs an async transactional tool's body through the store that lends its transaction. A
