@@ -3,7 +3,8 @@
 //! state machine, and the transactional calls of the SQLite store and of idem-postgres), so a
 //! rule added here holds for all of them.
 
-use super::{CallParts, InDoubtPolicy};
+use super::parts::CallParts;
+use super::InDoubtPolicy;
 use crate::error::Error;
 use crate::lifecycle::{assess, Assessment, Record, Status};
 

@@ -2,9 +2,11 @@
 //! record. Generated code calls it through the facade's hidden module; it is usable directly as
 //! [`Call`].
 //!
-//! [`Call`] and its builder live here; the state machine in `machine`, what a body can reach
-//! (`current_key()`, `fencing_token()`, `may_have_landed()`) in `context`, the argument tree in `args`, and
-//! reconcilers (what they answer, how they are asked, the sweep) in `reconcile`.
+//! [`Call`], its builder and its one run path (`Call::execute`) live here; the call as the
+//! decisions read it in `parts`, how a result is stored and read back in `codec`, the state
+//! machine in `machine`, what a body can reach (`current_key()`, `fencing_token()`,
+//! `may_have_landed()`) in `context`, the argument tree in `args`, reconcilers (what they
+//! answer, how they are asked) in `reconciler`, and the sweep in `sweep`.
 
 use std::fmt::Display;
 use std::future::{ready, Future};
@@ -15,26 +17,28 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use self::codec::reports_failure;
 use self::context::Current;
 use self::machine::{encode_for_replay, Acquired};
+use self::parts::CallParts;
 use crate::canonical::canonical_json_for;
 use crate::error::Error;
 use crate::exec::block_on;
 use crate::failpoint::failpoint;
 use crate::key::Key;
-use crate::lifecycle::history::{Entry, Event};
-use crate::lifecycle::Record;
 use crate::meter::{self, Outcome};
 use crate::retry::raise;
 use crate::store::Store;
 
 mod approval;
 mod args;
+mod codec;
 mod context;
 mod decide;
 mod heartbeat;
 mod machine;
 pub(crate) mod open;
+mod parts;
 mod reconciler;
 pub(crate) mod retention;
 mod settle;
@@ -45,6 +49,10 @@ pub(crate) mod transact_sqlite;
 mod waiting;
 
 pub use self::args::Args;
+pub use self::codec::Codec;
+// The MCP helpers mark a result to be recorded with it.
+#[cfg(feature = "rmcp")]
+pub(crate) use self::codec::FINAL_ERROR;
 pub use self::context::{
     current_key, fencing_token, may_have_landed, try_current_key, try_fencing_token,
 };
@@ -441,140 +449,6 @@ impl Call {
     }
 }
 
-/// A call's name, key and policy, as the engine's decisions read them ([`Call::parts`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CallParts<'a> {
-    /// The tool's name.
-    pub tool: &'a str,
-    /// The calling function's path, when the call names one.
-    pub function: Option<&'a str>,
-    /// The scope, as text.
-    pub scope: &'a str,
-    /// The key.
-    pub key: &'a Key,
-    /// How long to wait for another owner ([`DEFAULT_WAIT`] when `None`).
-    pub wait: Option<Duration>,
-    /// What to do with a key in doubt.
-    pub in_doubt: InDoubtPolicy,
-    /// Whether the call needs a person's approval, and for how long one stays good.
-    approval: Option<Approval>,
-}
-
-impl CallParts<'_> {
-    /// Refuses a record another function wrote: the two share a tool name, and so its keys.
-    /// Records that name no function (written by `Call` without one, or by another language's
-    /// client) are taken as this call's.
-    pub fn check_function(&self, found: &Record) -> Result<(), Error> {
-        match (&found.function, self.function) {
-            (Some(recorded), Some(calling)) if recorded != calling => Err(Error::SharedToolName {
-                key: self.key.to_string(),
-                tool: self.tool.to_owned(),
-                recorded: recorded.clone(),
-                calling: calling.to_owned(),
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// The error of a call that finds `existing` awaiting a person's approval.
-    pub fn awaiting_approval(&self, existing: &Record) -> Error {
-        Error::AwaitingApproval {
-            key: self.key.to_string(),
-            tool: self.tool.to_owned(),
-            scope: existing.scope.clone(),
-            since_ms: existing.created_at,
-        }
-    }
-
-    /// The error of a call that finds its key denied, with who denied it and their note, from
-    /// the key's `history` (a person unnamed when it cannot be read).
-    pub fn denied(&self, history: Option<&[Entry]>) -> Error {
-        let decision = history
-            .and_then(|entries| entries.iter().rev().find(|entry| entry.event == Event::Denied));
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: denied: not running");
-        Error::Denied {
-            key: self.key.to_string(),
-            tool: self.tool.to_owned(),
-            by: decision.map_or_else(|| "a person".to_owned(), |entry| entry.by.clone()),
-            note: decision.and_then(|entry| entry.note.clone()),
-        }
-    }
-
-    /// Waits on `store` until the record of the key is no longer `existing` (another call's
-    /// in flight), until `deadline`; the record as it then stands, or `Error::InFlight` when
-    /// the deadline passed with the owner still holding it.
-    pub async fn wait_for_owner(
-        &self,
-        store: &dyn Store,
-        existing: Record,
-        deadline: Instant,
-    ) -> Result<Option<Record>, Error> {
-        let key = self.key.as_str();
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: waiting for the owner");
-        let _waiting = waiting::Waiting::start(key);
-        let now = store
-            .watch(key, &existing, deadline)
-            .await
-            .map_err(|e| Error::store(Some(key), Some(self.tool), e))?;
-        match now {
-            Some(now) if now.is_as(&existing) && Instant::now() >= deadline => {
-                Err(Error::InFlight {
-                    key: self.key.to_string(),
-                    tool: self.tool.to_owned(),
-                    since_ms: existing.created_at,
-                })
-            }
-            now => Ok(now),
-        }
-    }
-
-    /// The result `record` holds, read back with `decode`; a result that no longer reads as
-    /// the tool's type is `Error::Replay`.
-    pub fn replay<T>(
-        &self,
-        record: &Record,
-        decode: impl FnOnce(&str) -> serde_json::Result<T>,
-    ) -> Result<T, Error> {
-        // A unit result of the first (JSON) sled format reads back as no result: `null`.
-        let json = record.result.as_deref().unwrap_or("null");
-        tracing::debug!(key = %self.key, tool = %self.tool, "idem: replay");
-        decode(json).map_err(|source| Error::Replay {
-            key: self.key.to_string(),
-            tool: self.tool.to_owned(),
-            source,
-        })
-    }
-}
-
-/// Whether a result's JSON says the call failed: an MCP tool result with `isError: true` (rmcp's
-/// `CallToolResult::error`), which is how a tool tells the model of an error it may act on. Such
-/// a result is the body's error, not its effect's record: the engine does not record it (the
-/// key is released, or left in doubt when the body said the effect may have landed), so that a
-/// later call runs the body again rather than replay the error for ever.
-pub(crate) fn reports_failure(json: &str) -> bool {
-    // Most results are not MCP tool results: a look for the field first, then a parse.
-    if !json.contains("\"isError\"") {
-        return false;
-    }
-    #[derive(serde::Deserialize)]
-    struct ToolResult {
-        #[serde(rename = "isError")]
-        is_error: Option<bool>,
-        content: Option<serde_json::Value>,
-        #[serde(rename = "_meta")]
-        meta: Option<serde_json::Map<String, serde_json::Value>>,
-    }
-    serde_json::from_str::<ToolResult>(json).is_ok_and(|result| {
-        // A tool records an error as the intent's final answer only by saying so.
-        let last = result.meta.as_ref().and_then(|meta| meta.get(FINAL_ERROR));
-        result.is_error == Some(true) && result.content.is_some() && last != Some(&true.into())
-    })
-}
-
-/// The `_meta` entry of an MCP tool result with `isError: true` that asks idem to record it as
-/// the intent's answer (`idem::mcp::final_error`), replayed to every later call.
-pub(crate) const FINAL_ERROR: &str = "io.idem/final";
-
 /// Runs `body` as the call of `key`, whose owner has fencing token `token`: inside it,
 /// `current_key()` and `fencing_token()` answer for that call (a store's own run path,
 /// idem-postgres's transactional calls, runs its bodies so).
@@ -605,36 +479,3 @@ impl<B: FnOnce() -> R, R> Future for SyncBody<B> {
 
 /// The reconciler's future of a call that has none.
 pub(crate) type Ready<T> = std::future::Ready<Result<Reconciled<T>, String>>;
-
-/// How the engine turns a tool's `Ok` value into stored JSON and back, and an idem [`Error`]
-/// into the tool's error type: plain function pointers, so that the engine's futures carry no
-/// trait bounds on either type.
-#[doc(hidden)]
-pub struct Codec<T, E> {
-    /// The value as JSON text.
-    pub encode: fn(&T) -> serde_json::Result<String>,
-    /// A stored value read back.
-    pub decode: fn(&str) -> serde_json::Result<T>,
-    /// An idem error in the tool's error type.
-    pub error: fn(Error) -> E,
-}
-
-impl<T, E> Clone for Codec<T, E> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T, E> Copy for Codec<T, E> {}
-
-impl<T: Serialize + DeserializeOwned, E: From<Error>> Codec<T, E> {
-    /// The codec of a type that is `Serialize + DeserializeOwned` and an error with
-    /// `From<Error>`.
-    pub fn serde() -> Self {
-        Codec {
-            encode: |value| serde_json::to_string(value),
-            decode: |json| serde_json::from_str(json),
-            error: E::from,
-        }
-    }
-}

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::codec::Codec;
 use super::machine::{encode_for_replay, Reservation, Taken};
 use super::reconciler::{ask, erred, Reconciled};
-use super::Codec;
 use crate::error::Error;
 use crate::error::StoreError;
 use crate::exec::block_on;

@@ -31,8 +31,10 @@
 use std::future::Future;
 use std::time::Instant;
 
+use super::codec::{reports_failure, Codec};
 use super::machine::encode_for_replay;
-use super::{as_current, reports_failure, Call, CallParts, Codec, Next, DEFAULT_WAIT};
+use super::parts::CallParts;
+use super::{as_current, Call, Next, DEFAULT_WAIT};
 use crate::error::{Error, StoreError};
 use crate::failpoint::failpoint;
 use crate::lifecycle::transition;

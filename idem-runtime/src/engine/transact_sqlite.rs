@@ -14,8 +14,9 @@ use std::sync::Mutex;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::codec::Codec;
 use super::transact::{Attempt, Retries, Site};
-use super::{Call, Codec};
+use super::Call;
 use crate::error::{Error, StoreError};
 use crate::exec::block_on;
 use crate::lifecycle::now_ms;
