@@ -4,9 +4,10 @@
 //!
 //! [`Call`], its builder and its one run path (`Call::execute`) live here; the call as the
 //! decisions read it in `parts`, how a result is stored and read back in `codec`, the state
-//! machine in `machine`, what a body can reach (`current_key()`, `fencing_token()`,
-//! `may_have_landed()`) in `context`, the argument tree in `args`, reconcilers (what they
-//! answer, how they are asked) in `reconciler`, and the sweep in `sweep`.
+//! machine in `machine`, what a call holds while it owns its key in `reservation`, what a body
+//! can reach (`current_key()`, `fencing_token()`, `may_have_landed()`) in `context`, the
+//! argument tree in `args`, reconcilers (what they answer, how they are asked) in
+//! `reconciler`, and the sweep in `sweep`.
 
 use std::fmt::Display;
 use std::future::{ready, Future};
@@ -40,6 +41,7 @@ mod machine;
 pub(crate) mod open;
 mod parts;
 mod reconciler;
+mod reservation;
 pub(crate) mod retention;
 mod settle;
 mod sweep;

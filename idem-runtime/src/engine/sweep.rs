@@ -10,8 +10,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::codec::Codec;
-use super::machine::{encode_for_replay, Reservation, Taken};
+use super::machine::encode_for_replay;
 use super::reconciler::{ask, erred, Reconciled};
+use super::reservation::{Reservation, Taken};
 use crate::error::Error;
 use crate::error::StoreError;
 use crate::exec::block_on;
