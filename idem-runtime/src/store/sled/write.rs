@@ -2,20 +2,21 @@
 //! entry in the record it writes (or, for entries the record has no room for and a change that
 //! leaves no record, in the history tree before the swap that confirms them), the in-flight
 //! index around writes a crash could leave half done, a result's chunks before the record that
-//! points to them, then the compare-and-swap, and the settling after it. See `history.rs` for
-//! why the history needs no transaction, and the in-flight index in `sled.rs` for what the open
-//! does with what a crash leaves.
+//! points to them, then the compare-and-swap, and the settling after it. A write is laid out
+//! before the lock is taken (`write/plan.rs`). See `history.rs` for why the history needs no
+//! transaction, and the in-flight index in `sled.rs` for what the open does with what a crash
+//! leaves.
 
-use super::chunks::{MAX_RESULT, MAX_VALUE};
+use self::plan::Planned;
 use super::encoding::Spilled;
-use super::encoding::{decode, encode_with, encoded_len, lifetime_len, set_history};
-use super::history;
+use super::encoding::{decode, set_history};
 use super::{io_error, SledStore};
 use crate::error::StoreError;
 use crate::lifecycle::history::Change;
-use crate::lifecycle::Status;
-use crate::lifecycle::{now_ms, Record};
+use crate::lifecycle::{Record, Status};
 use crate::store::sync::Ticket;
+
+mod plan;
 
 /// What a swap wrote that its settling must know: its history entry's number, whether that
 /// entry is in the history tree, whether it purged the history, and whether it entered the key
@@ -24,25 +25,6 @@ use crate::store::sync::Ticket;
 struct Settled {
     seq: u64,
     in_tree: bool,
-    purge: bool,
-    indexed: bool,
-}
-
-/// A write laid out before the key's lock is taken: the record's bytes (holding the newest
-/// history entries, the last one numbered under the lock), the entries that go to the history
-/// tree instead, and what the write leaves for its settling to do.
-struct Planned {
-    bytes: Option<Vec<u8>>,
-    spilled: Option<Spilled>,
-    /// Entries for the history tree, oldest first: those of the old record and the new change
-    /// that the new record has no room for (all of them when the change leaves no record).
-    to_tree: Vec<Vec<u8>>,
-    /// How many entries the new record holds (the newest; the change's own among them when
-    /// this is not 0).
-    kept: u64,
-    old_spilled: Option<Spilled>,
-    old_history: Option<Option<u64>>,
-    in_flight: bool,
     purge: bool,
     indexed: bool,
 }
@@ -146,54 +128,6 @@ impl SledStore {
         // was released again leaves a history this removes as well, the key still having no
         // record.
         Ok(self.cas(key, None, None, change)?.ok().map(|swapped| swapped.ticket))
-    }
-
-    /// Lays the write out: the bytes of `new`, the entry of `change`, and whether the write
-    /// goes through the in-flight index. Refuses what the store cannot keep (`lay_out`).
-    fn plan(
-        &self,
-        key: &[u8],
-        old: Option<&[u8]>,
-        new: Option<&Record>,
-        change: &Change<'_>,
-    ) -> Result<Planned, StoreError> {
-        let old_view = old.and_then(|old| decode(key, old).ok());
-        let was_in_flight = old_view.as_ref().is_some_and(|view| view.status == Status::InFlight);
-        let old_spilled = old_view.as_ref().and_then(|view| view.spilled);
-        let old_history = old_view.as_ref().map(|view| view.history);
-        let in_flight = new.is_some_and(|new| new.status == Status::InFlight);
-        let entry = history::encode(change, new.map(|record| record.status), now_ms());
-        // The key's entries that a record holds: the old record's, then this change's.
-        let mut entries: Vec<&[u8]> = match &old_view {
-            Some(view) => view.inline.entries().collect(),
-            None => Vec::new(),
-        };
-        entries.push(&entry);
-        let (bytes, spilled, kept) = match new {
-            Some(record) => {
-                let (bytes, spilled, kept) = self.lay_out(record, &entries)?;
-                (Some(bytes), spilled, kept)
-            }
-            None => (None, None, 0),
-        };
-        let to_tree = entries[..entries.len() - kept].iter().map(|entry| entry.to_vec()).collect();
-        let purge = change.event().ends_history();
-        // A write that leaves or enters flight, or writes or drops a result's chunks, or purges
-        // a history, is indexed: a crash part-way leaves the key in the index for the next open
-        // to settle.
-        let indexed =
-            was_in_flight || in_flight || spilled.is_some() || old_spilled.is_some() || purge;
-        Ok(Planned {
-            bytes,
-            spilled,
-            to_tree,
-            kept: kept as u64,
-            old_spilled,
-            old_history,
-            in_flight,
-            purge,
-            indexed,
-        })
     }
 
     /// The steps under the key's lock, once the record is known to be `old`, up to the swap: the
@@ -366,85 +300,13 @@ impl SledStore {
             tracing::warn!(key = %String::from_utf8_lossy(key), error = %e, "idem: cannot remove a result's chunks, a purged history or an index entry; the next open removes them");
         }
     }
-
-    /// How `record` is written: its bytes, where its result's chunks go when it does not fit in
-    /// the record, and how many of the newest of the key's history `entries` (oldest first) it
-    /// holds: as many as fit in what the record leaves of [`MAX_VALUE`]. Refuses what the store
-    /// cannot keep, before anything is written, and an in-flight record whose call could not
-    /// keep its later records.
-    fn lay_out(
-        &self,
-        record: &Record,
-        entries: &[&[u8]],
-    ) -> Result<(Vec<u8>, Option<Spilled>, usize), StoreError> {
-        let encode = |spilled: Option<Spilled>| {
-            // The newest entries that fit in what the record leaves (a count, then each with
-            // its length); the older ones go to the tree.
-            let mut room = MAX_VALUE.saturating_sub(encoded_len(record, spilled.is_some()) + 4);
-            let kept = entries
-                .iter()
-                .rev()
-                .take_while(|entry| match room.checked_sub(4 + entry.len()) {
-                    Some(left) => {
-                        room = left;
-                        true
-                    }
-                    None => false,
-                })
-                .count();
-            (encode_with(record, spilled, &entries[entries.len() - kept..]), spilled, kept)
-        };
-        let result_len = record.result.as_ref().map_or(0, String::len);
-        if result_len > MAX_RESULT {
-            return Err(StoreError::new(format!(
-                "key {}: the result of tool `{}` is {result_len} bytes of JSON, more than the \
-                 {MAX_RESULT} bytes the sled store keeps; nothing was recorded for it: return \
-                 less (for example where the data is kept, not the data)",
-                record.key, record.tool
-            ))
-            .lasting());
-        }
-        // A call is refused before its body runs, rather than after, when it could not record
-        // how it ended: an in-flight record must leave room for every later one of its call.
-        if record.status == Status::InFlight && lifetime_len(record) > MAX_VALUE {
-            let function = match &record.function {
-                Some(function) => format!(", function `{function}`"),
-                None => String::new(),
-            };
-            return Err(StoreError::new(format!(
-                "key {}: tool `{}` with a scope of {} bytes{function} needs up to {} bytes for \
-                 its record once it finishes (with its times, where its result is kept and its \
-                 owner), more than the {MAX_VALUE} bytes a sled record holds; nothing was run or \
-                 recorded for it: use a shorter scope (or tool name or function path)",
-                record.key,
-                record.tool,
-                record.scope.len(),
-                lifetime_len(record)
-            )));
-        }
-        if encoded_len(record, false) <= MAX_VALUE {
-            return Ok(encode(None));
-        }
-        if record.result.is_some() && encoded_len(record, true) <= MAX_VALUE {
-            let id =
-                self.db.generate_id().map_err(|e| io_error(&self.path, "cannot write to", e))?;
-            // Bounded by MAX_RESULT above.
-            let spilled = Spilled { id, len: result_len as u32 };
-            return Ok(encode(Some(spilled)));
-        }
-        Err(StoreError::new(format!(
-            "key {}: tool `{}` with its scope takes {} bytes, more than the {MAX_VALUE} bytes a \
-             sled record holds; nothing was recorded for it: use a shorter scope or tool name",
-            record.key,
-            record.tool,
-            encoded_len(record, true)
-        )))
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::chunks::MAX_VALUE;
     use super::super::encoding::encode;
+    use super::super::history;
     use super::*;
     use crate::exec::block_on;
     use crate::lifecycle::history::{Answer, Event};
