@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use self::chunks::{Chunks, MAX_RESULT};
-use self::encoding::decode;
+use self::encoding::view::decode;
 use self::history::History;
 use self::write::Swapped;
 use super::beside::Beside;

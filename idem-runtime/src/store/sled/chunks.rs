@@ -18,7 +18,8 @@
 
 use sled::{IVec, Tree};
 
-use super::encoding::{decode, Spilled};
+use super::encoding::view::decode;
+use super::encoding::Spilled;
 use crate::error::StoreError;
 
 /// The largest value the store hands sled: a record, or one chunk of a result.

@@ -53,7 +53,8 @@ use std::sync::Arc;
 
 use sled::{IVec, Tree};
 
-use super::encoding::{status_byte, status_of, Inline};
+use super::encoding::view::Inline;
+use super::encoding::{status_byte, status_of};
 use crate::error::StoreError;
 use crate::lifecycle::history::{Answer, Change, Entry, Event};
 use crate::lifecycle::Status;

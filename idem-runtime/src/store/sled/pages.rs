@@ -3,7 +3,7 @@
 
 use std::ops::Bound;
 
-use super::encoding::decode;
+use super::encoding::view::decode;
 use super::{io_error, SledStore};
 use crate::error::StoreError;
 use crate::store::{Page, RecordPage};

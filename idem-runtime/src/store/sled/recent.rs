@@ -17,7 +17,7 @@
 use quick_cache::sync::Cache;
 use quick_cache::Weighter;
 
-use super::encoding::decode;
+use super::encoding::view::decode;
 use crate::lifecycle::Record;
 use crate::lifecycle::Status;
 

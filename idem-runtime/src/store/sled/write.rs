@@ -8,8 +8,9 @@
 //! leaves.
 
 use self::plan::Planned;
+use super::encoding::set_history;
+use super::encoding::view::decode;
 use super::encoding::Spilled;
-use super::encoding::{decode, set_history};
 use super::{io_error, SledStore};
 use crate::error::StoreError;
 use crate::lifecycle::history::Change;

@@ -4,7 +4,8 @@
 //! store cannot keep is refused here, before anything is written.
 
 use super::super::chunks::{MAX_RESULT, MAX_VALUE};
-use super::super::encoding::{decode, encode_with, encoded_len, lifetime_len, Spilled};
+use super::super::encoding::view::decode;
+use super::super::encoding::{encode_with, encoded_len, lifetime_len, Spilled};
 use super::super::history;
 use super::super::{io_error, SledStore};
 use crate::error::StoreError;
