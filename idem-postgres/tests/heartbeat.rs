@@ -2,7 +2,8 @@
 //! lease on the store instance's terms, and the table stores it as given; the heartbeat renews
 //! every lease a store's running calls hold in one renewal per interval (one statement), never
 //! one per key, renews a lease whose write was slow before it lapses, and stops renewing a
-//! lease once its call has written its record.
+//! lease once its call has written its record. And a call on PostgreSQL, whose reads are round
+//! trips, reserves its key without reading it first.
 
 mod common;
 
@@ -20,8 +21,8 @@ use idem_runtime::{block_on, Call, Error, InDoubtPolicy, Record, Status, Store, 
 const CALLS: usize = 8;
 const EVERY: Duration = Duration::from_millis(200);
 
-/// A PostgreSQL store that notes how many leases each renewal names and the records the engine
-/// inserts; it may state lease terms of its own (its instance's, on which the engine stamps and
+/// A PostgreSQL store that notes how many leases each renewal names, the records the engine
+/// inserts and how many reads it makes; it may state lease terms of its own (its instance's, on which the engine stamps and
 /// renews leases, whatever the table's builder said), and hold each insert back, as a slow write.
 struct Counting {
     inner: PgStore,
@@ -29,6 +30,7 @@ struct Counting {
     insert_delay: Duration,
     inserted: Mutex<Vec<Record>>,
     renewals: Mutex<Vec<usize>>,
+    gets: AtomicUsize,
 }
 
 impl Counting {
@@ -39,6 +41,7 @@ impl Counting {
             insert_delay: Duration::ZERO,
             inserted: Mutex::new(Vec::new()),
             renewals: Mutex::new(Vec::new()),
+            gets: AtomicUsize::new(0),
         }
     }
 
@@ -59,6 +62,7 @@ impl Store for Counting {
         &self.instance
     }
     fn get<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Option<Record>> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
         self.inner.get(key)
     }
     fn insert_if_absent<'a>(&'a self, r: &'a Record, c: Change<'a>) -> StoreFuture<'a, Inserted> {
@@ -304,4 +308,46 @@ fn a_lease_whose_write_was_slow_is_renewed_before_it_lapses() {
     );
     go.wait();
     assert_eq!(running.join().unwrap().unwrap(), "ch_0");
+}
+
+/// PostgreSQL's reads are round trips (`Instance::remote_reads`): a fresh call and its replay
+/// each reserve the key at once and learn from the reservation what it holds, with no read
+/// first. The same table stated as a store whose reads are at hand replays from a read instead.
+#[test]
+fn a_call_reserves_without_reading_first_on_a_store_whose_reads_are_round_trips() {
+    let Some((url, schema, _guard)) = common::scratch_schema("reads") else { return };
+    let counting = Arc::new(Counting::new(table(&url, &schema)));
+    assert!(counting.instance().remote_reads(), "PostgreSQL states that its reads are round trips");
+    let store: Arc<dyn Store> = counting.clone();
+    let runs = AtomicUsize::new(0);
+    let charge = |store: &Arc<dyn Store>| {
+        call(store, 0).run(|| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>("ch_0".to_owned())
+        })
+    };
+    assert_eq!(charge(&store).unwrap(), "ch_0");
+    assert_eq!(charge(&store).unwrap(), "ch_0");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the second call replays");
+    assert_eq!(counting.gets.load(Ordering::SeqCst), 0, "no call read the key before reserving");
+    assert_eq!(counting.inserted.lock().unwrap().len(), 2, "each call reserved once");
+
+    let inner = table(&url, &schema);
+    let terms = inner.instance().lease().expect("PostgreSQL's records carry leases");
+    let at_hand = Arc::new(Counting {
+        instance: Instance::new("pg").with_lease(terms),
+        ..Counting::new(inner)
+    });
+    let store: Arc<dyn Store> = at_hand.clone();
+    assert_eq!(charge(&store).unwrap(), "ch_0");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the third call replays too");
+    assert_eq!(
+        at_hand.gets.load(Ordering::SeqCst),
+        1,
+        "a store whose reads are at hand is read first"
+    );
+    assert!(
+        at_hand.inserted.lock().unwrap().is_empty(),
+        "and a replay from the read reserves nothing"
+    );
 }
